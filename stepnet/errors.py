@@ -1,0 +1,65 @@
+"""The errors a user can cause, each naming what went wrong and where."""
+from __future__ import annotations
+
+import difflib
+
+
+class StepnetError(Exception):
+    """Base of every error stepnet raises for bad models, inputs or arguments."""
+
+
+class FileFormatError(StepnetError):
+    """A model or data file that cannot be read (truncated, garbage, syntax error, wrong kind)."""
+
+
+class UnknownOpError(StepnetError):
+    """An operator type that this build does not implement."""
+
+
+class ArityError(StepnetError):
+    """Wrong number of inputs or outputs for an operator."""
+
+
+class ArgumentError(StepnetError):
+    """An operator argument that is missing, of the wrong type or out of range."""
+
+
+class MissingBlobError(StepnetError):
+    """A blob that an operator or a call needs does not exist or has no value."""
+
+
+class ShapeError(StepnetError):
+    """Inputs whose shapes do not fit together."""
+
+
+class DTypeError(StepnetError):
+    """Inputs of a data type the operator does not accept."""
+
+
+class DeviceError(StepnetError):
+    """Data on one device given to an operator running on another."""
+
+
+class NetError(StepnetError):
+    """A net that cannot be created (duplicate name, unknown source of an input, ...)."""
+
+
+class PlanError(StepnetError):
+    """A plan whose execution steps are malformed."""
+
+
+class OpError(StepnetError):
+    """An operator failed while running; the message names the net, op and inputs."""
+
+
+class StepnetWarning(UserWarning):
+    """Something in a model that stepnet ignores, said once so it is never silent."""
+
+
+def did_you_mean(name: str, choices, n: int = 3) -> str:
+    """' (did you mean A, B?)' for the nearest names, or '' when nothing is close."""
+    close = difflib.get_close_matches(name, list(choices), n=n, cutoff=0.6)
+    if not close:
+        lowered = {c.lower(): c for c in choices}
+        close = [lowered[name.lower()]] if name.lower() in lowered else []
+    return f" (did you mean {', '.join(close)}?)" if close else ""

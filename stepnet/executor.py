@@ -1,0 +1,221 @@
+"""Bind a NetDef once (registry lookup, arity, arguments, in-place rules, devices, blob bindings), then
+run it as a flat loop that only moves arrays."""
+from __future__ import annotations
+
+import functools
+import warnings
+
+import numpy as np
+
+from . import backend
+from .errors import (ArgumentError, ArityError, DeviceError, MissingBlobError, NetError, OpError, StepnetError,
+                     StepnetWarning, did_you_mean)
+from .ops import REGISTRY
+from .ops.registry import ANY_INPLACE, KNOWN_HINTS, REQUIRED, read_arg
+
+
+def describe(value) -> str:
+    """'(2, 3) float32' for arrays, a short type name otherwise."""
+    if value is None:
+        return "<empty>"
+    shape = getattr(value, "shape", None)
+    if shape is not None:
+        dev = backend.device_of(value)
+        where = "" if dev is None or dev.is_cpu else f" on {dev}"
+        return f"{tuple(shape)} {value.dtype}{where}"
+    return type(value).__name__
+
+
+def op_label(net_name: str, index: int, opdef) -> str:
+    name = f" '{opdef.name}'" if opdef.name else ""
+    return f"net {net_name!r}, op #{index} ({opdef.type}{name})"
+
+
+class OpContext:
+    """What a context op (one that runs sub-nets or keeps per-op state) sees beyond its arrays."""
+    __slots__ = ("net", "workspace", "opdef", "index", "inputs", "outputs", "device", "state", "label", "args")
+
+    def __init__(self, net, workspace, opdef, index, inputs, outputs, device, label, args):
+        self.net, self.workspace, self.opdef, self.index = net, workspace, opdef, index
+        self.inputs, self.outputs, self.device, self.label, self.args = inputs, outputs, device, label, args
+        self.state = {}
+
+
+class BoundOp:
+    __slots__ = ("schema", "opdef", "index", "inputs", "outputs", "call", "device", "label", "cpu_only")
+
+    def __init__(self, schema, opdef, index, inputs, outputs, call, device, label):
+        self.schema, self.opdef, self.index = schema, opdef, index
+        self.inputs, self.outputs, self.call, self.device, self.label = inputs, outputs, call, device, label
+
+
+def parse_args(schema, opdef, label: str, strict: bool) -> dict:
+    """Declared arguments with defaults filled; undeclared ones warn (error when strict) unless known hints."""
+    values = {}
+    seen = set()
+    for argument in opdef.arg:
+        name = argument.name
+        if name in seen:
+            raise ArgumentError(f"{label}: argument {name!r} is given twice")
+        seen.add(name)
+        spec = schema.args.get(name)
+        if spec is not None:
+            values[name] = read_arg(spec.kind, argument, label)
+        elif name not in KNOWN_HINTS:
+            declared = ", ".join(sorted(schema.args)) or "none"
+            msg = (f"{label}: argument {name!r} is not used by {opdef.type} and is ignored"
+                   f"{did_you_mean(name, schema.args)} (its arguments: {declared})")
+            if strict:
+                raise ArgumentError(msg)
+            warnings.warn(msg, StepnetWarning, stacklevel=4)
+    for name, spec in schema.args.items():
+        if name not in values:
+            if spec.default is REQUIRED:
+                raise ArgumentError(f"{label}: required argument {name!r} is missing")
+            values[name] = spec.default
+    return values
+
+
+def check_arity(schema, opdef, label: str) -> None:
+    for which, got in (("inputs", len(opdef.input)), ("outputs", len(opdef.output))):
+        lo, hi = getattr(schema, which)
+        if not lo <= got <= hi:
+            raise ArityError(f"{label}: {opdef.type} takes {schema.arity_text(which)} {which}, got {got} "
+                             f"({', '.join(getattr(opdef, which[:-1])) or 'none'})")
+
+
+def check_inplace(schema, opdef, label: str) -> None:
+    ins, outs = list(opdef.input), list(opdef.output)
+    for i, o in schema.enforce_inplace:
+        if i < len(ins) and o < len(outs) and ins[i] != outs[o]:
+            raise ArgumentError(f"{label}: {opdef.type} must write input {i} ({ins[i]!r}) in place, "
+                                f"but output {o} is {outs[o]!r}")
+    if schema.allow_inplace == ANY_INPLACE:
+        return
+    allowed = schema.allow_inplace | schema.enforce_inplace
+    for o, out in enumerate(outs):
+        for i, inp in enumerate(ins):
+            if inp == out and (i, o) not in allowed:
+                raise ArgumentError(f"{label}: {opdef.type} cannot write output {o} in place over input {i} "
+                                    f"({out!r}); give the output another name")
+
+
+class Net:
+    """A NetDef bound to a workspace: every op resolved once; run() is a flat loop."""
+
+    def __init__(self, netdef, workspace, *, strict: bool | None = None):
+        self.netdef = netdef
+        self.name = netdef.name
+        self.workspace = workspace
+        self.strict = workspace.strict if strict is None else strict
+        self.check_nan = workspace.check_nan
+        self._check_sources()
+        self.ops = [self._bind(i, opdef) for i, opdef in enumerate(netdef.op)]
+        self.mixed_devices = any(not b.device.is_cpu for b in self.ops)
+
+    def _check_sources(self) -> None:
+        nd = self.netdef
+        if not nd.external_input:
+            return
+        known = set(nd.external_input)
+        for i, opdef in enumerate(nd.op):
+            for name in opdef.input:
+                if name not in known:
+                    raise NetError(f"{op_label(self.name, i, opdef)}: source for input {name!r} is unknown: it is "
+                                   "neither an external_input of the net nor an output of an earlier op")
+            known.update(opdef.output)
+        missing = [o for o in nd.external_output if o not in known]
+        if missing:
+            raise NetError(f"net {self.name!r}: external_output {', '.join(map(repr, missing))} is produced by no op")
+
+    def _bind(self, index: int, opdef) -> BoundOp:
+        ws = self.workspace
+        if not opdef.HasField("device_option") and self.netdef.HasField("device_option"):
+            opdef.device_option.CopyFrom(self.netdef.device_option)
+        label = op_label(self.name, index, opdef)
+        try:
+            schema = REGISTRY.get(opdef.type)
+        except StepnetError as e:
+            raise type(e)(f"{label}: {e}") from None
+        check_arity(schema, opdef, label)
+        check_inplace(schema, opdef, label)
+        args = parse_args(schema, opdef, label, self.strict)
+        inputs = []
+        for name in opdef.input:
+            blob = ws.find(name)
+            if blob is None:
+                raise MissingBlobError(f"{label}: input blob {name!r} does not exist"
+                                       f"{did_you_mean(name, ws.blobs())}; run the net that makes it first, "
+                                       "or feed it")
+            inputs.append(blob)
+        outputs = [ws.create_blob(name) for name in opdef.output]
+        device = backend.resolve(opdef.device_option if opdef.HasField("device_option") else None, ws.gpu)
+        xp = backend.array_module(device)
+        kernel = schema.gpu_kernel if (schema.gpu_kernel and not device.is_cpu) else schema.kernel
+        if schema.random:
+            do = opdef.device_option
+            args["rng"] = (np.random.default_rng(do.random_seed)
+                           if opdef.HasField("device_option") and do.HasField("random_seed") else ws.rng)
+        if schema.context:
+            ctx = OpContext(self, ws, opdef, index, inputs, outputs, device, label, args)
+            call = functools.partial(kernel, ctx, xp, **args)
+        else:
+            call = functools.partial(kernel, xp, **args)
+        return BoundOp(schema, opdef, index, inputs, outputs, call, device, label)
+
+    # ----------------------------------------------------------------------------- running
+    def run(self) -> None:
+        check = self.mixed_devices
+        for bop in self.ops:
+            values = [b.value for b in bop.inputs]
+            if check:
+                _check_devices(bop, values)
+            try:
+                result = bop.call(*values)
+            except StepnetError as e:
+                if str(e).startswith("net "):
+                    raise
+                raise type(e)(f"{bop.label}: {e}{_inputs_text(bop, values)}") from e
+            except Exception as e:  # noqa: BLE001 - any kernel failure becomes an error naming the op
+                raise _kernel_failure(bop, values, e) from e
+            outs = bop.outputs
+            if len(outs) == 1 and not isinstance(result, (tuple, list)):
+                outs[0].set(result if hasattr(result, "dtype") or isinstance(result, (str, bytes)) or result is None
+                            else np.asarray(result))
+            elif result is not None:
+                for blob, value in zip(outs, result):
+                    if value is not None:
+                        blob.set(value if hasattr(value, "dtype") or isinstance(value, (str, bytes))
+                                 else np.asarray(value))
+            if self.check_nan:
+                _check_finite(bop)
+
+
+def _inputs_text(bop, values) -> str:
+    if not values:
+        return ""
+    parts = [f"{name} {describe(v)}" for name, v in zip(bop.opdef.input, values)]
+    return f" [inputs: {', '.join(parts)}]"
+
+
+def _kernel_failure(bop, values, e) -> StepnetError:
+    for name, v in zip(bop.opdef.input, values):
+        if v is None:
+            return MissingBlobError(f"{bop.label}: input {name!r} holds no value (never written or fed)")
+    return OpError(f"{bop.label} failed: {type(e).__name__}: {e}{_inputs_text(bop, values)}")
+
+
+def _check_devices(bop, values) -> None:
+    for name, v in zip(bop.opdef.input, values):
+        dev = backend.device_of(v)
+        if dev is not None and dev != bop.device and not (dev.is_cpu and v.ndim <= 1 and v.size <= 1):
+            raise DeviceError(f"{bop.label}: input {name!r} is on {dev} but the op runs on {bop.device}; "
+                              f"copy it first (CopyCPUToGPU / CopyGPUToCPU)")
+
+
+def _check_finite(bop) -> None:
+    for blob in bop.outputs:
+        v = blob.value
+        if isinstance(v, np.ndarray) and v.dtype.kind == "f" and not np.isfinite(v).all():
+            bad = "NaN" if np.isnan(v).any() else "Inf"
+            raise OpError(f"{bop.label} produced {bad} in output {blob.name!r} ({describe(v)})")

@@ -1,0 +1,15 @@
+"""Operator kernels by family; importing this package registers them all in REGISTRY."""
+import importlib
+
+from .registry import REGISTRY, Arg, op
+
+FAMILIES = ("fill", "elementwise", "activation", "math", "reduce", "shape", "index", "util", "device")
+
+for _family in FAMILIES:
+    try:
+        importlib.import_module(f"{__name__}.{_family}")
+    except ModuleNotFoundError as _e:  # a family not written yet
+        if _e.name != f"{__name__}.{_family}":
+            raise
+
+__all__ = ["REGISTRY", "Arg", "op"]

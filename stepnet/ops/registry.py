@@ -1,0 +1,211 @@
+"""The operator registry: one record per operator type, made by the @op decorator.
+
+A record says everything about an op: arity, declared arguments (kind and default), in-place rules,
+kernel (a pure function of arrays), optional GPU kernel, gradient maker, shape function, docstring.
+Kernels are called as kernel(xp, *inputs, **args) -> array or tuple of arrays; ops that run sub-nets
+or keep per-op state declare context=True and are called as kernel(ctx, xp, *inputs, **args).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ..errors import ArgumentError, UnknownOpError, did_you_mean
+
+REQUIRED = object()
+ANY_INPLACE = "any"
+
+# What the kinds read from an Argument: kind -> accepted fields.
+KIND_FIELDS = {
+    "int": ("i",), "bool": ("i",), "float": ("f",), "num": ("f", "i"), "str": ("s",),
+    "ints": ("ints",), "floats": ("floats",), "nums": ("floats", "ints"), "strs": ("strings",),
+    "net": ("n", "s"), "nets": ("nets",), "tensor": ("t",), "tensors": ("tensors",), "any": (),
+}
+REPEATED = {"ints", "floats", "nums", "strs", "nets", "tensors"}
+
+# No gradient kinds, after Caffe2: NO_GRADIENT (nothing flows back), SHOULD_NOT_DO_GRADIENT (asking is an
+# error), GRADIENT_NOT_IMPLEMENTED_YET (asking is an error that says so).
+NO_GRADIENT = "no_gradient"
+SHOULD_NOT_DO_GRADIENT = "should_not_do_gradient"
+GRADIENT_NOT_IMPLEMENTED = "gradient_not_implemented"
+
+
+@dataclass(frozen=True)
+class Arg:
+    kind: str
+    default: Any = REQUIRED
+    doc: str = ""
+
+    def __post_init__(self):
+        if self.kind not in KIND_FIELDS:
+            raise ValueError(f"unknown argument kind {self.kind!r}")
+
+
+def _as_arg(value) -> Arg:
+    if isinstance(value, Arg):
+        return value
+    if value is REQUIRED:
+        raise ValueError("a required argument needs an explicit Arg(kind)")
+    if isinstance(value, bool):
+        return Arg("bool", value)
+    if isinstance(value, int):
+        return Arg("int", value)
+    if isinstance(value, float):
+        return Arg("float", value)
+    if isinstance(value, str):
+        return Arg("str", value)
+    raise ValueError(f"give Arg(kind, default) for a default of type {type(value).__name__}")
+
+
+@dataclass(frozen=True)
+class OpSchema:
+    type: str
+    kernel: Callable
+    inputs: tuple[int, float]
+    outputs: tuple[int, float]
+    args: dict[str, Arg]
+    allow_inplace: Any = ANY_INPLACE          # "any", or a frozenset of (input, output) pairs
+    enforce_inplace: frozenset = frozenset()  # pairs that must be in place
+    context: bool = False
+    random: bool = False
+    gpu_kernel: Callable | None = None
+    gradient: Any = None                      # a maker function, one of the no-gradient kinds, or None
+    shape: Callable | None = None
+    doc: str = ""
+    family: str = ""
+
+    def arity_text(self, which: str) -> str:
+        lo, hi = self.inputs if which == "inputs" else self.outputs
+        if lo == hi:
+            return str(lo)
+        return f"{lo} or more" if hi == float("inf") else f"{lo} to {hi}"
+
+
+def _range(n) -> tuple[int, float]:
+    if isinstance(n, int):
+        return (n, n)
+    lo, hi = n
+    return (lo, float("inf") if hi is None else hi)
+
+
+class Registry:
+    """Operator records by type name."""
+
+    def __init__(self):
+        self._ops: dict[str, OpSchema] = {}
+
+    def op(self, type_: str, *, inputs=1, outputs=1, args=None, inplace=ANY_INPLACE, enforce_inplace=(),
+           context=False, random=False, gradient=None, shape=None, doc=None, aliases=()):
+        """Decorator registering kernel under type_ (and aliases) with its full record."""
+        def register(kernel):
+            allow = inplace if inplace == ANY_INPLACE else frozenset(inplace)
+            schema = OpSchema(
+                type=type_, kernel=kernel, inputs=_range(inputs), outputs=_range(outputs),
+                args={k: _as_arg(v) for k, v in (args or {}).items()}, allow_inplace=allow,
+                enforce_inplace=frozenset(enforce_inplace), context=context, random=random,
+                gradient=gradient, shape=shape, doc=(doc or kernel.__doc__ or "").strip(),
+                family=kernel.__module__.rsplit(".", 1)[-1])
+            for name in (type_, *aliases):
+                if name in self._ops:
+                    raise ValueError(f"operator {name} registered twice")
+                self._ops[name] = schema if name == type_ else _renamed(schema, name)
+            return kernel
+        return register
+
+    def update(self, type_: str, **changes) -> None:
+        """Attach a field to an existing record (gradient makers, GPU kernels, shape functions)."""
+        import dataclasses
+        self._ops[type_] = dataclasses.replace(self._ops[type_], **changes)
+
+    def get(self, type_: str) -> OpSchema:
+        try:
+            return self._ops[type_]
+        except KeyError:
+            raise UnknownOpError(f"unknown operator type {type_!r}{did_you_mean(type_, self._ops)}") from None
+
+    def __contains__(self, type_: str) -> bool:
+        return type_ in self._ops
+
+    def __iter__(self):
+        return iter(sorted(self._ops))
+
+    def __len__(self):
+        return len(self._ops)
+
+    def schemas(self):
+        return [self._ops[k] for k in sorted(self._ops)]
+
+
+def _renamed(schema: OpSchema, name: str) -> OpSchema:
+    import dataclasses
+    return dataclasses.replace(schema, type=name)
+
+
+REGISTRY = Registry()
+op = REGISTRY.op
+
+
+def read_arg(kind: str, argument, where: str) -> Any:
+    """The value of a protobuf Argument read as `kind`; a wrong field is an ArgumentError."""
+    from ..proto import argument_value, parse_text
+
+    name = argument.name
+    if kind == "any":
+        return argument_value(argument)
+    fields = KIND_FIELDS[kind]
+    present = [f for f in ("f", "i", "s", "n", "t") if argument.HasField(f)]
+    present += [f for f in ("floats", "ints", "strings", "nets", "tensors", "qtensors") if len(getattr(argument, f))]
+    if not present:
+        if kind in REPEATED:
+            return []
+        raise ArgumentError(f"{where}: argument {name!r} has no value (expected {_kind_text(kind)})")
+    got = present[0]
+    if got not in fields:
+        raise ArgumentError(f"{where}: argument {name!r} must be {_kind_text(kind)}, "
+                            f"but the file stores {_field_text(got)}")
+    value = argument_value(argument)
+    if kind == "bool":
+        return bool(value)
+    if kind == "float":
+        return float(value)
+    if kind in ("nums", "floats"):
+        return [float(v) for v in value]
+    if kind == "net" and got == "s":
+        return parse_text(value if isinstance(value, str) else value.decode(), "net", where=f"{where}, argument {name!r}")
+    return value
+
+
+_KIND_TEXT = {"int": "an integer (field i)", "bool": "a boolean (field i)", "float": "a float (field f)",
+              "num": "a number (field f or i)", "str": "a string (field s)", "ints": "a list of integers (ints)",
+              "floats": "a list of floats (floats)", "nums": "a list of numbers", "strs": "a list of strings (strings)",
+              "net": "a NetDef (field n, or text in s)", "nets": "a list of NetDefs (nets)",
+              "tensor": "a TensorProto (field t)", "tensors": "a list of TensorProtos (tensors)"}
+_FIELD_TEXT = {"f": "a float (f)", "i": "an integer (i)", "s": "a string (s)", "n": "a NetDef (n)",
+               "t": "a tensor (t)", "floats": "a list of floats", "ints": "a list of integers",
+               "strings": "a list of strings", "nets": "a list of NetDefs", "tensors": "a list of tensors",
+               "qtensors": "a list of quantized tensors"}
+
+
+def _kind_text(kind):
+    return _KIND_TEXT[kind]
+
+
+def _field_text(f):
+    return _FIELD_TEXT[f]
+
+
+@dataclass
+class KnownHints:
+    """Arguments that real files carry for engines and executors stepnet does not have: accepted silently."""
+    names: frozenset = frozenset({
+        "use_cudnn", "cudnn_exhaustive_search", "exhaustive_search", "ws_nbytes_limit", "deterministic",
+        "enable_rnn_executor", "rnn_executor_debug", "order", "shared_buffer", "engine",
+    })
+    prefixes: tuple = ("rnn_executor.", "rnn_dependency.")
+    extra: set = field(default_factory=set)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.names or name in self.extra or name.startswith(self.prefixes)
+
+
+KNOWN_HINTS = KnownHints()

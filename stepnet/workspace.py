@@ -1,0 +1,188 @@
+"""Workspace: named blobs with Caffe2's parent-chain binding rules, and the nets created in it."""
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import numpy as np
+
+from . import backend
+from .errors import MissingBlobError, NetError, did_you_mean
+
+
+class Blob:
+    """A mutable holder. `view` marks a value that is a window into a larger tensor (a link internal or an
+    alias output): an op writing a same-sized result into such a blob writes through into that tensor."""
+    __slots__ = ("name", "value", "view")
+
+    def __init__(self, name: str, value: Any = None):
+        self.name = name
+        self.value = value
+        self.view = False
+
+    def set(self, value) -> None:
+        """Store an op's result, writing through a view when the element count and dtype match (Caffe2's
+        Resize-keeps-the-buffer rule, which is how link/alias views receive step results)."""
+        if self.view:
+            cur = self.value
+            if (cur is not None and getattr(value, "size", -1) == cur.size and value.dtype == cur.dtype
+                    and type(value) is type(cur)):
+                if value is not cur:
+                    if cur.shape != value.shape:
+                        cur = cur.reshape(value.shape)
+                    cur[...] = value
+                    self.value = cur
+                return
+            self.view = False
+        self.value = value
+
+    def set_view(self, value) -> None:
+        """Point this blob at a view of another tensor (link internals, aliases)."""
+        self.value = value
+        self.view = True
+
+    def __repr__(self):
+        v = self.value
+        what = "empty" if v is None else f"{type(v).__name__}{getattr(v, 'shape', '')}"
+        return f"Blob({self.name!r}, {what}{', view' if self.view else ''})"
+
+
+class Workspace:
+    """Blobs and nets. A child workspace sees its parent's blobs: lookups go local first, then up the
+    chain; creating a blob that exists anywhere in the chain binds to that existing blob (§2)."""
+
+    def __init__(self, parent: "Workspace | None" = None, *, seed: int | None = None, gpu: str | None = None,
+                 strict: bool | None = None, check_nan: bool | None = None):
+        self.parent = parent
+        self._blobs: dict[str, Blob] = {}
+        self._nets: dict[str, Any] = {}
+        root = parent is None
+        self.gpu = gpu if gpu is not None else ("auto" if root else parent.gpu)
+        self.strict = bool(strict) if strict is not None else (False if root else parent.strict)
+        self.check_nan = bool(check_nan) if check_nan is not None else (False if root else parent.check_nan)
+        self.rng = np.random.default_rng(seed) if (root or seed is not None) else parent.rng
+
+    # ----------------------------------------------------------------------------- blobs
+    def find(self, name: str) -> Blob | None:
+        ws = self
+        while ws is not None:
+            blob = ws._blobs.get(name)
+            if blob is not None:
+                return blob
+            ws = ws.parent
+        return None
+
+    def get_blob(self, name: str) -> Blob:
+        blob = self.find(name)
+        if blob is None:
+            raise MissingBlobError(f"blob {name!r} does not exist{did_you_mean(name, self.blobs())}")
+        return blob
+
+    def create_blob(self, name: str) -> Blob:
+        """The blob of that name anywhere in the chain, else a new local one (Caffe2's CreateBlob)."""
+        blob = self.find(name)
+        if blob is None:
+            blob = self._blobs[name] = Blob(name)
+        return blob
+
+    def create_local_blob(self, name: str) -> Blob:
+        blob = self._blobs.get(name)
+        if blob is None:
+            blob = self._blobs[name] = Blob(name)
+        return blob
+
+    def has(self, name: str) -> bool:
+        return self.find(name) is not None
+
+    def local_blobs(self) -> list[str]:
+        return sorted(self._blobs)
+
+    def blobs(self) -> list[str]:
+        """Names of every blob visible from here (this workspace and its ancestors)."""
+        names: set[str] = set()
+        ws = self
+        while ws is not None:
+            names.update(ws._blobs)
+            ws = ws.parent
+        return sorted(names)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.blobs())
+
+    def __contains__(self, name: str) -> bool:
+        return self.has(name)
+
+    def feed(self, name: str, value, device_option=None) -> None:
+        """Store a copy of value (dtype kept; str/bytes become string blobs; TensorProto converted)."""
+        from .proto import TensorProto, tensor_to_array
+
+        if isinstance(value, TensorProto):
+            value = tensor_to_array(value)
+        if isinstance(value, (str, bytes)):
+            stored = value
+        else:
+            stored = np.array(backend.to_host(value), copy=True)
+            if device_option is not None:
+                device = backend.resolve(device_option, self.gpu)
+                if not device.is_cpu:
+                    stored = backend.to_device(stored, device)
+        blob = self.create_blob(name)
+        blob.value = stored
+        blob.view = False
+
+    def fetch(self, name: str):
+        """A host numpy copy of a tensor blob (strings as they are; other objects described)."""
+        blob = self.get_blob(name)
+        v = blob.value
+        if v is None:
+            raise MissingBlobError(f"blob {name!r} exists but holds no value yet (never written or fed)")
+        if isinstance(v, (str, bytes)):
+            return v
+        host = backend.to_host(v)
+        if isinstance(host, np.ndarray):
+            return np.array(host, copy=True)
+        return f"<blob {name!r}: a {type(v).__name__}, not a tensor>"
+
+    # ----------------------------------------------------------------------------- nets
+    def create_net(self, netdef, overwrite: bool = False, input_blobs=()):
+        """Bind netdef in this workspace (inputs must exist) and keep it under its name."""
+        from .executor import Net
+
+        for name in input_blobs:
+            self.create_blob(name)
+        name = netdef.name
+        if name in self._nets and not overwrite:
+            raise NetError(f"a net named {name!r} already exists in this workspace; pass overwrite=True to replace it")
+        net = Net(netdef, self)
+        self._nets[name] = net
+        return net
+
+    def net(self, name: str):
+        try:
+            return self._nets[name]
+        except KeyError:
+            raise NetError(f"no net named {name!r} has been created{did_you_mean(name, self._nets)}") from None
+
+    def nets(self) -> list[str]:
+        return sorted(self._nets)
+
+    def run_net(self, name, iterations: int = 1) -> None:
+        net = self.net(name if isinstance(name, str) else name.name)
+        for _ in range(iterations):
+            net.run()
+
+    def run_net_once(self, netdef) -> None:
+        from .executor import Net
+
+        Net(netdef, self).run()
+
+    def run_operator_once(self, opdef) -> None:
+        from .proto import NetDef
+
+        netdef = NetDef(name=opdef.type or "op")
+        netdef.op.add().CopyFrom(opdef)
+        self.run_net_once(netdef)
+
+    def run_plan(self, plan, **options) -> None:
+        from .plan import run_plan
+
+        run_plan(plan, self, **options)
