@@ -180,15 +180,21 @@ class Net:
                 raise _kernel_failure(bop, values, e) from e
             outs = bop.outputs
             if len(outs) == 1 and not isinstance(result, (tuple, list)):
-                outs[0].set(result if hasattr(result, "dtype") or isinstance(result, (str, bytes)) or result is None
-                            else np.asarray(result))
+                if result is not None:
+                    outs[0].set(_as_value(result))
             elif result is not None:
                 for blob, value in zip(outs, result):
                     if value is not None:
-                        blob.set(value if hasattr(value, "dtype") or isinstance(value, (str, bytes))
-                                 else np.asarray(value))
+                        blob.set(_as_value(value))
             if self.check_nan:
                 _check_finite(bop)
+
+
+def _as_value(value):
+    """Arrays and strings are stored as they are; numpy/Python scalars become 0-d arrays."""
+    if isinstance(value, (np.generic, int, float, bool)):
+        return np.asarray(value)
+    return value
 
 
 def _inputs_text(bop, values) -> str:
@@ -206,11 +212,15 @@ def _kernel_failure(bop, values, e) -> StepnetError:
 
 
 def _check_devices(bop, values) -> None:
-    for name, v in zip(bop.opdef.input, values):
+    if bop.schema.devices == "any":
+        return
+    host_ok = bop.schema.host_inputs
+    for i, (name, v) in enumerate(zip(bop.opdef.input, values)):
         dev = backend.device_of(v)
-        if dev is not None and dev != bop.device and not (dev.is_cpu and v.ndim <= 1 and v.size <= 1):
-            raise DeviceError(f"{bop.label}: input {name!r} is on {dev} but the op runs on {bop.device}; "
-                              f"copy it first (CopyCPUToGPU / CopyGPUToCPU)")
+        if dev is None or dev == bop.device or (dev.is_cpu and (i in host_ok or v.size <= 1)):
+            continue
+        raise DeviceError(f"{bop.label}: input {name!r} is on {dev} but the op runs on {bop.device}; "
+                          f"copy it first (CopyCPUToGPU / CopyGPUToCPU)")
 
 
 def _check_finite(bop) -> None:

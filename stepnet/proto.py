@@ -43,7 +43,7 @@ def _unknown_field_count(msg: Message) -> int:
     for field, value in msg.ListFields():
         if field.message_type is None:
             continue
-        items = value if field.label == field.LABEL_REPEATED else [value]
+        items = value if field.is_repeated else [value]
         count += sum(_unknown_field_count(m) for m in items)
     return count
 

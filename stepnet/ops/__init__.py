@@ -3,7 +3,8 @@ import importlib
 
 from .registry import REGISTRY, Arg, op
 
-FAMILIES = ("fill", "elementwise", "activation", "math", "reduce", "shape", "index", "util", "device")
+FAMILIES = ("fill", "elementwise", "activation", "math", "reduce", "shape", "index", "util", "device",
+            "conv", "pool", "norm", "image")
 
 for _family in FAMILIES:
     try:

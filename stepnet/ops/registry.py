@@ -68,6 +68,8 @@ class OpSchema:
     enforce_inplace: frozenset = frozenset()  # pairs that must be in place
     context: bool = False
     random: bool = False
+    devices: str = "same"                     # "any": inputs may live on another device (copy ops)
+    host_inputs: frozenset = frozenset()      # inputs Caffe2 keeps on the CPU even for GPU ops (shapes, sizes)
     gpu_kernel: Callable | None = None
     gradient: Any = None                      # a maker function, one of the no-gradient kinds, or None
     shape: Callable | None = None
@@ -95,14 +97,16 @@ class Registry:
         self._ops: dict[str, OpSchema] = {}
 
     def op(self, type_: str, *, inputs=1, outputs=1, args=None, inplace=ANY_INPLACE, enforce_inplace=(),
-           context=False, random=False, gradient=None, shape=None, doc=None, aliases=()):
+           context=False, random=False, devices="same", host_inputs=(), gradient=None, shape=None, doc=None,
+           aliases=()):
         """Decorator registering kernel under type_ (and aliases) with its full record."""
         def register(kernel):
             allow = inplace if inplace == ANY_INPLACE else frozenset(inplace)
             schema = OpSchema(
                 type=type_, kernel=kernel, inputs=_range(inputs), outputs=_range(outputs),
                 args={k: _as_arg(v) for k, v in (args or {}).items()}, allow_inplace=allow,
-                enforce_inplace=frozenset(enforce_inplace), context=context, random=random,
+                enforce_inplace=frozenset(enforce_inplace), context=context, random=random, devices=devices,
+                host_inputs=frozenset(host_inputs),
                 gradient=gradient, shape=shape, doc=(doc or kernel.__doc__ or "").strip(),
                 family=kernel.__module__.rsplit(".", 1)[-1])
             for name in (type_, *aliases):

@@ -1,0 +1,350 @@
+"""`stepnet run | inspect | convert`: run Caffe2 models from the command line."""
+from __future__ import annotations
+
+import argparse
+import ast
+import sys
+import time
+import traceback
+import warnings
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+from . import proto
+from .errors import ArgumentError, FileFormatError, MissingBlobError, StepnetError, did_you_mean
+from .ops import REGISTRY
+from .ops.registry import REQUIRED
+from .workspace import Workspace
+
+DTYPES = ("float32", "float64", "float16", "int32", "int64", "int16", "int8", "uint8", "uint16", "bool")
+
+
+# --------------------------------------------------------------------------------------------- feeds
+def parse_feed(spec: str) -> dict[str, np.ndarray]:
+    """NAME=FILE.npy | NAME=FILE.npz | FILE.npz | NAME=VALUE[:dtype] -> {name: array}."""
+    name, sep, value = spec.partition("=")
+    if not sep:
+        if spec.endswith(".npz"):
+            return dict(_load_npz(Path(spec)))
+        raise ArgumentError(f"--feed {spec!r}: expected NAME=FILE.npy, NAME=FILE.npz, FILE.npz or NAME=VALUE")
+    if not name:
+        raise ArgumentError(f"--feed {spec!r}: the blob name before '=' is empty")
+    if value.endswith((".npy", ".npz")) or Path(value).suffix in {".npy", ".npz"}:
+        path = Path(value)
+        if value.endswith(".npz"):
+            arrays = dict(_load_npz(path))
+            if name in arrays:
+                return {name: arrays[name]}
+            if len(arrays) == 1:
+                return {name: next(iter(arrays.values()))}
+            raise ArgumentError(f"--feed {spec!r}: {path} holds {sorted(arrays)}; none is named {name!r}")
+        return {name: _load_npy(path)}
+    return {name: _literal(name, value)}
+
+
+def _load_npy(path: Path) -> np.ndarray:
+    try:
+        return np.load(path, allow_pickle=False)
+    except FileNotFoundError:
+        raise FileFormatError(f"--feed: no such file {str(path)!r}") from None
+    except (OSError, ValueError) as e:
+        raise FileFormatError(f"--feed: {path} is not a readable .npy file ({e})") from None
+
+
+def _load_npz(path: Path):
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return [(k, z[k]) for k in z.files]
+    except FileNotFoundError:
+        raise FileFormatError(f"--feed: no such file {str(path)!r}") from None
+    except (OSError, ValueError) as e:
+        raise FileFormatError(f"--feed: {path} is not a readable .npz file ({e})") from None
+
+
+def _literal(name: str, text: str) -> np.ndarray:
+    body, _, dtype = text.rpartition(":") if ":" in text else (text, "", "")
+    if dtype and dtype not in DTYPES:
+        raise ArgumentError(f"--feed {name}: unknown dtype {dtype!r}{did_you_mean(dtype, DTYPES)}; "
+                            f"choose one of {', '.join(DTYPES)}")
+    try:
+        value = ast.literal_eval(body)
+    except (ValueError, SyntaxError):
+        raise ArgumentError(f"--feed {name}={text!r}: not a file (.npy/.npz) nor a number or list literal") from None
+    arr = np.asarray(value)
+    if dtype:
+        return arr.astype(dtype)
+    if arr.dtype.kind in "fiu":  # model inputs are float32 unless said otherwise (NAME=[1,2]:int32)
+        return arr.astype(np.float32)
+    return arr
+
+
+# --------------------------------------------------------------------------------------------- output
+def format_blob(name: str, value, count: int = 6) -> str:
+    if isinstance(value, (str, bytes)):
+        return f"{name}: string {value!r}"
+    arr = np.asarray(value)
+    flat = arr.reshape(-1)
+    head = np.array2string(flat[:count], precision=5, separator=", ", max_line_width=200)
+    more = f" ... ({flat.size} values)" if flat.size > count else ""
+    return f"{name}: shape {tuple(arr.shape)} {arr.dtype} {head}{more}"
+
+
+def save_npz(path: Path, arrays: dict) -> None:
+    import io
+
+    buf = io.BytesIO()
+    np.savez(buf, **{k: np.asarray(v) for k, v in arrays.items()})
+    proto.atomic_write(path, buf.getvalue())
+
+
+class ProgressBar:
+    """A one-line progress bar on stderr for long plan steps (only on a terminal)."""
+
+    def __init__(self, stream=sys.stderr):
+        self.stream = stream
+        self.enabled = stream.isatty()
+        self.start = time.monotonic()
+        self.last = 0.0
+
+    def __call__(self, step: str, i: int, total: int) -> None:
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if i < total and now - self.last < 0.1:
+            return
+        self.last = now
+        width = 30
+        done = int(width * i / total)
+        rate = i / max(now - self.start, 1e-9)
+        self.stream.write(f"\r{step} [{'#' * done}{'.' * (width - done)}] {i}/{total} {rate:.1f} it/s")
+        if i == total:
+            self.stream.write("\n")
+        self.stream.flush()
+
+
+# --------------------------------------------------------------------------------------------- commands
+def cmd_run(a) -> int:
+    ws = Workspace(seed=a.seed, gpu=a.device, strict=a.strict, check_nan=a.check_nan)
+    model = proto.load(a.model)
+    feeds = {}
+    for spec in a.feed:
+        feeds.update(parse_feed(spec))
+    outputs: list[str] = []
+    if isinstance(model, proto.PlanDef):
+        if a.predict_net:
+            raise ArgumentError(f"{a.model} is a PlanDef; give a second file only after an init NetDef")
+        for name, value in feeds.items():
+            ws.feed(name, value)
+        ws.run_plan(model, progress=ProgressBar(), iterations=a.iterations)
+    else:
+        if a.predict_net:
+            init, predict = model, proto.load(a.predict_net, kind="net")
+            ws.run_net_once(init)
+        else:
+            init, predict = None, model
+        for name, value in feeds.items():
+            ws.feed(name, value)
+        _check_inputs(ws, predict, init, a)
+        net = ws.create_net(predict)
+        for _ in range(a.iterations or 1):
+            net.run()
+        outputs = list(predict.external_output)
+    names = a.fetch or outputs
+    fetched = {n: ws.fetch(n) for n in names}
+    if not a.quiet:
+        for n, v in fetched.items():
+            print(format_blob(n, v))
+    if a.save:
+        save_npz(Path(a.save), fetched)
+        if not a.quiet:
+            print(f"saved {len(fetched)} blob(s) to {a.save}")
+    return 0
+
+
+def _check_inputs(ws, predict, init, a) -> None:
+    """Every op input that no earlier op makes must exist: list the missing ones in one message."""
+    made, missing = set(), []
+    for opdef in predict.op:
+        for name in opdef.input:
+            if name not in made and not ws.has(name) and name not in missing:
+                missing.append(name)
+        made.update(opdef.output)
+    if missing:
+        source = "the init net" if init is not None else "the workspace"
+        raise MissingBlobError(f"net {predict.name!r} needs blobs that neither {source} makes nor --feed gives: "
+                               f"{', '.join(missing)}; feed them with --feed NAME=FILE.npy")
+
+
+def _nested_nets(opdef):
+    for arg in opdef.arg:
+        if arg.HasField("n"):
+            yield arg.name, arg.n
+        for i, n in enumerate(arg.nets):
+            yield f"{arg.name}[{i}]", n
+        if arg.HasField("s") and arg.name.endswith("step_net"):
+            try:
+                yield arg.name, proto.parse_text(arg.s.decode(), "net")
+            except (FileFormatError, UnicodeDecodeError):
+                pass
+
+
+def _walk(netdef, depth=0):
+    """(depth, op) for every op of netdef and of the nets nested in its arguments."""
+    for opdef in netdef.op:
+        yield depth, opdef
+        for _, sub in _nested_nets(opdef):
+            yield from _walk(sub, depth + 1)
+
+
+def describe_net(netdef, indent="") -> list[str]:
+    ops = list(_walk(netdef))
+    counts = Counter(op.type for _, op in ops)
+    nested = sum(1 for d, _ in ops if d)
+    lines = [f"{indent}net {netdef.name!r}: {len(netdef.op)} ops" + (f" (+{nested} in nested nets)" if nested else "")
+             + (f", type {netdef.type!r}" if netdef.type else "")]
+    lines.append(f"{indent}  ops by type: " + ", ".join(f"{t}×{c}" for t, c in sorted(counts.items())))
+    if netdef.external_input:
+        lines.append(f"{indent}  external inputs ({len(netdef.external_input)}): " + _short(netdef.external_input))
+    if netdef.external_output:
+        lines.append(f"{indent}  external outputs ({len(netdef.external_output)}): " + _short(netdef.external_output))
+    return lines
+
+
+def _short(names, n=8) -> str:
+    names = list(names)
+    return ", ".join(names[:n]) + (f", ... ({len(names) - n} more)" if len(names) > n else "")
+
+
+def unsupported_ops(nets) -> dict[str, int]:
+    counts = Counter(op.type for nd in nets for _, op in _walk(nd) if op.type not in REGISTRY)
+    return dict(sorted(counts.items()))
+
+
+def cmd_inspect(a) -> int:
+    model = proto.load(a.model, kind=a.kind)
+    if isinstance(model, proto.PlanDef):
+        nets = list(model.network)
+        print(f"plan {model.name!r}: {len(nets)} networks, {len(model.execution_step)} execution steps")
+        for step in model.execution_step:
+            _print_step(step, "  ")
+    elif isinstance(model, proto.NetDef):
+        nets = [model]
+    else:
+        print(proto.to_text(model))
+        return 0
+    for nd in nets:
+        print("\n".join(describe_net(nd)))
+    missing = unsupported_ops(nets)
+    if missing:
+        print("unsupported ops (this build cannot run them): "
+              + ", ".join(f"{t}×{c}{did_you_mean(t, REGISTRY)}" for t, c in missing.items()))
+    else:
+        print("all ops supported")
+    return 1 if (missing and a.strict) else 0
+
+
+def _print_step(step, indent):
+    what = f"nets {list(step.network)}" if step.network else f"{len(step.substep)} substeps"
+    loop = (f"until {step.should_stop_blob!r}" if step.should_stop_blob
+            else f"{step.num_iter if step.HasField('num_iter') else 1} iteration(s)")
+    print(f"{indent}step {step.name!r}: {what}, {loop}")
+    for sub in step.substep:
+        _print_step(sub, indent + "  ")
+
+
+def cmd_convert(a) -> int:
+    model = proto.load(a.input, kind=a.kind)
+    proto.save(model, a.output)
+    print(f"wrote {type(model).__name__} {a.output}")
+    return 0
+
+
+def op_table(markdown: bool = False) -> str:
+    """The registered operators by family (the README's table is this output with --markdown)."""
+    by_family: dict[str, list[str]] = {}
+    for schema in REGISTRY.schemas():
+        by_family.setdefault(schema.family, []).append(schema.type)
+    if not markdown:
+        return "\n".join(f"{fam}: {', '.join(types)}" for fam, types in sorted(by_family.items()))
+    rows = ["| family | operators |", "|---|---|"]
+    rows += [f"| {fam} | {', '.join(f'`{t}`' for t in types)} |" for fam, types in sorted(by_family.items())]
+    return "\n".join(rows)
+
+
+def cmd_ops(a) -> int:
+    if a.name:
+        schema = REGISTRY.get(a.name)
+        print(f"{schema.type} ({schema.family}): inputs {schema.arity_text('inputs')}, "
+              f"outputs {schema.arity_text('outputs')}")
+        for name, spec in schema.args.items():
+            default = "required" if spec.default is REQUIRED else f"default {spec.default!r}"
+            print(f"  {name}: {spec.kind}, {default}")
+        if schema.doc:
+            print(f"  {schema.doc}")
+        return 0
+    print(op_table(a.markdown))
+    print(f"{len(REGISTRY)} operators" if not a.markdown else "")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="stepnet", description="Run Caffe2 protobuf models on numpy/CuPy.")
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    r = sub.add_parser("run", help="run a PlanDef, a NetDef, or an init net followed by a predict net")
+    r.add_argument("model", help="PlanDef or NetDef (.pb / .pbtxt); with PREDICT_NET: the init net")
+    r.add_argument("predict_net", nargs="?", help="predict net, run after the init net")
+    r.add_argument("--iterations", "-n", type=int, help="runs of the net; for a plan, num_iter of iterating steps")
+    r.add_argument("--feed", action="append", default=[], metavar="NAME=FILE.npy|FILE.npz|VALUE[:dtype]")
+    r.add_argument("--fetch", nargs="+", default=[], metavar="NAME", help="blobs to print and save")
+    r.add_argument("--save", metavar="OUT.npz", help="write the fetched blobs (default: external outputs)")
+    r.add_argument("--seed", type=int, default=0, help="seed of the random fill ops (default 0)")
+    r.add_argument("--device", choices=("auto", "cpu", "cuda", "emulate"), default="auto",
+                   help="where CUDA ops run: auto (GPU if CuPy has one, else CPU), cpu, cuda, emulate")
+    r.add_argument("--strict", action="store_true", help="unknown op arguments are errors, not warnings")
+    r.add_argument("--check-nan", action="store_true", help="stop at the first op that produces NaN or Inf")
+    r.add_argument("--quiet", "-q", action="store_true")
+    r.set_defaults(func=cmd_run)
+
+    i = sub.add_parser("inspect", help="nets, ops by type, inputs/outputs, unsupported ops")
+    i.add_argument("model")
+    i.add_argument("--kind", choices=sorted(proto.KINDS))
+    i.add_argument("--strict", action="store_true", help="exit 1 when some op is unsupported")
+    i.set_defaults(func=cmd_inspect)
+
+    o = sub.add_parser("ops", help="list the supported operators, or describe one")
+    o.add_argument("name", nargs="?")
+    o.add_argument("--markdown", action="store_true")
+    o.set_defaults(func=cmd_ops)
+
+    c = sub.add_parser("convert", help="convert between .pb and .pbtxt (by the output's extension)")
+    c.add_argument("input")
+    c.add_argument("output")
+    c.add_argument("--kind", choices=sorted(proto.KINDS))
+    c.set_defaults(func=cmd_convert)
+    return p
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    a = parser.parse_args(argv)
+    with warnings.catch_warnings():
+        warnings.simplefilter("default")
+        warnings.showwarning = _show_warning
+        try:
+            return a.func(a)
+        except StepnetError as e:
+            if a.debug:
+                traceback.print_exc()
+            print(f"stepnet: error: {e}", file=sys.stderr)
+            return 1
+        except KeyboardInterrupt:
+            print("stepnet: interrupted", file=sys.stderr)
+            return 130
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None):
+    print(f"stepnet: warning: {message}", file=sys.stderr)

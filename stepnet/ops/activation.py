@@ -1,0 +1,148 @@
+"""Unary elementwise math and activations (Relu, Sigmoid, Tanh, Elu, PRelu, Clip, ...).
+
+Float in, same float dtype out (float32 stays float32). Sigmoid, Softplus, Swish, Elu and Selu use forms that
+neither overflow nor lose precision for large |x|. NaN/inf results of Log, Sqrt, Reciprocal, ... follow IEEE
+arithmetic silently, as in Caffe2 (the executor's NaN check catches them when asked).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import ArgumentError, DTypeError, ShapeError
+from .registry import Arg, op
+
+FLOAT_KINDS = "f"
+NUMERIC_KINDS = "fiu"
+
+
+def check_float(x, type_: str, kinds: str = FLOAT_KINDS) -> None:
+    """DTypeError unless x has a floating dtype (or a numeric one where kinds allow it)."""
+    if x.dtype.kind not in kinds:
+        want = "a float" if kinds == FLOAT_KINDS else "a numeric"
+        raise DTypeError(f"{type_} needs {want} tensor, got dtype {x.dtype.name} (Cast it to float first)")
+
+
+def _sigmoid(xp, x):
+    """1 / (1 + exp(-x)) computed through exp(-|x|), which never overflows."""
+    e = xp.exp(-xp.abs(x))
+    return xp.where(x >= 0, 1 / (1 + e), e / (1 + e))
+
+
+def _unary(type_, fn, inplace=((0, 0),), kinds=FLOAT_KINDS, doc=""):
+    def kernel(xp, x):
+        check_float(x, type_, kinds)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            return fn(xp, x)
+    kernel.__name__ = kernel.__qualname__ = type_.lower()
+    op(type_, inputs=1, outputs=1, inplace=inplace, doc=doc)(kernel)
+
+
+_NONE = ()
+_UNARY = {
+    "Relu": (lambda xp, x: xp.maximum(x, 0), (0, 0), FLOAT_KINDS, "max(x, 0)."),
+    "Sigmoid": (_sigmoid, (0, 0), FLOAT_KINDS, "1 / (1 + exp(-x)), stable for large |x|."),
+    "Tanh": (lambda xp, x: xp.tanh(x), (0, 0), FLOAT_KINDS, "tanh(x)."),
+    "Softsign": (lambda xp, x: x / (1 + xp.abs(x)), (0, 0), FLOAT_KINDS, "x / (1 + |x|)."),
+    "Softplus": (lambda xp, x: xp.maximum(x, 0) + xp.log1p(xp.exp(-xp.abs(x))), (0, 0), FLOAT_KINDS,
+                 "log(1 + exp(x)), computed as max(x, 0) + log1p(exp(-|x|)) so large x gives x, not inf."),
+    "Exp": (lambda xp, x: xp.exp(x), (0, 0), FLOAT_KINDS, "exp(x)."),
+    "Log": (lambda xp, x: xp.log(x), (0, 0), FLOAT_KINDS, "Natural log; -inf at 0, NaN below."),
+    "Sqrt": (lambda xp, x: xp.sqrt(x), (0, 0), FLOAT_KINDS, "Square root; NaN below 0."),
+    "Rsqrt": (lambda xp, x: 1 / xp.sqrt(x), (0, 0), FLOAT_KINDS, "1 / sqrt(x)."),
+    "Reciprocal": (lambda xp, x: 1 / x, (0, 0), FLOAT_KINDS, "1 / x."),
+    "Cbrt": (lambda xp, x: xp.cbrt(x), (0, 0), FLOAT_KINDS, "Cube root (negative for negative x)."),
+    "Sin": (lambda xp, x: xp.sin(x), _NONE, FLOAT_KINDS, "sin(x)."),
+    "Cos": (lambda xp, x: xp.cos(x), _NONE, FLOAT_KINDS, "cos(x)."),
+    "Swish": (lambda xp, x: x * _sigmoid(xp, x), _NONE, FLOAT_KINDS, "x * sigmoid(x)."),
+    "Sqr": (lambda xp, x: x * x, (0, 0), NUMERIC_KINDS, "x * x."),
+    "Abs": (lambda xp, x: xp.abs(x), _NONE, NUMERIC_KINDS, "|x|."),
+    "Negative": (lambda xp, x: xp.negative(x), (0, 0), NUMERIC_KINDS, "-x."),
+    "Sign": (lambda xp, x: xp.sign(x), _NONE, NUMERIC_KINDS, "-1, 0 or 1 by the sign of x, in x's dtype."),
+}
+for _name, (_fn, _pair, _kinds, _doc) in _UNARY.items():
+    _unary(_name, _fn, [_pair] if _pair else (), _kinds, f"Elementwise {_name}: {_doc}")
+
+
+# --------------------------------------------------------------------------------------------- with arguments
+
+
+@op("Elu", inputs=1, outputs=1, inplace=[(0, 0)], args={"alpha": 1.0})
+def elu(xp, x, alpha=1.0):
+    """x for x > 0, alpha * (exp(x) - 1) otherwise."""
+    check_float(x, "Elu")
+    return xp.where(x > 0, x, x.dtype.type(alpha) * xp.expm1(xp.minimum(x, 0)))
+
+
+@op("LeakyRelu", inputs=1, outputs=1, inplace=[(0, 0)], args={"alpha": 0.01})
+def leaky_relu(xp, x, alpha=0.01):
+    """x for x > 0, alpha * x otherwise."""
+    check_float(x, "LeakyRelu")
+    return xp.where(x > 0, x, x * x.dtype.type(alpha))
+
+
+SELU_ALPHA = 1.6732632423543772848170429916717
+SELU_SCALE = 1.0507009873554804934193349852946
+
+
+@op("Selu", inputs=1, outputs=1, inplace=[(0, 0)], args={"alpha": SELU_ALPHA, "scale": SELU_SCALE})
+def selu(xp, x, alpha=SELU_ALPHA, scale=SELU_SCALE):
+    """scale * (x for x > 0, alpha * (exp(x) - 1) otherwise); Caffe2 requires scale > 1."""
+    check_float(x, "Selu")
+    if not scale > 1.0:
+        raise ArgumentError(f"Selu argument scale must be greater than 1, got {scale}")
+    t = x.dtype.type
+    return t(scale) * xp.where(x > 0, x, t(alpha) * xp.expm1(xp.minimum(x, 0)))
+
+
+@op("HardSigmoid", inputs=1, outputs=1, inplace=[(0, 0)], args={"alpha": 0.2, "beta": 0.5})
+def hard_sigmoid(xp, x, alpha=0.2, beta=0.5):
+    """max(0, min(1, alpha * x + beta))."""
+    check_float(x, "HardSigmoid")
+    t = x.dtype.type
+    return xp.minimum(xp.maximum(x * t(alpha) + t(beta), t(0)), t(1))
+
+
+@op("Logit", inputs=1, outputs=1, inplace=[(0, 0)], args={"eps": 1e-6})
+def logit(xp, x, eps=1e-6):
+    """log(p / (1 - p)) with p = x clamped to [eps, 1 - eps]; eps must lie in (0, 0.5)."""
+    check_float(x, "Logit")
+    if not 0.0 < eps < 0.5:
+        raise ArgumentError(f"Logit argument eps must be in (0, 0.5), got {eps}")
+    t = x.dtype.type
+    p = xp.maximum(xp.minimum(x, t(1.0 - eps)), t(eps))
+    return xp.log(p / (1 - p))
+
+
+@op("Clip", inputs=1, outputs=1, inplace=[(0, 0)], args={"min": Arg("float", None), "max": Arg("float", None)})
+def clip(xp, x, min=None, max=None):
+    """min(max(x, min), max); an absent bound is the dtype's full range. NaN stays NaN."""
+    check_float(x, "Clip")
+    info = np.finfo(x.dtype)
+    with np.errstate(over="ignore"):
+        lo = x.dtype.type(info.min if min is None else min)
+        hi = x.dtype.type(info.max if max is None else max)
+    return xp.minimum(xp.maximum(x, lo), hi)
+
+
+@op("PRelu", inputs=2, outputs=1, inplace=[(0, 0)], args={"order": "NCHW"})
+def prelu(xp, x, slope, order="NCHW"):
+    """x for x > 0, slope * x otherwise; slope has one value (shared) or one per channel, the channel axis
+    being 1 for order NCHW and the last axis for NHWC."""
+    check_float(x, "PRelu")
+    if slope.dtype != x.dtype:
+        raise DTypeError(f"PRelu slope has dtype {slope.dtype.name} but X has {x.dtype.name}; Cast the slope")
+    if order not in ("NCHW", "NHWC"):
+        raise ArgumentError(f"PRelu argument order must be 'NCHW' or 'NHWC', got {order!r}")
+    if slope.size == 1:
+        w = slope.reshape(())
+    else:
+        c_axis = 1 if order == "NCHW" else x.ndim - 1
+        if x.ndim < (2 if order == "NCHW" else 1) or x.shape[c_axis] != slope.size:
+            have = x.shape[c_axis] if 0 <= c_axis < x.ndim else "none"
+            raise ShapeError(f"PRelu slope {tuple(slope.shape)} has {slope.size} values but X {tuple(x.shape)} "
+                             f"has {have} channels on axis {c_axis} (order {order}); give one slope per channel "
+                             "or a single shared slope")
+        view = [1] * x.ndim
+        view[c_axis] = slope.size
+        w = slope.reshape(view)
+    return xp.where(x > 0, x, x * w)

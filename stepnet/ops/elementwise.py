@@ -1,0 +1,260 @@
+"""Elementwise binary arithmetic, comparisons, logic, Pow, Max/Min and SumReduceLike.
+
+Caffe2 has two broadcasting conventions, both kept here:
+- legacy (`broadcast=1`): B is a scalar, or B's shape with leading/trailing size-1 dims removed equals a
+  contiguous block of A's dims starting at `axis` (default -1 = align to A's end; `axis_str` names the axis
+  by its letter in `order`). The result has A's shape.
+- numpy (`broadcast` absent or 0, the pytorch/pytorch era): multidirectional numpy broadcasting.
+
+The broadcast helpers below (`legacy_axis`, `broadcast_b_shape`, `broadcast_result_shape`,
+`broadcast_operands`, `sum_to_shape`) are public: gradients reuse them, since a broadcast forward is a
+sum-reduction backward.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import ArgumentError, DTypeError, ShapeError
+from .registry import Arg, op
+
+Shape = tuple[int, ...]
+
+# --------------------------------------------------------------------------------------------- broadcasting
+
+
+def legacy_axis(axis: int = -1, axis_str: str = "", order: str = "NCHW") -> int:
+    """The legacy broadcast axis: explicit `axis`, or the position of `axis_str` in `order`, or -1 (suffix)."""
+    if axis != -1:
+        if axis_str:
+            raise ArgumentError(f"arguments axis ({axis}) and axis_str ({axis_str!r}) cannot be used together; "
+                                "give only one")
+        return axis
+    if not axis_str:
+        return -1
+    if len(axis_str) != 1 or axis_str not in order:
+        raise ArgumentError(f"axis_str {axis_str!r} must be one letter of order {order!r} "
+                            f"(e.g. 'C' for the channel axis)")
+    return order.index(axis_str)
+
+
+def _legacy_view(a_shape: Shape, b_shape: Shape, axis: int) -> Shape:
+    """B's shape padded with 1s to A's rank so that numpy broadcasting applies Caffe2's legacy rule."""
+    if int(np.prod(b_shape, dtype=np.int64)) == 1:
+        return (1,) * len(a_shape)
+    if len(b_shape) > len(a_shape):
+        raise ShapeError(f"cannot broadcast B {b_shape} onto A {a_shape} (broadcast=1, axis={axis}): B has more "
+                         "dims than A; with broadcast=1 B must be a scalar or a block of A's dims")
+    start = len(a_shape) - len(b_shape) if axis == -1 else axis
+    if not 0 <= start <= len(a_shape) - len(b_shape):
+        raise ShapeError(f"cannot broadcast B {b_shape} onto A {a_shape}: axis {axis} is out of range "
+                         f"[0, {len(a_shape) - len(b_shape)}] (A's rank minus B's rank)")
+    first = 0
+    while first < len(b_shape) and b_shape[first] == 1:
+        first += 1
+    last = len(b_shape) - 1
+    while last >= first and b_shape[last] == 1:
+        last -= 1
+    view = [1] * len(a_shape)
+    for j in range(first, last + 1):
+        if a_shape[start + j] != b_shape[j]:
+            block = tuple(a_shape[start + first:start + last + 1])
+            raise ShapeError(f"cannot broadcast B {b_shape} onto A {a_shape} at axis {start} (broadcast=1): B's "
+                             f"dims {tuple(b_shape[first:last + 1])} must equal A's dims {block} starting at axis "
+                             f"{start + first}; set axis to where B's dims begin in A")
+        view[start + j] = b_shape[j]
+    return tuple(view)
+
+
+def broadcast_result_shape(a_shape: Shape, b_shape: Shape, broadcast: bool = False, axis: int = -1,
+                           axis_str: str = "", order: str = "NCHW") -> Shape:
+    """The output shape of a binary elementwise op (A's shape under the legacy rule); ShapeError if none."""
+    a_shape, b_shape = tuple(a_shape), tuple(b_shape)
+    if broadcast:
+        _legacy_view(a_shape, b_shape, legacy_axis(axis, axis_str, order))
+        return a_shape
+    ndim = max(len(a_shape), len(b_shape))
+    pa, pb = (1,) * (ndim - len(a_shape)) + a_shape, (1,) * (ndim - len(b_shape)) + b_shape
+    out = []
+    for k, (da, db) in enumerate(zip(pa, pb)):
+        if da != db and da != 1 and db != 1:
+            raise ShapeError(f"shapes A {a_shape} and B {b_shape} do not broadcast (numpy rule, broadcast=0): "
+                             f"axis {k - ndim} has {da} vs {db}; for Caffe2's legacy alignment pass broadcast=1 "
+                             "(with axis), or reshape B")
+        out.append(0 if 0 in (da, db) else max(da, db))
+    return tuple(out)
+
+
+def broadcast_b_shape(a_shape: Shape, b_shape: Shape, broadcast: bool = False, axis: int = -1,
+                      axis_str: str = "", order: str = "NCHW") -> Shape:
+    """The shape to reshape B to so that plain numpy broadcasting of (A, B.reshape(it)) is Caffe2's rule.
+
+    Legacy mode gives B's dims placed at `axis` among 1s (rank of A); numpy mode gives B's own shape.
+    Raises ShapeError (naming both shapes and the axis) when the shapes do not fit.
+    """
+    a_shape, b_shape = tuple(a_shape), tuple(b_shape)
+    if broadcast:
+        return _legacy_view(a_shape, b_shape, legacy_axis(axis, axis_str, order))
+    broadcast_result_shape(a_shape, b_shape)
+    return b_shape
+
+
+def broadcast_operands(a, b, broadcast: bool = False, axis: int = -1, axis_str: str = "", order: str = "NCHW"):
+    """(A, B viewed so that numpy broadcasting between them follows Caffe2's rule)."""
+    view = broadcast_b_shape(a.shape, b.shape, broadcast, axis, axis_str, order)
+    return a, (b if view == b.shape else b.reshape(view))
+
+
+def sum_to_shape(xp, grad, shape: Shape, broadcast: bool = False, axis: int = -1, axis_str: str = "",
+                 order: str = "NCHW"):
+    """Sum a broadcast result `grad` back down to an input's `shape` (a fresh array of grad's dtype).
+
+    With broadcast=1 the legacy placement of `shape` inside grad's shape (axis/axis_str/order) decides which
+    dims are summed, as Caffe2's SumReduceLike does; otherwise numpy's alignment from the end.
+    """
+    shape = tuple(shape)
+    if shape == tuple(grad.shape):
+        return grad.copy()
+    view = broadcast_b_shape(grad.shape, shape, broadcast, axis, axis_str, order) if broadcast else shape
+    lead = grad.ndim - len(view)
+    if lead < 0:
+        raise ShapeError(f"cannot sum-reduce {tuple(grad.shape)} to {shape}: the target has more dims")
+    axes = tuple(range(lead)) + tuple(lead + i for i, d in enumerate(view)
+                                      if d == 1 and grad.shape[lead + i] != 1)
+    for i, d in enumerate(view):
+        if d != 1 and grad.shape[lead + i] != d:
+            raise ShapeError(f"cannot sum-reduce {tuple(grad.shape)} to {shape}: axis {lead + i} has "
+                             f"{grad.shape[lead + i]} vs {d}")
+    out = xp.sum(grad, axis=axes, dtype=grad.dtype, keepdims=True) if axes else grad.copy()
+    return out.reshape(shape)
+
+
+# --------------------------------------------------------------------------------------------- dtype checks
+
+NUMERIC = ("int32", "int64", "float16", "float32", "float64")
+COMPARABLE = ("bool",) + NUMERIC
+BOOL = ("bool",)
+FLOAT = ("float16", "float32", "float64")
+
+
+def check_dtypes(arrays, allowed, what: str = "inputs") -> None:
+    """DTypeError unless all arrays share one dtype from `allowed`."""
+    first = arrays[0].dtype
+    for i, x in enumerate(arrays):
+        if x.dtype.name not in allowed:
+            raise DTypeError(f"input {i} has dtype {x.dtype.name}; {what} must be one of {', '.join(allowed)} "
+                             "(use Cast to convert)")
+        if x.dtype != first:
+            raise DTypeError(f"input {i} has dtype {x.dtype.name} but input 0 has {first.name}; {what} must "
+                             f"share one type (Cast input {i} to {first.name})")
+
+
+BROADCAST_ARGS = {"broadcast": False, "axis": -1, "axis_str": "", "order": "NCHW"}
+_ARITH_DOC = ("A, B -> C. broadcast=1: legacy rule (B scalar or a block of A's dims at axis; C has A's shape); "
+              "otherwise numpy broadcasting.")
+
+
+def _ufunc(name):
+    """fn(xp, a, b) calling the array module's ufunc `name`."""
+    def fn(xp, a, b):
+        return getattr(xp, name)(a, b)
+    return fn
+
+
+def _register_binary(type_, fn, allowed, inplace, doc, what="A and B"):
+    def kernel(xp, a, b, broadcast=False, axis=-1, axis_str="", order="NCHW"):
+        check_dtypes((a, b), allowed, what)
+        a, b = broadcast_operands(a, b, broadcast, axis, axis_str, order)
+        return fn(xp, a, b)
+    kernel.__name__ = kernel.__qualname__ = type_.lower()
+    op(type_, inputs=2, outputs=1, args=dict(BROADCAST_ARGS), inplace=inplace, doc=doc)(kernel)
+
+
+def _divide(xp, a, b):
+    """Float division, or C++ integer division (truncation toward zero) for int dtypes."""
+    if a.dtype.kind == "f":
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return xp.true_divide(a, b)
+    with np.errstate(divide="ignore"):
+        q = xp.floor_divide(a, b)
+        r = xp.remainder(a, b)
+    fix = (r != 0) & ((a < 0) != (b < 0))
+    return (q + fix.astype(q.dtype)).astype(a.dtype)
+
+
+_ARITH = {"Add": (_ufunc("add"), [(0, 0), (1, 0)]),
+          "Sub": (_ufunc("subtract"), [(0, 0), (1, 0)]),
+          "Mul": (_ufunc("multiply"), [(0, 0), (1, 0)]),
+          "Div": (_divide, [(0, 0)])}
+for _name, (_fn, _inplace) in _ARITH.items():
+    _register_binary(_name, _fn, NUMERIC, _inplace, f"Elementwise {_name}. {_ARITH_DOC}")
+
+_COMPARE = {"EQ": "equal", "NE": "not_equal", "LT": "less", "LE": "less_equal", "GT": "greater",
+            "GE": "greater_equal"}
+for _name, _uname in _COMPARE.items():
+    _register_binary(_name, _ufunc(_uname), COMPARABLE, (),
+                     f"Elementwise comparison {_name} with bool output. {_ARITH_DOC}")
+
+_LOGIC = {"And": "logical_and", "Or": "logical_or", "Xor": "logical_xor"}
+for _name, _uname in _LOGIC.items():
+    _register_binary(_name, _ufunc(_uname), BOOL, [(0, 0)],
+                     f"Elementwise logical {_name} of two bool tensors. {_ARITH_DOC}", what="And/Or/Xor inputs")
+
+
+@op("Not", inputs=1, outputs=1, inplace=())
+def not_(xp, x):
+    """Elementwise logical negation of a bool tensor."""
+    check_dtypes((x,), BOOL, "the input of Not")
+    return xp.logical_not(x)
+
+
+# --------------------------------------------------------------------------------------------- Pow, Max, Min
+
+
+@op("Pow", inputs=(1, 2), outputs=1, inplace=[(0, 0), (1, 0)],
+    args={"exponent": Arg("float", None), **BROADCAST_ARGS})
+def pow_(xp, x, e=None, exponent=None, broadcast=False, axis=-1, axis_str="", order="NCHW"):
+    """X ** exponent, with the exponent from the `exponent` argument (one input) or a second input
+    (broadcast like Add)."""
+    if e is None:
+        check_dtypes((x,), FLOAT, "the input of Pow")
+        if exponent is None:
+            raise ArgumentError("Pow with one input needs the 'exponent' argument (or give the exponent as a "
+                                "second input)")
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return xp.power(x, x.dtype.type(exponent))
+    check_dtypes((x, e), FLOAT, "X and exponent")
+    x, e = broadcast_operands(x, e, broadcast, axis, axis_str, order)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        return xp.power(x, e)
+
+
+def _select(type_, ufunc):
+    def kernel(xp, *xs):
+        check_dtypes(xs, NUMERIC, f"the inputs of {type_}")
+        for i, x in enumerate(xs[1:], 1):
+            if x.shape != xs[0].shape:
+                raise ShapeError(f"input {i} has shape {tuple(x.shape)} but input 0 has {tuple(xs[0].shape)}; "
+                                 f"{type_} needs all inputs of one shape")
+        out = xs[0].copy()
+        for x in xs[1:]:
+            out = getattr(xp, ufunc)(out, x)
+        return out
+    kernel.__name__ = kernel.__qualname__ = type_.lower()
+    op(type_, inputs=(1, None), outputs=1, inplace=[(0, 0)],
+       doc=f"Elementwise {type_.lower()} over any number of same-shaped inputs (NaN propagates).")(kernel)
+
+
+_select("Max", "maximum")
+_select("Min", "minimum")
+
+
+# --------------------------------------------------------------------------------------------- SumReduceLike
+
+
+@op("SumReduceLike", inputs=2, outputs=1, inplace=(),
+    args={"axis": -1, "axis_str": "", "order": "NCHW"})
+def sum_reduce_like(xp, a, b, axis=-1, axis_str="", order="NCHW"):
+    """A, B -> A summed down to B's shape, B placed in A by the legacy broadcast rule (the legacy gradient
+    helper of broadcast Add/Sub/Mul)."""
+    check_dtypes((a,), FLOAT, "A")
+    return sum_to_shape(xp, a, b.shape, True, axis, axis_str, order)

@@ -1,0 +1,132 @@
+"""PlanDef execution (Caffe2's plan executor, single-threaded): steps, substeps, iterations, stop blobs,
+report nets, fresh child workspaces."""
+from __future__ import annotations
+
+import time
+import weakref
+from typing import Callable
+
+import numpy as np
+
+from . import backend
+from .errors import PlanError, did_you_mean
+
+Progress = Callable[[str, int, int], None]
+
+
+class PlanRun:
+    """One run of a plan: its nets by name and the bound copies created so far, per workspace."""
+
+    def __init__(self, plan, workspace, progress: Progress | None = None, iterations: int | None = None):
+        self.plan = plan
+        self.progress = progress
+        self.iterations = iterations
+        self.netdefs = {}
+        for nd in plan.network:
+            if nd.name in self.netdefs:
+                raise PlanError(f"plan {plan.name!r}: two networks are named {nd.name!r}")
+            self.netdefs[nd.name] = nd
+        self.root = workspace
+        self._created = weakref.WeakKeyDictionary()  # workspace -> {net name: bound net}
+
+    def net(self, name: str, ws):
+        """The net bound in ws, created on first use (replacing a same-named net made outside the plan)."""
+        created = self._created.setdefault(ws, {})
+        net = created.get(name)
+        if net is None:
+            if name not in self.netdefs:
+                raise PlanError(f"plan {self.plan.name!r}: execution step refers to network {name!r}, which the "
+                                f"plan does not define{did_you_mean(name, self.netdefs)}")
+            net = ws.create_net(self.netdefs[name], overwrite=True)
+            created[name] = net
+        return net
+
+    def run(self) -> None:
+        for step in self.plan.execution_step:
+            self.step(step, self.root)
+
+    # ------------------------------------------------------------------------------------------- steps
+    def step(self, step, ws) -> None:
+        """Run one execution step (its nets or substeps, num_iter times or until its stop blob is true)."""
+        name = step.name or "<unnamed step>"
+        if step.substep and step.network:
+            raise PlanError(f"execution step {name!r} has both substeps and networks; a step holds one kind")
+        has_stop = bool(step.should_stop_blob)
+        if has_stop and step.HasField("num_iter"):
+            raise PlanError(f"execution step {name!r} sets both num_iter and should_stop_blob; use one")
+        if step.only_once and not has_stop:
+            raise PlanError(f"execution step {name!r}: only_once needs should_stop_blob")
+        if step.create_workspace:
+            from .workspace import Workspace
+            ws = Workspace(parent=ws)
+        if has_stop:
+            total = 1 if step.only_once else None
+        else:
+            total = step.num_iter if step.HasField("num_iter") else 1
+            if self.iterations is not None and total > 1:
+                total = self.iterations
+        report = self._reporter(step, ws)
+        periodic = [s for s in step.substep if s.run_every_ms > 0]
+        regular = [s for s in step.substep if s.run_every_ms <= 0]
+        last_periodic = {id(s): time.monotonic() for s in periodic}
+        nets = [self.net(n, ws) for n in step.network]
+        i = 0
+        while (total is None or i < total) and not self._iteration(step, ws, nets, regular, periodic, last_periodic):
+            i += 1
+            if report:
+                report(final=False)
+            if self.progress and total is not None and total > 1:
+                self.progress(name, i, total)
+        for sub in periodic:
+            self.step(sub, ws)
+        if report:
+            report(final=True)
+
+    def _iteration(self, step, ws, nets, regular, periodic, last_periodic) -> bool:
+        """One iteration of a step; True when its stop blob became true (checked after every net/substep)."""
+        stop_blob = step.should_stop_blob
+        for net in nets:
+            net.run()
+            if stop_blob and _should_stop(ws, stop_blob):
+                return True
+        for sub in regular:
+            for _ in range(max(1, step.num_concurrent_instances)):
+                self.step(sub, ws)
+            if stop_blob and _should_stop(ws, stop_blob):
+                return True
+        now = time.monotonic()
+        for sub in periodic:
+            if (now - last_periodic[id(sub)]) * 1000 >= sub.run_every_ms:
+                self.step(sub, ws)
+                last_periodic[id(sub)] = now
+        return False
+
+    def _reporter(self, step, ws):
+        if not step.report_net:
+            return None
+        net = self.net(step.report_net, ws)
+        interval = max(0, step.report_interval)
+        last = [time.monotonic()]
+
+        def report(final: bool):
+            now = time.monotonic()
+            if final or now - last[0] >= interval:
+                net.run()
+                last[0] = now
+        return report
+
+
+def _should_stop(ws, blob_name: str) -> bool:
+    blob = ws.find(blob_name)
+    if blob is None or blob.value is None:
+        return False
+    value = backend.to_host(blob.value)
+    try:
+        return bool(np.asarray(value).reshape(-1)[0])
+    except IndexError:
+        raise PlanError(f"should_stop_blob {blob_name!r} is empty; it must hold one boolean") from None
+
+
+def run_plan(plan, workspace, progress: Progress | None = None, iterations: int | None = None) -> None:
+    """Execute plan in workspace. iterations overrides num_iter of every step that iterates (num_iter > 1)."""
+    PlanRun(plan, workspace, progress, iterations).run()

@@ -1,0 +1,389 @@
+"""Fill operators: literal and constant fills against hand-built references, random fills by their
+distribution (bounds, moments, determinism), Caffe2's shape rules, and bad arguments."""
+import itertools
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from stepnet import NetDef, Workspace, load
+from stepnet.errors import ArgumentError, ArityError, DTypeError, ShapeError
+from stepnet.ops import REGISTRY
+from stepnet.proto import DeviceOption
+from stepnet.testing import DEVICES, make_op, run_op
+
+FLOAT, INT32, STRING, BOOL, UINT8, INT8 = 1, 2, 4, 5, 6, 7
+UINT16, INT16, INT64, FLOAT16, DOUBLE = 8, 9, 10, 12, 13
+
+
+def repeat(value, shape):
+    """The flat row-major list of a tensor of `shape` holding `value` everywhere, by loops."""
+    return [value for _ in itertools.product(*(range(d) for d in shape))]
+
+
+def flat_index(shape):
+    """[0, 1, 2, ...] built from the multi-index, the definition of row-major order."""
+    out = []
+    for idx in itertools.product(*(range(d) for d in shape)):
+        k = 0
+        for i, d in zip(idx, shape, strict=True):
+            k = k * d + i
+        out.append(k)
+    return out
+
+
+def lengths_ranges(lengths):
+    out = []
+    for n in lengths:
+        out.extend(range(n))
+    return out
+
+
+# (id, op type, inputs, args, expected shape, expected dtype, expected flat values)
+CASES = [
+    ("const-float", "ConstantFill", [], {"shape": [2, 3], "value": 2.5}, (2, 3), np.float32,
+     repeat(2.5, (2, 3))),
+    ("const-default", "ConstantFill", [], {"shape": [4]}, (4,), np.float32, repeat(0.0, (4,))),
+    ("const-scalar", "ConstantFill", [], {"value": 1.5}, (), np.float32, [1.5]),
+    ("const-empty-dim", "ConstantFill", [], {"shape": [0, 4], "value": 1.0}, (0, 4), np.float32, []),
+    ("const-int-value-int64", "ConstantFill", [], {"shape": [3], "value": 7}, (3,), np.int64, [7, 7, 7]),
+    ("const-int32", "ConstantFill", [], {"shape": [2, 2], "value": -3, "dtype": INT32}, (2, 2), np.int32,
+     repeat(-3, (2, 2))),
+    ("const-int32-default", "ConstantFill", [], {"shape": [2], "dtype": INT32}, (2,), np.int32, [0, 0]),
+    ("const-bool", "ConstantFill", [], {"shape": [3], "value": 1, "dtype": BOOL}, (3,), np.bool_, [True] * 3),
+    ("const-double", "ConstantFill", [], {"shape": [2], "value": 0.25, "dtype": DOUBLE}, (2,), np.float64,
+     [0.25, 0.25]),
+    ("const-int8", "ConstantFill", [], {"shape": [2], "value": -128, "dtype": INT8}, (2,), np.int8,
+     [-128] * 2),
+    ("const-uint8", "ConstantFill", [], {"shape": [2], "value": 255, "dtype": UINT8}, (2,), np.uint8,
+     [255] * 2),
+    ("const-int16", "ConstantFill", [], {"shape": [1], "value": -300, "dtype": INT16}, (1,), np.int16,
+     [-300]),
+    ("const-uint16", "ConstantFill", [], {"shape": [1], "value": 65535, "dtype": UINT16}, (1,), np.uint16,
+     [65535]),
+    ("const-like-input", "ConstantFill", [np.zeros((2, 2), np.int32)], {"value": 4.0, "extra_shape": [3]},
+     (2, 2, 3), np.float32, repeat(4.0, (2, 2, 3))),
+    ("const-input-as-shape", "ConstantFill", [np.array([3, 1, 2], np.int64)],
+     {"input_as_shape": 1, "value": 1.0}, (3, 1, 2), np.float32, repeat(1.0, (3, 1, 2))),
+    ("const-input-as-shape-extra", "ConstantFill", [np.array([2], np.int64)],
+     {"input_as_shape": 1, "extra_shape": [2], "value": 3, "dtype": INT64}, (2, 2), np.int64, [3] * 4),
+    ("given-float", "GivenTensorFill", [], {"shape": [2, 3], "values": [0.5, 1.0, 1.5, 2.0, -1.0, 8.0]},
+     (2, 3), np.float32, [0.5, 1.0, 1.5, 2.0, -1.0, 8.0]),
+    ("given-scalar", "GivenTensorFill", [], {"values": [3.0]}, (), np.float32, [3.0]),
+    ("given-like-input", "GivenTensorFill", [np.zeros((2, 2), np.float32)], {"values": [1.0, 2.0, 3.0, 4.0]},
+     (2, 2), np.float32, [1.0, 2.0, 3.0, 4.0]),
+    ("given-dtype-int", "GivenTensorFill", [], {"shape": [3], "values": [1, -2, 3], "dtype": INT32}, (3,),
+     np.int32, [1, -2, 3]),
+    ("given-dtype-name", "GivenTensorFill", [], {"shape": [2], "values": [0.5, 0.25], "dtype": "double"},
+     (2,), np.float64, [0.5, 0.25]),
+    ("given-dtype-int64-name", "GivenTensorFill", [], {"shape": [1], "values": [2**40], "dtype": "INT64"},
+     (1,), np.int64, [2**40]),
+    ("given-int", "GivenTensorIntFill", [], {"shape": [2, 2], "values": [1, 2, 3, -4]}, (2, 2), np.int32,
+     [1, 2, 3, -4]),
+    ("given-int64", "GivenTensorInt64Fill", [], {"shape": [2], "values": [2**40, -1]}, (2,), np.int64,
+     [2**40, -1]),
+    ("given-bool", "GivenTensorBoolFill", [], {"shape": [3], "values": [1, 0, 1]}, (3,), np.bool_,
+     [True, False, True]),
+    # Argument.floats is a 32-bit field, so a double fill holds the float32 rounding of its values
+    ("given-double", "GivenTensorDoubleFill", [], {"shape": [2], "values": [0.1, 0.2]}, (2,), np.float64,
+     [float(np.float32(0.1)), float(np.float32(0.2))]),
+    ("given-int16", "GivenTensorInt16Fill", [], {"shape": [2], "values": [-32768, 7]}, (2,), np.int16,
+     [-32768, 7]),
+    ("given-bytes", "GivenTensorByteStringToUInt8Fill", [], {"shape": [2, 2], "values": [b"\x80\x81\x02A"]},
+     (2, 2), np.uint8, [0x80, 0x81, 2, 65]),
+    ("given-empty", "GivenTensorFill", [], {"shape": [0], "values": []}, (0,), np.float32, []),
+    ("range", "RangeFill", [], {"shape": [2, 3]}, (2, 3), np.float32, flat_index((2, 3))),
+    ("range-like", "RangeFill", [np.zeros((3, 2, 2))], {}, (3, 2, 2), np.float32, flat_index((3, 2, 2))),
+    ("lengths-range", "LengthsRangeFill", [np.array([4, 3, 1], np.int32)], {}, (8,), np.int32,
+     lengths_ranges([4, 3, 1])),
+    ("lengths-range-zeros", "LengthsRangeFill", [np.array([0, 2, 0], np.int32)], {}, (2,), np.int32, [0, 1]),
+    ("lengths-range-empty", "LengthsRangeFill", [np.zeros(0, np.int32)], {}, (0,), np.int32, []),
+]
+
+
+def check_case(case, device):
+    _, op_type, inputs, args, shape, dtype, flat = case
+    got = run_op(op_type, inputs, 1, device=device, **args)
+    assert got.shape == shape, f"{op_type}: shape {got.shape} != {shape}"
+    assert got.dtype == np.dtype(dtype), f"{op_type}: dtype {got.dtype} != {np.dtype(dtype)}"
+    assert got.reshape(-1).tolist() == [np.dtype(dtype).type(v).item() for v in flat], f"{op_type}: values"
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_deterministic_fills(case, device):
+    check_case(case, device)
+
+
+def test_string_fills():
+    got = run_op("ConstantFill", [], 1, shape=[2], value="ab", dtype=STRING)
+    assert got.dtype == object and got.tolist() == [b"ab", b"ab"]
+    got = run_op("GivenTensorStringFill", [], 1, shape=[3], values=["a", "bc", ""])
+    assert got.shape == (3,) and got.tolist() == [b"a", b"bc", b""]
+
+
+def test_string_fill_stays_on_host_on_gpu():
+    ws = Workspace(gpu="emulate")
+    ws.run_operator_once(make_op("GivenTensorStringFill", [], ["s"], device="emulated", shape=[1],
+                                 values=["x"]))
+    value = ws.get_blob("s").value
+    assert type(value) is np.ndarray and value.tolist() == [b"x"]
+
+
+def test_fill_every_run_and_in_place():
+    """A filler writes its output on every run; in place it replaces the shape-giving input."""
+    ws = Workspace()
+    ws.feed("x", np.arange(6, dtype=np.float32).reshape(2, 3))
+    nd = NetDef(name="n")
+    nd.op.extend([make_op("ConstantFill", ["x"], ["x"], value=5.0)])
+    ws.create_net(nd)
+    ws.run_net("n")
+    assert ws.fetch("x").tolist() == [[5.0] * 3] * 2
+    ws.feed("x", np.zeros((1, 2), np.float32))
+    ws.run_net("n")
+    assert ws.fetch("x").tolist() == [[5.0, 5.0]]
+
+
+# --------------------------------------------------------------------------------------------- bad input
+BAD = [
+    ("ConstantFill", [np.zeros(2)], {"shape": [2]}, ArgumentError, "'shape'.*and an input were both given"),
+    ("ConstantFill", [], {"extra_shape": [2]}, ArgumentError, "extra_shape.*needs an input"),
+    ("ConstantFill", [], {"input_as_shape": 1}, ArgumentError, "input_as_shape=1 needs an input"),
+    ("ConstantFill", [], {"shape": 3}, ArgumentError,
+     "'shape' must be a list of integers.*stores an integer"),
+    ("ConstantFill", [], {"shape": [2, -1]}, ArgumentError, "negative dimension"),
+    ("ConstantFill", [], {"shape": [1], "dtype": FLOAT16}, ArgumentError, "FLOAT16 cannot be filled"),
+    ("ConstantFill", [], {"shape": [1], "dtype": 0}, ArgumentError, "UNDEFINED cannot be filled"),
+    ("ConstantFill", [], {"shape": [1], "value": "s"}, ArgumentError, "neither a float nor an integer"),
+    ("ConstantFill", [], {"shape": [1], "value": 1, "dtype": FLOAT}, ArgumentError,
+     "must be stored as floats for FLOAT.*integers"),
+    ("ConstantFill", [], {"shape": [1], "value": 1.0, "dtype": INT32}, ArgumentError,
+     "must be stored as integers for INT32"),
+    ("ConstantFill", [], {"shape": [1], "value": 300, "dtype": INT8}, ArgumentError, "300 does not fit INT8"),
+    ("ConstantFill", [], {"shape": [1], "value": 2, "dtype": BOOL}, ArgumentError, "2 is not a boolean"),
+    ("ConstantFill", [np.zeros((2, 2), np.int64)], {"input_as_shape": 1}, ShapeError, "1-D tensor of dims"),
+    ("ConstantFill", [np.array([2.0, 3.0])], {"input_as_shape": 1}, DTypeError, "must hold integers"),
+    ("ConstantFill", [np.array([2, -3])], {"input_as_shape": 1}, ArgumentError, "negative dimension"),
+    ("GivenTensorFill", [], {"shape": [2, 3], "values": [1.0] * 5}, ArgumentError,
+     r"shape \[2, 3\] needs 6 values but 'values' holds 5"),
+    ("GivenTensorFill", [], {"shape": [2], "values": [1, 2]}, ArgumentError, "must be stored as floats"),
+    ("GivenTensorFill", [], {"shape": [1], "values": [1.0], "dtype": "complex"}, ArgumentError,
+     "'complex' is not a TensorProto data type"),
+    ("GivenTensorFill", [], {"shape": [1], "values": [1.0], "dtype": FLOAT16}, ArgumentError,
+     "FLOAT16 is not supported by GivenTensorFill"),
+    ("GivenTensorIntFill", [], {"shape": [1], "values": [1.5]}, ArgumentError,
+     "'values' must be a list of integers"),
+    ("GivenTensorIntFill", [], {"shape": [1], "values": [2**31]}, ArgumentError, "does not fit INT32"),
+    ("GivenTensorBoolFill", [], {"shape": [1], "values": [3]}, ArgumentError, "3 is not a boolean"),
+    ("GivenTensorInt16Fill", [], {"shape": [1], "values": [40000]}, ArgumentError, "does not fit INT16"),
+    ("GivenTensorByteStringToUInt8Fill", [], {"shape": [2], "values": ["a", "b"]}, ArgumentError,
+     "exactly one byte string, got 2"),
+    ("GivenTensorByteStringToUInt8Fill", [], {"shape": [3], "values": ["ab"]}, ArgumentError,
+     r"shape \[3\] needs 3 values but 'values' holds 2"),
+    ("GivenTensorByteStringToUInt8Fill", [], {"shape": [1], "values": ["a"], "dtype": FLOAT}, ArgumentError,
+     "must be STRING"),
+    ("LengthsRangeFill", [np.ones((2, 2), np.int32)], {}, ShapeError, "1-D vector"),
+    ("LengthsRangeFill", [np.ones(2, np.float32)], {}, DTypeError, "int32"),
+    ("LengthsRangeFill", [np.array([2, -1], np.int32)], {}, ArgumentError, "negative length"),
+    ("UniformFill", [], {"shape": [2], "min": 2.0, "max": 1.0}, ArgumentError, "min 2.0 is larger than max"),
+    ("UniformFill", [], {"shape": [2], "min": 0}, ArgumentError, "'min' must be a float"),
+    ("UniformIntFill", [], {"shape": [2], "min": 0.5}, ArgumentError, "'min' must be an integer"),
+    ("UniformFill", [np.array([2]), np.float32([0])], {"input_as_shape": 1}, ArityError, "0, 1 or 3 inputs"),
+    ("UniformFill", [np.array([2]), np.float32([0]), np.float32([1])], {"input_as_shape": 1, "min": 0.0},
+     ArgumentError, "both as arguments and as inputs"),
+    ("UniformFill", [np.array([2]), np.float32([0, 1]), np.float32([1])], {"input_as_shape": 1}, ShapeError,
+     "min input must hold one element"),
+    ("UniformIntFill", [np.array([2]), np.float32([0]), np.float32([1])], {"input_as_shape": 1}, DTypeError,
+     "min input must be int32"),
+    ("GaussianFill", [], {"shape": [2], "std": -1.0}, ArgumentError, "std -1.0 is negative"),
+    ("XavierFill", [], {"shape": []}, ShapeError, "needs at least 1 dim"),
+    ("MSRAFill", [], {"shape": [4]}, ShapeError, "needs at least 2 dims"),
+]
+
+
+@pytest.mark.parametrize("op_type,inputs,args,error,match", BAD,
+                         ids=[f"{b[0]}-{i}" for i, b in enumerate(BAD)])
+def test_bad_input(op_type, inputs, args, error, match):
+    with pytest.raises(error, match=match):
+        run_op(op_type, inputs, 1, **args)
+
+
+def test_in_place_rules():
+    ws = Workspace()
+    ws.feed("len", np.array([2], np.int32))
+    with pytest.raises(ArgumentError, match="cannot write output 0 in place"):
+        ws.run_operator_once(make_op("LengthsRangeFill", ["len"], ["len"]))
+
+
+# --------------------------------------------------------------------------------------------- random
+N = 200_000
+
+
+def sample(op_type, device="cpu", seed=0, inputs=(), **args):
+    return run_op(op_type, list(inputs), 1, device=device,
+                  ws=Workspace(seed=seed, gpu="emulate" if device != "cpu" else None), **args)
+
+
+def check_uniform(x, lo, hi):
+    """Bounds, mean and std of U[lo, hi] on a large float sample (5 standard errors on the mean)."""
+    assert x.min() >= lo and x.max() <= hi, f"sample outside [{lo}, {hi}]: [{x.min()}, {x.max()}]"
+    sd = (hi - lo) / math.sqrt(12)
+    assert abs(x.mean(dtype=np.float64) - (lo + hi) / 2) < 5 * sd / math.sqrt(x.size)
+    assert abs(x.std(dtype=np.float64) / sd - 1) < 0.01
+
+
+def check_normal(x, mean, sd):
+    assert abs(x.mean(dtype=np.float64) - mean) < 5 * sd / math.sqrt(x.size)
+    assert abs(x.std(dtype=np.float64) / sd - 1) < 0.01
+    assert abs(np.mean(np.abs(x - mean) < sd) - 0.6827) < 0.01  # one-sigma mass of a normal
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_uniform_fill(device):
+    x = sample("UniformFill", device, shape=[N // 100, 100], min=-2.0, max=3.0)
+    assert x.shape == (N // 100, 100) and x.dtype == np.float32
+    check_uniform(x, -2.0, 3.0)
+    check_uniform(sample("UniformFill", device, shape=[N]), 0.0, 1.0)  # defaults
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_uniform_int_fill_includes_both_ends(device):
+    x = sample("UniformIntFill", device, shape=[N], min=3, max=7)
+    assert x.dtype == np.int32 and x.shape == (N,)
+    counts = {v: int((x == v).sum()) for v in range(3, 8)}
+    assert sum(counts.values()) == N  # nothing outside 3..7
+    for v, c in counts.items():  # each of the 5 values with p = 0.2
+        assert abs(c / N - 0.2) < 5 * math.sqrt(0.2 * 0.8 / N), (v, c)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_uniform_fill_three_inputs(device):
+    shape_in = np.array([N], np.int64)
+    x = sample("UniformFill", device, inputs=[shape_in, np.float32([10.0]), np.float32([12.0])],
+               input_as_shape=1)
+    assert x.shape == (N,)
+    check_uniform(x, 10.0, 12.0)
+    y = sample("UniformIntFill", device, inputs=[np.zeros((4, 3)), np.int32([-1]), np.int32([1])])
+    assert y.shape == (4, 3) and y.dtype == np.int32 and set(y.ravel().tolist()) <= {-1, 0, 1}
+    # max < min given as inputs: Caffe2 returns a tensor whose first dim is 0
+    z = sample("UniformFill", device, inputs=[np.zeros((5, 2)), np.float32([1.0]), np.float32([0.0])])
+    assert z.shape == (0, 2) and z.dtype == np.float32
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_gaussian_fill(device):
+    x = sample("GaussianFill", device, shape=[N], mean=2.0, std=0.5)
+    assert x.dtype == np.float32
+    check_normal(x, 2.0, 0.5)
+    check_normal(sample("GaussianFill", device, shape=[N]), 0.0, 1.0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_xavier_fill(device):
+    x = sample("XavierFill", device, shape=[N // 50, 5, 10])
+    assert x.shape == (N // 50, 5, 10) and x.dtype == np.float32
+    scale = math.sqrt(3 / 50)  # fan_in = numel / shape[0] = 5 * 10
+    check_uniform(x, -scale, scale)
+    y = sample("XavierFill", device, inputs=[np.zeros((N // 20, 20), np.float32)])  # shape from the input
+    check_uniform(y, -math.sqrt(3 / 20), math.sqrt(3 / 20))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_msra_fill(device):
+    x = sample("MSRAFill", device, shape=[40, 50, N // 2000])
+    assert x.shape == (40, 50, N // 2000) and x.dtype == np.float32
+    check_normal(x, 0.0, math.sqrt(2 / (40 * (N // 2000))))  # fan_out = numel / shape[1]
+
+
+RANDOM = [("UniformFill", {}), ("UniformIntFill", {"min": 0, "max": 1000}), ("GaussianFill", {}),
+          ("XavierFill", {}), ("MSRAFill", {})]
+
+
+@pytest.mark.parametrize("op_type,args", RANDOM, ids=[r[0] for r in RANDOM])
+def test_random_fills_are_seeded_and_device_independent(op_type, args):
+    a = sample(op_type, "cpu", seed=7, shape=[30, 20], **args)
+    b = sample(op_type, "cpu", seed=7, shape=[30, 20], **args)
+    g = sample(op_type, "emulated", seed=7, shape=[30, 20], **args)
+    c = sample(op_type, "cpu", seed=8, shape=[30, 20], **args)
+    assert np.array_equal(a, b) and np.array_equal(a, g)
+    assert not np.array_equal(a, c)
+
+
+def test_random_seed_of_the_op_and_fresh_draws_per_run():
+    def fill(name):
+        opdef = make_op("GaussianFill", [], [name], shape=[50])
+        opdef.device_option.CopyFrom(DeviceOption(random_seed=123))
+        return opdef
+
+    ws = Workspace()
+    nd = NetDef(name="n")
+    nd.op.extend([fill("a"), fill("b")])
+    ws.create_net(nd)
+    ws.run_net("n")
+    first = ws.fetch("a")
+    assert np.array_equal(first, ws.fetch("b"))  # same op seed, same stream
+    ws.run_net("n")
+    assert not np.array_equal(first, ws.fetch("a"))  # a new draw on every run
+
+
+# --------------------------------------------------------------------------------------------- the testers
+def test_checkers_detect_broken_kernels():
+    schema = REGISTRY.get("ConstantFill")
+    REGISTRY.update("ConstantFill", kernel=lambda xp, *ins, **kw: schema.kernel(xp, *ins, **kw) + 1)
+    try:
+        with pytest.raises(AssertionError, match="values"):
+            check_case(CASES[0], "cpu")
+    finally:
+        REGISTRY.update("ConstantFill", kernel=schema.kernel)
+    check_case(CASES[0], "cpu")
+
+    uniform = REGISTRY.get("UniformFill")
+    REGISTRY.update("UniformFill", kernel=lambda xp, *ins, **kw: uniform.kernel(xp, *ins, **kw) * 1.02)
+    try:
+        with pytest.raises(AssertionError):
+            check_uniform(sample("UniformFill", shape=[N], min=-1.0, max=1.0), -1.0, 1.0)
+    finally:
+        REGISTRY.update("UniformFill", kernel=uniform.kernel)
+
+    gauss = REGISTRY.get("GaussianFill")
+    REGISTRY.update("GaussianFill", kernel=lambda xp, *ins, **kw: gauss.kernel(xp, *ins, **kw) * 1.03)
+    try:
+        with pytest.raises(AssertionError):
+            check_normal(sample("GaussianFill", shape=[N]), 0.0, 1.0)
+    finally:
+        REGISTRY.update("GaussianFill", kernel=gauss.kernel)
+
+
+# --------------------------------------------------------------------------------------------- real files
+GLOW = Path(__file__).resolve().parents[1] / "data" / "glow"
+
+
+def run_glow(predict, init=None, **feeds):
+    """Run Glow's Caffe2 test nets (third-party files, see tests/data/SOURCES.md) after feeding `feeds`."""
+    ws = Workspace(seed=0)
+    for name, value in feeds.items():
+        ws.feed(name, value)
+    for name in (init, predict):
+        if name:
+            ws.run_net_once(load(GLOW / f"{name}.pbtxt", "net"))
+    return ws
+
+
+def test_glow_fill_nets():
+    y = run_glow("constant_fill_use_provided_shape").fetch("result")
+    assert y.shape == (7, 11, 13, 17) and y.dtype == np.float32 and np.all(y == 3.0)
+    y = run_glow("constant_fill_input_as_shape", "constant_fill_input_as_shape_init").fetch("result")
+    assert y.shape == (17, 23, 29, 31) and np.all(y == 3.0)
+    y = run_glow("constant_fill_use_input_shape", inputs_0=np.zeros((2, 5), np.float32)).fetch("result")
+    assert y.shape == (2, 5) and np.all(y == 3.0)
+    y = run_glow("gaussian_fill_input_as_shape", "gaussian_fill_input_as_shape_init").fetch("result")
+    assert y.shape == (4, 5, 6, 7) and y.dtype == np.float32
+    y = run_glow("gaussian_fill_use_input_shape_with_extra_shape", inputs_0=np.zeros((2, 2))).fetch("result")
+    assert y.shape == (2, 2, 2, 3)
+    y = run_glow("uniform_fill_input_as_shape", inputs_0=np.array([30, 40], np.int64)).fetch("result")
+    assert y.shape == (30, 40) and y.min() >= 0.0 and y.max() <= 10.0 and y.std() > 1.0
+    ws = run_glow(None, "fill_test_init_net")
+    assert ws.fetch("tensor_fill_float").tolist() == [[0.0, 1.0], [2.0, 3.0]]
+    assert ws.fetch("tensor_int_fill").dtype == np.int32 and ws.fetch("tensor_int64_fill").dtype == np.int64
+    assert ws.fetch("tensor_string_to_uint8_fill").tolist() == [[0x80, 0x81], [0x82, 0x83]]

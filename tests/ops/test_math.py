@@ -1,0 +1,323 @@
+"""FC, FCTransposed, MatMul, BatchMatMul, Softmax, Sum, SumInt, WeightedSum, Scale, ElementwiseLinear and Cast
+against loop references computed in Python floats (float64), on every device."""
+import math
+
+import numpy as np
+import pytest
+
+from stepnet.errors import ArgumentError, ArityError, DTypeError, ShapeError
+from stepnet.ops import REGISTRY
+from stepnet.testing import DEVICES, run_op
+
+rng = np.random.default_rng(11)
+
+
+def f32(*shape, lo=-2.0, hi=2.0):
+    return rng.uniform(lo, hi, size=shape).astype(np.float32)
+
+
+def w1(value):
+    return np.array([value], dtype=np.float32)
+
+
+# --------------------------------------------------------------------------------------------- references
+def view2d(x, axis):
+    """x as nested lists rows x cols, rows = product of the dims before axis (the definition of the view)."""
+    a = axis % x.ndim
+    rows = math.prod(x.shape[:a])
+    flat = [float(v) for v in x.ravel()]
+    cols = len(flat) // rows if rows else 0
+    return [flat[r * cols:(r + 1) * cols] for r in range(rows)], cols
+
+
+def transpose(m, ncols):
+    return [[m[r][c] for r in range(len(m))] for c in range(ncols)]
+
+
+def gemm(a, b, ncols_b):
+    """Triple loop: a is M x K, b is K x N (nested lists)."""
+    return [[sum(a[i][k] * b[k][j] for k in range(len(b))) for j in range(ncols_b)] for i in range(len(a))]
+
+
+def ref_fc(X, W, b, axis=1, axis_w=1, transposed=False):
+    x, _ = view2d(X, axis)
+    w, wc = view2d(W, axis_w)
+    wt = w if transposed else transpose(w, wc)          # K x N
+    N = len(b)
+    y = gemm(x, wt, N)
+    out = [[y[i][j] + float(b[j]) for j in range(N)] for i in range(len(x))]
+    return np.array(out, dtype=np.float64).reshape(X.shape[:axis % X.ndim] + (N,))
+
+
+def ref_matmul(A, B, axis_a=1, axis_b=1, trans_a=0, trans_b=0):
+    a, ac = view2d(A, axis_a)
+    b, bc = view2d(B, axis_b)
+    if trans_a:
+        a = transpose(a, ac)
+    if trans_b:
+        b, bc = transpose(b, bc), len(b)
+    return np.array(gemm(a, b, bc), dtype=np.float64).reshape(len(a), bc)
+
+
+def ref_bmm(A, B, trans_a=0, trans_b=0):
+    """Loop over the broadcast batch index; 1-D A is a row, 1-D B a column, and that dim is dropped."""
+    if A.ndim == 1 and B.ndim == 1:
+        return np.array([sum(float(x) * float(y) for x, y in zip(A, B))])
+    a_vec, b_vec = A.ndim == 1, B.ndim == 1
+    A_ = A[None, :] if a_vec else (np.swapaxes(A, -1, -2) if trans_a else A)
+    B_ = B[:, None] if b_vec else (np.swapaxes(B, -1, -2) if trans_b else B)
+    nb = max(A_.ndim, B_.ndim) - 2
+    pa = (1,) * (nb - (A_.ndim - 2)) + A_.shape[:-2]
+    pb = (1,) * (nb - (B_.ndim - 2)) + B_.shape[:-2]
+    batch = tuple(max(x, y) for x, y in zip(pa, pb))
+    M, N = A_.shape[-2], B_.shape[-1]
+    out = np.zeros(batch + (M, N))
+    for idx in np.ndindex(*batch):
+        ia = tuple(0 if pa[k] == 1 else idx[k] for k in range(nb))[nb - (A_.ndim - 2):]
+        ib = tuple(0 if pb[k] == 1 else idx[k] for k in range(nb))[nb - (B_.ndim - 2):]
+        a = [[float(v) for v in row] for row in A_[ia]]
+        b = [[float(v) for v in row] for row in B_[ib]]
+        out[idx] = gemm(a, b, N)
+    if a_vec:
+        out = out[..., 0, :]
+    if b_vec:
+        out = out[..., 0]
+    return out
+
+
+def ref_softmax(X, axis=1):
+    rows, _ = view2d(X, axis)
+    out = []
+    for row in rows:
+        m = max(row)
+        e = [math.exp(v - m) for v in row]
+        s = sum(e)
+        out.append([v / s for v in e])
+    return np.array(out, dtype=np.float64).reshape(X.shape)
+
+
+def ref_elementwise(fn, *arrays):
+    out = np.empty(arrays[0].shape, dtype=np.float64)
+    for idx in np.ndindex(*arrays[0].shape):
+        out[idx] = fn(*(a[idx].item() for a in arrays))
+    return out
+
+
+def ref_ewlinear(X, a, b, axis=1):
+    rows, D = view2d(X, axis)
+    return np.array([[r[d] * float(a[d]) + float(b[d]) for d in range(D)] for r in rows]).reshape(X.shape)
+
+
+def ref_weighted(*inputs):
+    pairs = [(inputs[k], float(inputs[k + 1].ravel()[0])) for k in range(0, len(inputs), 2)]
+    shape = inputs[0].shape
+    flat = [sum(w * float(x.ravel()[i]) for x, w in pairs) for i in range(inputs[0].size)]
+    return np.array(flat, dtype=np.float64).reshape(shape)
+
+
+# --------------------------------------------------------------------------------------------- cases
+X234, W5_12, b5 = f32(2, 3, 4), f32(5, 12), f32(5)
+A34, B45 = f32(3, 4), f32(4, 5)
+BIG = np.array([[1000.0, 1001.0, 999.0], [-1000.0, -1002.0, -1001.0]], dtype=np.float32)
+SOFT = f32(2, 3, 4, lo=-5, hi=5)
+CASES = [
+    # (id, op, inputs, args, reference, tolerance)
+    ("fc", "FC", [X234, W5_12, b5], {}, lambda: ref_fc(X234, W5_12, b5), 1e-5),
+    ("fc_axis2", "FC", [X234, f32(5, 4), b5], {"axis": 2}, None, 1e-5),
+    ("fc_axis_neg", "FC", [X234, f32(5, 4), b5], {"axis": -1}, None, 1e-5),
+    ("fc_axis0", "FC", [X234, f32(5, 24), b5], {"axis": 0}, None, 1e-5),
+    ("fc_axis_w2", "FC", [X234, f32(5, 3, 4), b5], {"axis_w": 1}, None, 1e-5),
+    ("fc_w3d_axis_w2", "FC", [X234, f32(5, 1, 12), b5], {"axis_w": 2, "axis": 1}, None, 1e-5),
+    ("fc_f64", "FC", [X234.astype(np.float64), W5_12.astype(np.float64), b5.astype(np.float64)], {}, None, 1e-12),
+    ("fc_empty", "FC", [np.zeros((0, 12), np.float32), W5_12, b5], {}, None, 0),
+    ("fct", "FCTransposed", [X234, f32(12, 5), b5], {}, None, 1e-5),
+    ("fct_axis2", "FCTransposed", [X234, f32(4, 5), b5], {"axis": 2}, None, 1e-5),
+    ("mm", "MatMul", [A34, B45], {}, None, 1e-5),
+    ("mm_ta", "MatMul", [f32(4, 3), B45], {"trans_a": 1}, None, 1e-5),
+    ("mm_tb", "MatMul", [A34, f32(5, 4)], {"trans_b": 1}, None, 1e-5),
+    ("mm_tab", "MatMul", [f32(4, 3), f32(5, 4)], {"trans_a": 1, "trans_b": 1}, None, 1e-5),
+    ("mm_axes", "MatMul", [f32(2, 3, 4), f32(3, 4, 5)], {"axis_a": 1, "axis_b": 2}, None, 1e-5),
+    ("mm_like", "MatMul", [A34, B45, np.zeros((5, 3), np.float32)], {}, None, 1e-5),
+    ("bmm_3d", "BatchMatMul", [f32(2, 3, 4), f32(2, 4, 5)], {}, None, 1e-5),
+    ("bmm_2d", "BatchMatMul", [A34, B45], {}, None, 1e-5),
+    ("bmm_4d_trans", "BatchMatMul", [f32(2, 2, 4, 3), f32(2, 2, 5, 4)], {"trans_a": 1, "trans_b": 1}, None, 1e-5),
+    ("bmm_suffix_bc", "BatchMatMul", [f32(2, 3, 3, 4), f32(3, 4, 5)], {"broadcast": 1}, None, 1e-5),
+    ("bmm_ones_bc", "BatchMatMul", [f32(2, 1, 3, 4), f32(1, 3, 4, 2)], {"broadcast": 1}, None, 1e-5),
+    ("bmm_2d_vs_3d", "BatchMatMul", [A34, f32(2, 4, 5)], {"broadcast": 1}, None, 1e-5),
+    ("bmm_vec_vec", "BatchMatMul", [f32(4), f32(4)], {}, None, 1e-5),
+    ("bmm_vec_mat", "BatchMatMul", [f32(4), f32(2, 4, 5)], {"broadcast": 1}, None, 1e-5),
+    ("bmm_vec_mat_tb", "BatchMatMul", [f32(4), f32(2, 5, 4)], {"trans_b": 1, "broadcast": 1}, None, 1e-5),
+    ("bmm_mat_vec", "BatchMatMul", [f32(2, 3, 4), f32(4)], {"broadcast": 1}, None, 1e-5),
+    ("bmm_mat_vec_ta", "BatchMatMul", [f32(2, 4, 3), f32(4)], {"trans_a": 1, "broadcast": 1}, None, 1e-5),
+    ("bmm_empty_batch", "BatchMatMul", [f32(0, 3, 4), f32(0, 4, 5)], {}, None, 0),
+    ("softmax", "Softmax", [SOFT], {}, lambda: ref_softmax(SOFT, 1), 1e-6),
+    ("softmax_axis2", "Softmax", [SOFT], {"axis": 2}, lambda: ref_softmax(SOFT, 2), 1e-6),
+    ("softmax_axis_neg", "Softmax", [SOFT], {"axis": -1}, lambda: ref_softmax(SOFT, -1), 1e-6),
+    ("softmax_axis0", "Softmax", [SOFT], {"axis": 0}, lambda: ref_softmax(SOFT, 0), 1e-6),
+    ("softmax_big", "Softmax", [BIG], {}, lambda: ref_softmax(BIG, 1), 1e-6),
+    ("softmax_f64", "Softmax", [SOFT.astype(np.float64)], {}, lambda: ref_softmax(SOFT, 1), 1e-12),
+]
+_A, _B, _C = f32(2, 3), f32(2, 3), f32(2, 3)
+_I, _J = rng.integers(-50, 50, (3, 4)).astype(np.int32), rng.integers(-50, 50, (3, 4)).astype(np.int32)
+_X6 = f32(6)
+CASES += [
+    ("sum1", "Sum", [_A], {}, lambda: ref_elementwise(lambda a: a, _A), 0),
+    ("sum3", "Sum", [_A, _B, _C], {}, lambda: ref_elementwise(lambda a, b, c: a + b + c, _A, _B, _C), 1e-6),
+    ("sum_int", "Sum", [_I, _J], {}, lambda: ref_elementwise(lambda a, b: a + b, _I, _J), 0),
+    ("sumint", "SumInt", [_I, _J, _I], {}, lambda: ref_elementwise(lambda a, b, c: a + b + c, _I, _J, _I), 0),
+    ("wsum1", "WeightedSum", [_A, w1(0.5)], {}, lambda: ref_weighted(_A, w1(0.5)), 1e-6),
+    ("wsum3", "WeightedSum", [_A, w1(2.0), _B, w1(-1.5), _C, w1(0.25)], {"grad_on_w": 1},
+     lambda: ref_weighted(_A, w1(2.0), _B, w1(-1.5), _C, w1(0.25)), 1e-6),
+    ("wsum_numel", "WeightedSum", [_A, w1(1.0), _X6, np.full((1, 1), 3.0, np.float32)], {},
+     lambda: ref_weighted(_A, w1(1.0), _X6.reshape(2, 3), w1(3.0)), 1e-6),
+    ("scale", "Scale", [_A], {"scale": -2.5}, lambda: ref_elementwise(lambda a: -2.5 * a, _A), 1e-6),
+    ("scale_default", "Scale", [_A], {}, lambda: ref_elementwise(lambda a: a, _A), 0),
+    ("ewlinear", "ElementwiseLinear", [X234, f32(12), f32(12)], {}, None, 1e-6),
+    ("ewlinear_axis2", "ElementwiseLinear", [X234, f32(4), f32(4)], {"axis": 2}, None, 1e-6),
+]
+_REFS = {
+    "FC": lambda ins, a: ref_fc(*ins, a.get("axis", 1), a.get("axis_w", 1)),
+    "FCTransposed": lambda ins, a: ref_fc(*ins, a.get("axis", 1), a.get("axis_w", 1), transposed=True),
+    "MatMul": lambda ins, a: (ref_matmul(ins[0], ins[1], **a).reshape(ins[2].shape) if len(ins) > 2
+                              else ref_matmul(ins[0], ins[1], **a)),
+    "BatchMatMul": lambda ins, a: ref_bmm(*ins, a.get("trans_a", 0), a.get("trans_b", 0)),
+    "ElementwiseLinear": lambda ins, a: ref_ewlinear(*ins, **a),
+}
+
+
+def check(op_type, inputs, args, ref, tol, device):
+    got = run_op(op_type, inputs, device=device, **args)
+    want = ref() if ref is not None else _REFS[op_type](inputs, args)
+    assert got.shape == want.shape, f"shape {got.shape} != {want.shape}"
+    assert got.dtype == inputs[0].dtype, f"dtype {got.dtype} != {inputs[0].dtype}"
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_against_reference(case, device):
+    _, op_type, inputs, args, ref, tol = case
+    check(op_type, inputs, args, ref, tol, device)
+
+
+def test_softmax_rows_sum_to_one_and_survive_huge_inputs():
+    x = np.array([[3.0e38, -3.0e38, 0.0, 1.0]], dtype=np.float32)
+    y = run_op("Softmax", [x])
+    assert np.isfinite(y).all() and y[0, 0] == 1.0 and y.sum() == pytest.approx(1.0)
+
+
+# --------------------------------------------------------------------------------------------- Cast
+CAST_X = np.array([[-2.7, -0.5, 0.0], [0.4, 1.9, 130.6]], dtype=np.float32)
+CAST_CASES = [
+    ("float", CAST_X, 1, np.float32, float),
+    ("INT32", CAST_X, "int32", np.int32, int),
+    ("int64 upper", CAST_X, "INT64", np.int64, int),
+    ("int64 code", CAST_X, 10, np.int64, int),
+    ("bool name", CAST_X, "bool", np.bool_, lambda v: v != 0),
+    ("double", CAST_X, "Double", np.float64, float),
+    ("int16", CAST_X, 9, np.int16, int),
+    ("uint8 from int", np.array([0, 7, 255], np.int32), "uint8", np.uint8, int),
+    ("from bool", np.array([True, False, True]), "float", np.float32, float),
+    ("int to float", np.array([[-3, 2]], np.int64), "FLOAT", np.float32, float),
+    ("float16", CAST_X, 12, np.float16, float),
+]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", CAST_CASES, ids=[c[0] for c in CAST_CASES])
+def test_cast(case, device):
+    _, x, to, dtype, convert = case
+    got = run_op("Cast", [x], device=device, to=to)
+    assert got.dtype == np.dtype(dtype) and got.shape == x.shape
+    want = np.array([convert(v.item()) for v in x.ravel()], dtype=np.float64).reshape(x.shape)
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=1e-3 if dtype == np.float16 else 0)
+
+
+def test_cast_from_type_is_accepted():
+    got = run_op("Cast", [CAST_X], to="int32", from_type="float")
+    assert got.dtype == np.int32
+
+
+# --------------------------------------------------------------------------------------------- bad input
+BAD = [
+    ("FC", [X234, f32(5, 11), b5], {}, ShapeError, r"X \(2, 3, 4\).*K = 2 x 12.*W \(5, 11\).*N = 5.*b \(5,\)"),
+    ("FC", [X234, W5_12, f32(4)], {}, ShapeError, r"b must have N = 5"),
+    ("FC", [X234, W5_12, f32(1, 5)], {}, ShapeError, r"b must be 1-D"),
+    ("FC", [X234, W5_12, b5], {"axis": 3}, ArgumentError, r"axis=3 is out of range"),
+    ("FC", [X234.astype(np.int32), W5_12, b5], {}, DTypeError, r"floating-point.*int32"),
+    ("FC", [X234, W5_12.astype(np.float64), b5], {}, DTypeError, r"one dtype"),
+    ("FCTransposed", [X234, W5_12, b5], {}, ShapeError, r"K x N"),
+    ("MatMul", [A34, A34], {}, ShapeError, r"inner sizes must match"),
+    ("MatMul", [A34, B45, np.zeros(7, np.float32)], {}, ShapeError, r"input 2"),
+    ("BatchMatMul", [f32(2, 3, 4), f32(4, 5)], {}, ShapeError, r"differ; pass broadcast=1"),
+    ("BatchMatMul", [f32(2, 3, 4), f32(1, 4, 5)], {}, ShapeError, r"differ; pass broadcast=1"),
+    ("BatchMatMul", [f32(2, 3, 4), f32(3, 4, 5)], {"broadcast": 1}, ShapeError, r"do not broadcast"),
+    ("BatchMatMul", [f32(2, 3, 4), f32(2, 3, 5)], {}, ShapeError, r"K = 4.*K = 3"),
+    ("BatchMatMul", [f32(4), f32(5)], {}, ShapeError, r"same length"),
+    ("Softmax", [np.ones((2, 3), np.int32)], {}, DTypeError, r"Softmax needs floating-point"),
+    ("Sum", [_A, f32(3, 2)], {}, ShapeError, r"does not broadcast.*input 1 has shape \(3, 2\)"),
+    ("Sum", [_A, _A.astype(np.float64)], {}, DTypeError, r"input 1 is float64"),
+    ("Sum", [np.ones(3, np.uint8)], {}, DTypeError, r"Sum supports"),
+    ("SumInt", [_A], {}, DTypeError, r"SumInt supports"),
+    ("WeightedSum", [_A, w1(1.0), _B], {}, ArityError, r"pairs"),
+    ("WeightedSum", [_A, np.ones(2, np.float32)], {}, ShapeError, r"w0.*1 element"),
+    ("WeightedSum", [_A, w1(1.0), f32(5), w1(1.0)], {}, ShapeError, r"X1 \(5,\).*as many elements"),
+    ("ElementwiseLinear", [X234, f32(4), f32(12)], {}, ShapeError, r"a must be 1-D of length 12"),
+    ("Cast", [CAST_X], {"to": "int"}, ArgumentError, r"unknown to='int'.*INT32"),
+    ("Cast", [CAST_X], {"to": 4}, ArgumentError, r"strings"),
+    ("Cast", [CAST_X], {"to": 3}, ArgumentError, r"BYTE is deprecated"),
+    ("Cast", [CAST_X], {"to": 0}, ArgumentError, r"UNDEFINED"),
+    ("Cast", [CAST_X], {"to": 11}, ArgumentError, r"not a castable"),
+    ("Cast", [CAST_X], {"to": 1.0}, ArgumentError, r"DataType number or name"),
+    ("Cast", [CAST_X], {}, ArgumentError, r"required argument 'to'"),
+    ("Cast", [CAST_X], {"to": 1, "from_type": "floaty"}, ArgumentError, r"from_type"),
+    ("Cast", [np.array(["a"], dtype=object)], {"to": 1}, DTypeError, r"strings"),
+]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("op_type, inputs, args, error, pattern", BAD,
+                         ids=[f"{b[0]}-{i}" for i, b in enumerate(BAD)])
+def test_bad_input(op_type, inputs, args, error, pattern, device):
+    with pytest.raises(error, match=pattern):
+        run_op(op_type, inputs, device=device, **args)
+
+
+@pytest.mark.parametrize("op_type, inputs, args", [("FC", [X234, W5_12, b5], {}), ("Softmax", [SOFT], {}),
+                                                   ("Cast", [CAST_X], {"to": 1}), ("BatchMatMul", [A34, B45], {})])
+def test_in_place_refused_where_caffe2_refuses(op_type, inputs, args):
+    names = {f"in{i}": v for i, v in enumerate(inputs)}
+    with pytest.raises(ArgumentError, match="in place"):
+        run_op(op_type, names, ["in0"], **args)
+
+
+@pytest.mark.parametrize("op_type, inputs, args", [("Sum", [_A, _B], {}), ("Scale", [_A], {"scale": 2.0}),
+                                                   ("WeightedSum", [_A, w1(2.0), _B, w1(1.0)], {})])
+def test_in_place_on_input_0_allowed(op_type, inputs, args):
+    names = {f"in{i}": v for i, v in enumerate(inputs)}
+    got = run_op(op_type, names, ["in0"], **args)
+    assert got.shape == _A.shape
+
+
+# --------------------------------------------------------------------------------------------- the tester
+def _broken(op_type, wrong, case):
+    schema = REGISTRY.get(op_type)
+    REGISTRY.update(op_type, kernel=wrong)
+    try:
+        with pytest.raises(AssertionError):
+            check(*case, device="cpu")
+    finally:
+        REGISTRY.update(op_type, kernel=schema.kernel)
+
+
+def test_reference_catches_broken_kernels():
+    # FC without the bias, FC with W used untransposed in the wrong order, Softmax without the shift's
+    # normalisation, BatchMatMul ignoring trans_b: each must fail the same comparison the table uses.
+    _broken("FC", lambda xp, X, W, b, **a: (X.reshape(2, 12) @ W.T), ("FC", [X234, W5_12, b5], {}, None, 1e-5))
+    _broken("FC", lambda xp, X, W, b, **a: X.reshape(2, 12) @ W.reshape(12, 5) + b,
+            ("FC", [X234, W5_12, b5], {}, None, 1e-5))
+    _broken("Softmax", lambda xp, X, **a: xp.exp(X - X.max()),
+            ("Softmax", [SOFT], {}, lambda: ref_softmax(SOFT, 1), 1e-6))
+    _broken("BatchMatMul", lambda xp, A, B, **a: xp.matmul(A, xp.swapaxes(B, -1, -2)),
+            ("BatchMatMul", [f32(2, 3, 4), f32(2, 4, 4)], {}, None, 1e-5))
+    assert REGISTRY.get("FC").kernel.__name__ == "fc"

@@ -1,0 +1,141 @@
+"""The command line: run / inspect / convert, and one clear line for every bad input."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from stepnet import load
+from stepnet.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+XOR = ROOT / "models" / "xor"
+
+
+def cli(*args):
+    return subprocess.run([sys.executable, "-m", "stepnet", *map(str, args)], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120)
+
+
+def test_run_plan_prints(capsys):
+    assert main(["run", str(XOR / "plan.pbtxt"), "--fetch", "y"]) == 0
+    out = capsys.readouterr().out
+    assert "y: shape (4, 1) float32 [0., 1., 1., 0.]" in out
+
+
+def test_run_init_and_predict_with_literal_feed(tmp_path, capsys):
+    out = tmp_path / "out.npz"
+    rc = main(["run", str(XOR / "init_net.pbtxt"), str(XOR / "predict_net.pbtxt"),
+               "--feed", "X=[[1, 0], [1, 1]]", "--save", str(out)])
+    assert rc == 0
+    assert np.load(out)["y"].tolist() == [[1.0], [0.0]]
+    assert "saved 1 blob(s)" in capsys.readouterr().out
+
+
+def test_run_feed_npy_and_npz(tmp_path):
+    np.save(tmp_path / "x.npy", np.array([[0, 1]], np.float32))
+    np.savez(tmp_path / "x.npz", X=np.array([[1, 1]], np.float32))
+    for feed in (f"X={tmp_path / 'x.npy'}", f"X={tmp_path / 'x.npz'}", str(tmp_path / "x.npz")):
+        out = tmp_path / "o.npz"
+        assert main(["run", str(XOR / "init_net.pbtxt"), str(XOR / "predict_net.pbtxt"), "--feed", feed,
+                     "--save", str(out), "-q"]) == 0
+        assert np.load(out)["y"].shape == (1, 1)
+
+
+def test_module_entry_point_and_console_script():
+    r = cli("run", XOR / "plan.pbtxt", "--fetch", "y")
+    assert r.returncode == 0, r.stderr
+    assert "y: shape (4, 1) float32" in r.stdout
+
+
+def test_inspect_lists_ops_and_unsupported(tmp_path, capsys):
+    assert main(["inspect", str(XOR / "plan.pbtxt")]) == 0
+    out = capsys.readouterr().out
+    assert "plan 'xor_plan': 2 networks" in out and "FC×2" in out and "all ops supported" in out
+    bad = tmp_path / "bad.pbtxt"
+    bad.write_text('name: "b" op { type: "Reluu" input: "x" output: "y" } op { type: "Frobnicate" }')
+    assert main(["inspect", str(bad)]) == 0
+    out = capsys.readouterr().out
+    assert "unsupported ops" in out and "Reluu×1 (did you mean Relu" in out and "Frobnicate×1" in out
+    assert main(["inspect", str(bad), "--strict"]) == 1
+
+
+def test_convert_round_trip(tmp_path):
+    pb = tmp_path / "p.pb"
+    txt = tmp_path / "p.pbtxt"
+    assert main(["convert", str(XOR / "plan.pbtxt"), str(pb)]) == 0
+    assert main(["convert", str(pb), str(txt)]) == 0
+    assert load(txt) == load(XOR / "plan.pbtxt") == load(pb)
+
+
+def one_error_line(r):
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("stepnet: error: "), r.stderr
+    assert "Traceback" not in r.stderr
+    return lines[0]
+
+
+@pytest.fixture
+def files(tmp_path):
+    good = (XOR / "predict_net.pbtxt").read_text()
+    init_bytes = load(XOR / "init_net.pbtxt").SerializeToString()
+    (tmp_path / "truncated.pb").write_bytes(init_bytes[: len(init_bytes) // 2])
+    (tmp_path / "garbage.pb").write_bytes(os.urandom(256))
+    (tmp_path / "syntax.pbtxt").write_text('name: "x"\nop {\n  type: "Relu"\n  input: x\n}\n')
+    (tmp_path / "unknown.pbtxt").write_text(good.replace('"Relu"', '"Rleu"'))
+    (tmp_path / "arity.pbtxt").write_text(good.replace('input: ["X", "W1", "b1"]', 'input: ["X", "W1"]'))
+    (tmp_path / "argtype.pbtxt").write_text(good.replace('output: "y" }', 'output: "y" arg { name: "axis" f: 1.5 } }'))
+    (tmp_path / "concat.pbtxt").write_text(
+        'name: "c" op { type: "Concat" input: ["X", "W1"] output: ["c", "c_info"] arg { name: "axis" i: 0 } }')
+    (tmp_path / "add.pbtxt").write_text('name: "a" op { type: "Add" input: ["X", "W2"] output: "s" }')
+    return tmp_path
+
+
+RUN_XOR = ["run", XOR / "init_net.pbtxt"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["run", "truncated.pb"], "truncated"),
+    (["run", "garbage.pb"], "neither a NetDef nor a PlanDef|not a valid binary"),
+    (["run", "syntax.pbtxt"], "line 4, column"),
+    (["run", "nonexistent.pbtxt"], "no such file"),
+    ([*RUN_XOR, "unknown.pbtxt", "--feed", "X=[[1,0]]"], "unknown operator type 'Rleu'.*did you mean Relu"),
+    ([*RUN_XOR, "arity.pbtxt", "--feed", "X=[[1,0]]"], "FC takes 3 inputs, got 2"),
+    ([*RUN_XOR, "argtype.pbtxt", "--feed", "X=[[1,0]]"], "argument 'axis' must be an integer"),
+    ([*RUN_XOR, XOR / "predict_net.pbtxt"], "needs blobs.*X.*--feed"),
+    ([*RUN_XOR, XOR / "predict_net.pbtxt", "--feed", "X=[[1,0,1]]"], r"FC.*X \(1, 3\)"),
+    ([*RUN_XOR, "concat.pbtxt", "--feed", "X=[[1,0,1]]"], r"Concat.*X \(1, 3\) float32, W1 \(2, 2\)"),
+    ([*RUN_XOR, "add.pbtxt", "--feed", "X=[[1,0,1]]"], r"Add.*\(1, 3\).*\(1, 2\)"),
+    ([*RUN_XOR, XOR / "predict_net.pbtxt", "--feed", "X=missing.npy"], "no such file 'missing.npy'"),
+    ([*RUN_XOR, XOR / "predict_net.pbtxt", "--feed", "X=[[1,0]]:flaot32"], "unknown dtype 'flaot32'.*float32"),
+])
+def test_bad_input_gives_one_line(files, args, message):
+    import re
+    r = subprocess.run([sys.executable, "-m", "stepnet", *map(str, args)], capture_output=True, text=True,
+                       cwd=files, timeout=120)
+    line = one_error_line(r)
+    assert re.search(message, line), line
+
+
+def test_save_into_missing_directory(tmp_path):
+    r = cli(*RUN_XOR, XOR / "predict_net.pbtxt", "--feed", "X=[[1,0]]", "--save", tmp_path / "no" / "o.npz")
+    assert "cannot write" in one_error_line(r)
+    assert not (tmp_path / "no").exists()
+
+
+def test_save_replaces_whole_file(tmp_path):
+    out = tmp_path / "o.npz"
+    out.write_bytes(b"old contents")
+    assert main(["run", str(XOR / "init_net.pbtxt"), str(XOR / "predict_net.pbtxt"), "--feed", "X=[[0,1]]",
+                 "--save", str(out), "-q"]) == 0
+    assert np.load(out)["y"].tolist() == [[1.0]]
+    assert [p.name for p in tmp_path.iterdir()] == ["o.npz"]
+
+
+def test_debug_shows_traceback(files):
+    r = subprocess.run([sys.executable, "-m", "stepnet", "--debug", "run", "garbage.pb"], capture_output=True,
+                       text=True, cwd=files, timeout=120)
+    assert r.returncode == 1 and "Traceback" in r.stderr

@@ -1,0 +1,141 @@
+"""Binding checks and run-time errors of the executor (DESIGN §3 rules 3 and 7)."""
+import warnings
+
+import numpy as np
+import pytest
+
+from stepnet import NetDef, Workspace
+from stepnet.errors import (ArgumentError, ArityError, MissingBlobError, NetError, OpError, ShapeError,
+                            StepnetWarning, UnknownOpError)
+from stepnet.proto import DeviceOption, make_argument
+from stepnet.testing import make_op
+
+
+def net(name, *ops, **kw):
+    nd = NetDef(name=name, **kw)
+    nd.op.extend(ops)
+    return nd
+
+
+@pytest.fixture
+def ws():
+    w = Workspace()
+    w.feed("x", np.ones((2, 3), np.float32))
+    w.feed("w", np.ones((4, 3), np.float32))
+    w.feed("b", np.zeros(4, np.float32))
+    return w
+
+
+def test_unknown_op_suggests(ws):
+    with pytest.raises(UnknownOpError, match=r"net 'n', op #0 \(Reluu\).*did you mean Relu"):
+        ws.create_net(net("n", make_op("Reluu", ["x"], ["y"])))
+
+
+def test_wrong_arity(ws):
+    with pytest.raises(ArityError, match=r"op #1 \(FC\): FC takes 3 inputs, got 2 \(x, w\)"):
+        ws.create_net(net("n", make_op("Relu", ["x"], ["r"]), make_op("FC", ["x", "w"], ["y"])))
+
+
+def test_argument_of_wrong_type(ws):
+    op = make_op("FC", ["x", "w", "b"], ["y"])
+    op.arg.append(make_argument("axis", 1.5))
+    with pytest.raises(ArgumentError, match="argument 'axis' must be an integer.*stores a float"):
+        ws.create_net(net("n", op))
+
+
+def test_duplicate_argument(ws):
+    op = make_op("FC", ["x", "w", "b"], ["y"], axis=1)
+    op.arg.append(make_argument("axis", 1))
+    with pytest.raises(ArgumentError, match="given twice"):
+        ws.create_net(net("n", op))
+
+
+def test_unknown_argument_warns_once_or_errors_when_strict(ws):
+    op = make_op("FC", ["x", "w", "b"], ["y"], axsi=1)
+    with pytest.warns(StepnetWarning, match="argument 'axsi' is not used by FC.*did you mean axis"):
+        ws.create_net(net("n", op))
+    with pytest.raises(ArgumentError, match="axsi"):
+        Workspace(parent=ws, strict=True).create_net(net("n2", op))
+
+
+def test_known_hints_are_silent(ws):
+    op = make_op("FC", ["x", "w", "b"], ["y"], use_cudnn=1, cudnn_exhaustive_search=0, ws_nbytes_limit=64,
+                 order="NCHW", **{"rnn_executor.num_threads": 4})
+    op.engine = "CUDNN"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ws.create_net(net("n", op))
+
+
+def test_missing_input_blob_suggests(ws):
+    with pytest.raises(MissingBlobError, match="input blob 'xx' does not exist.*did you mean x"):
+        ws.create_net(net("n", make_op("Relu", ["xx"], ["y"])))
+
+
+def test_empty_input_blob_at_run(ws):
+    ws.create_blob("hole")
+    n = ws.create_net(net("n", make_op("Relu", ["hole"], ["y"])))
+    with pytest.raises(MissingBlobError, match=r"op #0 \(Relu\): input 'hole' holds no value"):
+        n.run()
+
+
+def test_shape_mismatch_names_net_op_and_shapes(ws):
+    ws.feed("w_bad", np.ones((4, 5), np.float32))
+    with pytest.raises(ShapeError, match=r"net 'n', op #0 \(FC\).*x \(2, 3\) float32, w_bad \(4, 5\)"):
+        ws.run_net_once(net("n", make_op("FC", ["x", "w_bad", "b"], ["y"])))
+
+
+def test_external_input_check():
+    ws = Workspace()
+    ws.feed("x", np.ones(2, np.float32))
+    nd = net("n", make_op("Relu", ["x"], ["y"]), make_op("Relu", ["z"], ["q"]), external_input=["x"])
+    ws.feed("z", np.ones(2, np.float32))
+    with pytest.raises(NetError, match="source for input 'z' is unknown"):
+        ws.create_net(nd)
+    nd2 = net("m", make_op("Relu", ["x"], ["y"]), external_input=["x"], external_output=["nope"])
+    with pytest.raises(NetError, match="external_output 'nope' is produced by no op"):
+        ws.create_net(nd2)
+
+
+def test_net_device_option_fills_ops():
+    ws = Workspace(gpu="emulate")
+    ws.feed("x", np.ones(2, np.float32), device_option=DeviceOption(device_type=1))
+    nd = net("n", make_op("Relu", ["x"], ["y"]), device_option=DeviceOption(device_type=1))
+    ws.run_net_once(nd)
+    assert type(ws.get_blob("y").value).__name__ == "DeviceArray"
+
+
+def test_kernel_failure_becomes_op_error(ws):
+    from stepnet.ops import REGISTRY
+    schema = REGISTRY.get("Relu")
+
+    def broken(xp, x):
+        raise ZeroDivisionError("boom")
+    REGISTRY.update("Relu", kernel=broken)
+    try:
+        with pytest.raises(OpError, match=r"op #0 \(Relu\) failed: ZeroDivisionError: boom.*x \(2, 3\)"):
+            ws.run_net_once(net("n", make_op("Relu", ["x"], ["y"])))
+    finally:
+        REGISTRY.update("Relu", kernel=schema.kernel)
+
+
+def test_check_nan_names_first_op():
+    ws = Workspace(check_nan=True)
+    ws.feed("x", np.array([-1.0, 4.0], np.float32))
+    nd = net("n", make_op("Relu", ["x"], ["r"]), make_op("Log", ["x"], ["l"]), make_op("Relu", ["l"], ["z"]))
+    with pytest.raises(OpError, match=r"op #1 \(Log\) produced NaN in output 'l'"):
+        ws.run_net_once(nd)
+
+
+def test_every_net_type_runs_sequentially(ws):
+    for t in ("", "simple", "dag", "async_dag", "async_scheduling", "async_simple", "prof_dag", "rnn"):
+        nd = net(f"n_{t}", make_op("Relu", ["x"], ["a"]), make_op("Relu", ["a"], ["b"]), type=t)
+        ws.run_net_once(nd)
+        assert ws.fetch("b").shape == (2, 3)
+
+
+def test_enforced_inplace():
+    ws = Workspace()
+    ws.feed("it", np.zeros(1, np.int64))
+    with pytest.raises(ArgumentError, match="in place"):
+        ws.create_net(net("n", make_op("Iter", ["it"], ["it2"])))

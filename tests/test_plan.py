@@ -1,0 +1,117 @@
+"""PlanDef execution (spec §6.8)."""
+import numpy as np
+import pytest
+
+from stepnet import PlanDef, Workspace
+from stepnet.errors import PlanError
+from stepnet.proto import parse_text
+
+INIT = """
+network { name: "init"
+  op { type: "ConstantFill" output: "it" arg { name: "shape" ints: 1 } arg { name: "value" i: 0 }
+       arg { name: "dtype" i: 10 } }
+  op { type: "ConstantFill" output: "rep" arg { name: "shape" ints: 1 } arg { name: "value" i: 0 }
+       arg { name: "dtype" i: 10 } }
+  op { type: "ConstantFill" output: "limit" arg { name: "shape" ints: 1 } arg { name: "value" i: 3 }
+       arg { name: "dtype" i: 10 } }
+}
+network { name: "tick" op { type: "Iter" input: "it" output: "it" } }
+network { name: "report" op { type: "Iter" input: "rep" output: "rep" } }
+network { name: "check" op { type: "GE" input: ["it", "limit"] output: "stop" } }
+execution_step { name: "init" network: "init" }
+"""
+
+
+def plan(steps: str) -> PlanDef:
+    return parse_text(f'name: "p"\n{INIT}\n{steps}', "plan")
+
+
+def run(steps: str, **kw) -> Workspace:
+    ws = Workspace()
+    ws.run_plan(plan(steps), **kw)
+    return ws
+
+
+def count(ws, name="it"):
+    return int(ws.fetch(name)[0])
+
+
+def test_num_iter_and_default_once():
+    assert count(run('execution_step { name: "t" network: "tick" num_iter: 4 }')) == 4
+    assert count(run('execution_step { name: "t" network: "tick" }')) == 1
+
+
+def test_should_stop_blob_checked_after_every_net():
+    ws = run('execution_step { name: "loop" network: ["tick", "check"] should_stop_blob: "stop" }')
+    assert count(ws) == 3
+
+
+def test_should_stop_blob_with_substeps_and_only_once():
+    steps = """execution_step { name: "outer" should_stop_blob: "stop"
+        substep { name: "a" network: "tick" } substep { name: "b" network: "check" } }"""
+    assert count(run(steps)) == 3
+    once = 'execution_step { name: "o" network: ["tick", "check"] should_stop_blob: "stop" only_once: true }'
+    assert count(run(once)) == 1
+
+
+def test_nested_substeps_iterate():
+    steps = """execution_step { name: "outer" num_iter: 2
+        substep { name: "inner" network: "tick" num_iter: 3 } }"""
+    assert count(run(steps)) == 6
+
+
+def test_report_net_every_interval_and_at_end():
+    ws = run('execution_step { name: "t" network: "tick" num_iter: 5 report_net: "report" report_interval: 0 }')
+    assert count(ws, "rep") == 6  # after each of 5 iterations (interval 0) and once at the end
+    ws = run('execution_step { name: "t" network: "tick" num_iter: 5 report_net: "report" report_interval: 3600 }')
+    assert count(ws, "rep") == 1  # only the final report
+
+
+def test_concurrent_substeps_run_in_order():
+    steps = """execution_step { name: "c" concurrent_substeps: true
+        substep { name: "a" network: "tick" } substep { name: "b" network: "tick" num_iter: 2 } }"""
+    assert count(run(steps)) == 3
+
+
+def test_create_workspace_keeps_new_blobs_local():
+    steps = 'execution_step { name: "c" network: ["tick", "check"] create_workspace: true }'
+    ws = run(steps)
+    assert count(ws) == 1  # existing parent blobs are updated ...
+    assert not ws.has("stop")  # ... new ones live in the child workspace
+
+
+def test_iterations_override():
+    assert count(run('execution_step { name: "t" network: "tick" num_iter: 50 }', iterations=7)) == 7
+
+
+def test_progress_callback():
+    seen = []
+    run('execution_step { name: "t" network: "tick" num_iter: 3 }', progress=lambda s, i, n: seen.append((s, i, n)))
+    assert seen == [("t", 1, 3), ("t", 2, 3), ("t", 3, 3)]
+
+
+@pytest.mark.parametrize("steps, message", [
+    ('execution_step { name: "x" network: "tick" substep { name: "y" } }', "both substeps and networks"),
+    ('execution_step { name: "x" network: "tick" num_iter: 2 should_stop_blob: "stop" }', "num_iter and should_stop"),
+    ('execution_step { name: "x" network: "tick" only_once: true }', "only_once needs should_stop_blob"),
+    ('execution_step { name: "x" network: "tik" }', "network 'tik'.*did you mean tick"),
+])
+def test_malformed_steps(steps, message):
+    with pytest.raises(PlanError, match=message):
+        run(steps)
+
+
+def test_duplicate_network_names():
+    p = plan('network { name: "tick" }')
+    with pytest.raises(PlanError, match="two networks are named 'tick'"):
+        Workspace().run_plan(p)
+
+
+def test_existing_net_is_recreated_once():
+    ws = Workspace()
+    ws.feed("it", np.zeros(1, np.int64))
+    p = parse_text('network { name: "tick" op { type: "Iter" input: "it" output: "it" } }\n'
+                   'execution_step { network: "tick" num_iter: 2 }', "plan")
+    ws.create_net(p.network[0])
+    ws.run_plan(p)
+    assert count(ws) == 2

@@ -1,0 +1,118 @@
+"""Workspace: blobs, feed/fetch, parent-chain binding (spec §2), nets."""
+import numpy as np
+import pytest
+
+from stepnet import NetDef, Workspace
+from stepnet.errors import MissingBlobError, NetError
+from stepnet.testing import make_op
+
+
+def net(name, *ops, external_input=(), external_output=()):
+    nd = NetDef(name=name, external_input=list(external_input), external_output=list(external_output))
+    nd.op.extend(ops)
+    return nd
+
+
+def test_feed_keeps_dtype_and_copies():
+    ws = Workspace()
+    a = np.arange(6, dtype=np.float64).reshape(2, 3)
+    ws.feed("a", a)
+    a[0, 0] = 100
+    out = ws.fetch("a")
+    assert out.dtype == np.float64 and out[0, 0] == 0
+    out[0, 1] = 50
+    assert ws.fetch("a")[0, 1] == 1  # fetch returns a copy too
+    ws.feed("i", [1, 2, 3])
+    assert ws.fetch("i").dtype == np.int64  # Python ints become int64, as in Caffe2's FeedBlob
+    ws.feed("s", "hello")
+    assert ws.fetch("s") == "hello"
+
+
+def test_fetch_missing_suggests():
+    ws = Workspace()
+    ws.feed("hidden_init", np.zeros(2))
+    with pytest.raises(MissingBlobError, match="hidden_int.*did you mean hidden_init"):
+        ws.fetch("hidden_int")
+    ws.create_blob("empty")
+    with pytest.raises(MissingBlobError, match="no value"):
+        ws.fetch("empty")
+
+
+def test_parent_chain_lookup_and_create_binding():
+    root = Workspace()
+    root.feed("shared", np.ones(2))
+    child = Workspace(parent=root)
+    assert child.has("shared") and child.find("shared") is root.find("shared")
+    # CreateBlob binds to the ancestor's blob when the name exists anywhere in the chain ...
+    assert child.create_blob("shared") is root.find("shared")
+    # ... and creates locally otherwise; the parent does not see child blobs.
+    b = child.create_blob("local")
+    assert child.local_blobs() == ["local"] and not root.has("local") and child.find("local") is b
+    assert child.blobs() == ["local", "shared"]
+    # create_local_blob shadows.
+    shadow = child.create_local_blob("shared")
+    assert shadow is not root.find("shared") and child.find("shared") is shadow
+
+
+def test_child_net_output_binds_to_ancestor_blob():
+    """A net created in a child writes outputs whose names exist in an ancestor into the ancestor's blob."""
+    root = Workspace()
+    root.feed("x", np.array([1.0, 2.0], np.float32))
+    root.feed("y", np.zeros(2, np.float32))
+    child = Workspace(parent=root)
+    child.run_net_once(net("n", make_op("Relu", ["x"], ["y"]), make_op("Relu", ["x"], ["z"])))
+    np.testing.assert_array_equal(root.fetch("y"), [1.0, 2.0])
+    assert not root.has("z") and child.has("z")
+
+
+def test_create_net_refuses_duplicate_and_missing_input():
+    ws = Workspace()
+    ws.feed("x", np.ones((2, 2), np.float32))
+    nd = net("n", make_op("Relu", ["x"], ["y"]))
+    ws.create_net(nd)
+    with pytest.raises(NetError, match="already exists.*overwrite=True"):
+        ws.create_net(nd)
+    ws.create_net(nd, overwrite=True)
+    with pytest.raises(MissingBlobError, match="input blob 'w' does not exist"):
+        ws.create_net(net("m", make_op("FC", ["x", "w", "b"], ["y"])))
+    with pytest.raises(NetError, match="no net named 'nn'.*did you mean n"):
+        ws.run_net("nn")
+
+
+def test_create_net_with_input_blobs_then_feed():
+    ws = Workspace()
+    n = ws.create_net(net("n", make_op("Relu", ["x"], ["y"])), input_blobs=["x"])
+    ws.feed("x", np.array([-1.0, 3.0], np.float32))
+    n.run()
+    np.testing.assert_array_equal(ws.fetch("y"), [0.0, 3.0])
+
+
+def test_run_net_iterations_and_state():
+    ws = Workspace()
+    ws.run_net_once(net("init", make_op("ConstantFill", [], ["it"], shape=[1], value=0, dtype=10)))
+    ws.create_net(net("train", make_op("Iter", ["it"], ["it"])))
+    ws.run_net("train", iterations=5)
+    assert ws.fetch("it").tolist() == [5]
+
+
+def test_blob_view_write_through():
+    ws = Workspace()
+    big = np.zeros((3, 2), np.float32)
+    blob = ws.create_blob("row")
+    blob.set_view(big[1:2])
+    blob.set(np.array([[4.0, 5.0]], np.float32))
+    np.testing.assert_array_equal(big[1], [4.0, 5.0])
+    blob.set(np.array([7.0, 8.0], np.float32))  # same size, new shape: still written through, shape kept new
+    np.testing.assert_array_equal(big[1], [7.0, 8.0])
+    assert ws.fetch("row").shape == (2,)
+    blob.set(np.ones(5, np.float32))  # a different size rebinds and ends the view
+    assert not blob.view and big[1].tolist() == [7.0, 8.0]
+
+
+def test_rng_is_seeded_per_workspace():
+    def draw(seed):
+        ws = Workspace(seed=seed)
+        ws.run_net_once(net("n", make_op("GaussianFill", [], ["g"], shape=[4])))
+        return ws.fetch("g")
+    np.testing.assert_array_equal(draw(3), draw(3))
+    assert not np.array_equal(draw(3), draw(4))
