@@ -51,10 +51,14 @@ def _unknown_field_count(msg: Message) -> int:
 def _plausible(msg: Message) -> bool:
     """Whether a message decoded from bytes looks like a real NetDef / PlanDef."""
     if isinstance(msg, NetDef):
-        return all(op.type for op in msg.op)
+        return all(op.type for op in msg.op) and _printable(msg.type) and _printable(msg.name)
     if isinstance(msg, PlanDef):
         return bool(msg.network or msg.execution_step) and all(_plausible(n) for n in msg.network)
     return True
+
+
+def _printable(s) -> bool:
+    return isinstance(s, str) and s.isprintable()
 
 
 def _parse_text(text: str, cls, where: str):
@@ -156,7 +160,9 @@ def load(path, kind: str | None = None) -> Message:
     except OSError as e:
         raise FileFormatError(f"{path}: cannot read ({e.strerror})") from None
     if not data.strip():
-        raise FileFormatError(f"{path}: file is empty")
+        if kind is None:
+            raise FileFormatError(f"{path}: file is empty (pass kind= to read it as an empty message)")
+        return _kind_class(kind)()
     if _is_text(data, path):
         try:
             text = data.decode("utf-8")
@@ -178,6 +184,9 @@ def atomic_write(path, data: bytes) -> None:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
+            umask = os.umask(0)
+            os.umask(umask)
+            os.fchmod(f.fileno(), 0o666 & ~umask)  # what open() would give, not mkstemp's 0600
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException as e:
@@ -232,8 +241,8 @@ def _decode(b: bytes):
 def make_argument(name: str, value: Any) -> Argument:
     """An Argument from a Python value, following Caffe2's utils.MakeArgument."""
     arg = Argument(name=name)
-    if isinstance(value, np.ndarray) and value.ndim > 0:
-        value = value.tolist()
+    if isinstance(value, np.ndarray):
+        value = value.reshape(-1).tolist()
     elif isinstance(value, np.generic):
         value = value.item()
     if isinstance(value, (bool, int)):
@@ -319,7 +328,7 @@ def tensor_to_array(t: TensorProto) -> np.ndarray:
     dtype = numpy_dtype(t.data_type)
     shape = tuple(t.dims)
     count = int(np.prod(shape, dtype=np.int64))
-    if t.HasField("segment"):
+    if t.HasField("segment") and (t.segment.begin, t.segment.end) != (0, count):
         count = t.segment.end - t.segment.begin
         shape = (count,)
     dt = t.data_type
@@ -327,10 +336,10 @@ def tensor_to_array(t: TensorProto) -> np.ndarray:
         arr = np.empty(len(t.string_data), dtype=object)
         arr[:] = list(t.string_data)
     elif t.data_format == TensorProto.FMT_BFLOAT16:
-        bits = np.frombuffer(t.raw_data, dtype="<u2").astype(np.uint32) << 16
+        bits = _frombuffer(t, t.raw_data, "<u2").astype(np.uint32) << 16
         arr = bits.view(np.float32).astype(dtype)
     elif t.raw_data:
-        arr = np.frombuffer(t.raw_data, dtype=np.dtype(dtype).newbyteorder("<")).astype(dtype)
+        arr = _frombuffer(t, t.raw_data, np.dtype(dtype).newbyteorder("<")).astype(dtype)
     elif dt == DataType.FLOAT:
         arr = np.asarray(t.float_data, dtype=np.float32)
     elif dt == DataType.DOUBLE:
@@ -340,15 +349,15 @@ def tensor_to_array(t: TensorProto) -> np.ndarray:
     elif dt == DataType.INT32:
         arr = np.asarray(t.int32_data, dtype=np.int32)
     elif dt == DataType.BYTE:
-        arr = np.frombuffer(t.byte_data, dtype=np.uint8).copy()
+        arr = _frombuffer(t, t.byte_data, np.uint8).copy()
     elif dt == DataType.FLOAT16:
         if t.byte_data:
-            arr = np.frombuffer(t.byte_data, dtype="<f2").astype(np.float16)
+            arr = _frombuffer(t, t.byte_data, "<f2").astype(np.float16)
         else:
             arr = np.asarray(t.int32_data, dtype=np.int64).astype(np.uint16).view(np.float16)
     elif dt in _SMALL_INTS:
         if t.byte_data:
-            arr = np.frombuffer(t.byte_data, dtype=np.dtype(dtype).newbyteorder("<")).astype(dtype)
+            arr = _frombuffer(t, t.byte_data, np.dtype(dtype).newbyteorder("<")).astype(dtype)
         else:
             arr = np.asarray(t.int32_data, dtype=np.int64).astype(dtype)
     else:  # pragma: no cover - numpy_dtype rejected it
@@ -358,6 +367,15 @@ def tensor_to_array(t: TensorProto) -> np.ndarray:
         raise FileFormatError(f"tensor{name}: dims {list(t.dims)} need {count} elements but "
                               f"{DataType.Name(dt)} data holds {arr.size}")
     return arr.reshape(shape)
+
+
+def _frombuffer(t: TensorProto, buf: bytes, dtype) -> np.ndarray:
+    itemsize = np.dtype(dtype).itemsize
+    if len(buf) % itemsize:
+        name = f" {t.name!r}" if t.name else ""
+        raise FileFormatError(f"tensor{name}: a payload of {len(buf)} bytes is not a whole number of "
+                              f"{itemsize}-byte {DataType.Name(t.data_type)} elements")
+    return np.frombuffer(buf, dtype=dtype)
 
 
 def array_to_tensor(value, name: str | None = None) -> TensorProto:
@@ -384,13 +402,23 @@ def array_to_tensor(value, name: str | None = None) -> TensorProto:
 
 
 def join_chunks(chunks) -> np.ndarray:
-    """Reassemble a tensor saved as several TensorProtos with `segment`s (Caffe2 chunked blobs)."""
+    """Reassemble a tensor saved as several TensorProtos with `segment`s (Caffe2 chunked blobs); the chunks
+    must cover every element exactly once."""
     chunks = list(chunks)
+    if not chunks:
+        raise FileFormatError("no chunks to join")
     first = chunks[0]
     out = np.empty(int(np.prod(tuple(first.dims), dtype=np.int64)), dtype=numpy_dtype(first.data_type))
+    covered = np.zeros(out.size, dtype=bool)
     for c in chunks:
         begin, end = (c.segment.begin, c.segment.end) if c.HasField("segment") else (0, out.size)
         if not 0 <= begin <= end <= out.size:
             raise FileFormatError(f"tensor {first.name!r}: chunk [{begin}, {end}) outside {out.size} elements")
+        if covered[begin:end].any():
+            raise FileFormatError(f"tensor {first.name!r}: chunk [{begin}, {end}) overlaps another chunk")
         out[begin:end] = tensor_to_array(c).reshape(-1)
+        covered[begin:end] = True
+    if not covered.all():
+        raise FileFormatError(f"tensor {first.name!r}: chunks leave {int((~covered).sum())} of {out.size} "
+                              "elements uncovered")
     return out.reshape(tuple(first.dims))

@@ -1,0 +1,202 @@
+"""Image-layout operators: PadImage, ResizeNearest, ChannelShuffle and the two pixel-format ops of Caffe2's
+mobile style-transfer nets (uint8 BGRA NHWC in, float NCHW through the net, uint8 BGRA NHWC out).
+
+NCHW2NHWC / NHWC2NCHW live in shape.py.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import backend
+from ..errors import ArgumentError, DTypeError, ShapeError
+from .norm import channel_layout, check_float, check_order
+from .registry import Arg, op
+
+PAD_MODES = ("constant", "reflect", "edge")
+
+
+# ----------------------------------------------------------------------------------------------- PadImage
+def image_pads(pad, pad_t, pad_l, pad_b, pad_r, pads) -> tuple[int, int, int, int]:
+    """(top, left, bottom, right) from the conv-style pad arguments, with ConvPoolOpBase's precedence:
+    `pads` ([t, l, b, r]), else `pad` on every side, else all four of pad_t/pad_l/pad_b/pad_r, else 0."""
+    sides = {"pad_t": pad_t, "pad_l": pad_l, "pad_b": pad_b, "pad_r": pad_r}
+    if pads:
+        if len(pads) != 4:
+            raise ArgumentError(f"pads must list 4 values [t, l, b, r] for an image, got {list(pads)}")
+        return tuple(int(p) for p in pads)
+    if pad is not None:
+        return (pad,) * 4
+    given = [k for k, v in sides.items() if v is not None]
+    if not given:
+        return (0, 0, 0, 0)
+    if len(given) != 4:
+        missing = ", ".join(k for k in sides if k not in given)
+        raise ArgumentError(f"{', '.join(given)} given without {missing}: Caffe2 uses the per-side pads only "
+                            "when all four are set (it would silently pad nothing); give all four, or `pad`")
+    return (pad_t, pad_l, pad_b, pad_r)
+
+
+def source_index(size: int, before: int, after: int, mode: str):
+    """For each output position along one axis: the input index it copies and whether it is inside."""
+    out = size + before + after
+    if out <= 0:
+        raise ShapeError(f"padding ({before}, {after}) leaves no output along an axis of size {size}")
+    idx = np.arange(out) - before
+    inside = (idx >= 0) & (idx < size)
+    if mode == "edge":
+        idx = np.clip(idx, 0, size - 1)
+    elif mode == "reflect":
+        idx = np.abs(idx)
+        idx = np.minimum(idx, 2 * size - 2 - idx)  # one reflection about each edge, edge sample excluded
+        if idx.min() < 0 or idx.max() >= size:
+            raise ShapeError(f"reflect padding ({before}, {after}) needs an axis longer than the pad, "
+                             f"got size {size}; use mode 'edge' or smaller pads")
+    else:
+        idx = np.clip(idx, 0, size - 1)
+    return idx, inside
+
+
+@op("PadImage", inputs=1, outputs=1, inplace=[],
+    args={"pad": Arg("int", None), "pad_t": Arg("int", None), "pad_l": Arg("int", None),
+          "pad_b": Arg("int", None), "pad_r": Arg("int", None), "pads": Arg("ints", None),
+          "mode": "constant", "value": 0.0, "order": "NCHW", "legacy_pad": 0, "stride": 1})
+def pad_image(xp, x, *, pad, pad_t, pad_l, pad_b, pad_r, pads, mode, value, order, legacy_pad, stride):
+    """Pad (or, with negative pads, crop) the two spatial axes of a 4-d image.
+
+    mode "constant" fills with `value`; "reflect" mirrors about the edge sample without repeating it
+    (numpy's "reflect"); "edge" repeats the edge sample.
+    """
+    check_order(order)
+    check_float("X", x)
+    if mode not in PAD_MODES:
+        raise ArgumentError(f"mode must be one of {', '.join(PAD_MODES)}, got {mode!r}")
+    if legacy_pad:
+        raise ArgumentError("PadImage only supports explicit pad values (legacy_pad must be unset)")
+    if stride != 1:
+        raise ArgumentError(f"PadImage does not support stride, got stride={stride}")
+    if x.ndim != 4 or x.size == 0:
+        raise ShapeError(f"PadImage needs a non-empty 4-d image ({order}), got shape {x.shape}")
+    t, left, b, r = image_pads(pad, pad_t, pad_l, pad_b, pad_r, pads)
+    h_axis = 2 if order == "NCHW" else 1
+    hi, h_in = source_index(x.shape[h_axis], t, b, mode)
+    wi, w_in = source_index(x.shape[h_axis + 1], left, r, mode)
+    rows = xp.asarray(hi)[:, None]
+    cols = xp.asarray(wi)[None, :]
+    y = x[:, :, rows, cols] if order == "NCHW" else x[:, rows, cols, :]
+    if mode == "constant":
+        inside = xp.asarray(h_in[:, None] & w_in[None, :])
+        inside = inside[None, None] if order == "NCHW" else inside[None, :, :, None]
+        y = xp.where(inside, y, x.dtype.type(value))
+    return y
+
+
+# ------------------------------------------------------------------------------------------- ResizeNearest
+@op("ResizeNearest", inputs=(1, 2), outputs=1, inplace=[],
+    args={"width_scale": 1.0, "height_scale": 1.0, "order": "NCHW"})
+def resize_nearest(xp, x, *scales, width_scale, height_scale, order):
+    """Nearest-neighbour resize of a 4-d image: out size = floor(in·scale); output pixel i reads input pixel
+    min(floor(i / scale), in − 1), all in float32 as Caffe2 computes it. An optional second input
+    [height_scale, width_scale] overrides the arguments (the ONNX Upsample form)."""
+    check_order(order)
+    check_float("X", x)
+    if x.ndim != 4:
+        raise ShapeError(f"ResizeNearest needs a 4-d image ({order}), got shape {x.shape}")
+    if scales:
+        s = np.asarray(backend.to_host(scales[0]), dtype=np.float32).reshape(-1)
+        if s.size not in (2, 4):
+            raise ShapeError(f"scales must be [height_scale, width_scale], got shape {scales[0].shape}")
+        height_scale, width_scale = float(s[-2]), float(s[-1])
+    if not (width_scale > 0 and height_scale > 0):
+        raise ArgumentError(f"scales must be > 0, got height_scale={height_scale}, width_scale={width_scale}")
+    h_axis = 2 if order == "NCHW" else 1
+    rows = nearest_index(x.shape[h_axis], height_scale)
+    cols = nearest_index(x.shape[h_axis + 1], width_scale)
+    rows, cols = xp.asarray(rows)[:, None], xp.asarray(cols)[None, :]
+    return x[:, :, rows, cols] if order == "NCHW" else x[:, rows, cols, :]
+
+
+def nearest_index(size: int, scale: float):
+    s = np.float32(scale)
+    out = int(np.float32(size) * s)
+    if out <= 0:
+        raise ShapeError(f"scale {scale} shrinks an axis of size {size} to nothing")
+    idx = (np.arange(out, dtype=np.float32) / s).astype(np.int64)
+    return np.minimum(idx, size - 1)
+
+
+# ------------------------------------------------------------------------------------------- ChannelShuffle
+@op("ChannelShuffle", inputs=1, outputs=1, inplace=[], args={"group": 1, "order": "NCHW", "kernel": 1})
+def channel_shuffle(xp, x, *, group, order, kernel):
+    """View the C channels as (group, C/group) and transpose to (C/group, group): output channel
+    k·group + g is input channel g·(C/group) + k. (`kernel` is accepted, unused, as the ConvPoolOpBase
+    form of this op read it.)"""
+    n, c, hxw, _ = channel_layout(x, order)
+    if group <= 0 or c % group:
+        raise ShapeError(f"group={group} must divide the {c} channels of X (shape {x.shape})")
+    k = c // group
+    if order == "NCHW":
+        y = x.reshape(n, group, k, hxw).transpose(0, 2, 1, 3)
+    else:
+        y = x.reshape(n, hxw, group, k).transpose(0, 1, 3, 2)
+    return xp.ascontiguousarray(y).reshape(x.shape)
+
+
+# ----------------------------------------------------------------------------------------------- stylizer
+NOISE_BLOB = "__CAFFE2_STYLIZER_NOISE__"
+
+
+def check_mean(mean):
+    if mean.size != 3:
+        raise ShapeError(f"mean must hold 3 values (B, G, R), got shape {mean.shape}")
+    check_float("mean", mean)
+    return mean.reshape(-1).astype(np.float32)
+
+
+@op("PackedInt8BGRANHWCToNCHWCStylizerPreprocess", inputs=2, outputs=1, inplace=[], context=True,
+    random=True, args={"noise_std": 10.0, "noise_size": 491})
+def stylizer_preprocess(ctx, xp, x, mean, *, noise_std, noise_size, rng):
+    """uint8 BGRA images (N, H, W, 4) -> float32 (N, 3, H, W): Y[n, c] = X[n, :, :, c] − mean[c] + noise.
+
+    The noise is noise_size Gaussian samples (std noise_std) drawn once and kept in the workspace blob
+    __CAFFE2_STYLIZER_NOISE__, so every run (and every such op in the workspace) adds the same noise; it is
+    consumed cyclically in (pixel, channel) order, restarting at each image. Alpha is dropped.
+    """
+    if x.dtype != np.uint8:
+        raise DTypeError(f"X must be uint8 BGRA pixels, got {x.dtype}")
+    if x.ndim != 4 or x.shape[3] != 4:
+        raise ShapeError(f"X must be (N, H, W, 4) BGRA pixels, got shape {x.shape}")
+    mean = check_mean(mean)
+    noise = cached_noise(ctx.workspace, noise_size, noise_std, rng)
+    h, w = x.shape[1:3]
+    cycle = noise[np.arange(h * w * 3) % noise_size].reshape(h, w, 3).transpose(2, 0, 1)
+    y = x[..., :3].transpose(0, 3, 1, 2).astype(np.float32) - mean.reshape(1, 3, 1, 1)
+    return xp.ascontiguousarray(y + xp.asarray(cycle)[None])
+
+
+def cached_noise(ws, size: int, std: float, rng):
+    """The workspace's stylizer noise (host float32), created on first use."""
+    if size <= 0:
+        raise ArgumentError(f"noise_size must be > 0, got {size}")
+    blob = ws.create_blob(NOISE_BLOB)
+    if blob.value is None:
+        blob.set(rng.normal(0.0, std, size).astype(np.float32))
+    noise = np.asarray(backend.to_host(blob.value), dtype=np.float32).reshape(-1)
+    if noise.size < size:
+        raise ShapeError(f"the cached noise blob {NOISE_BLOB} holds {noise.size} values, fewer than "
+                         f"noise_size={size}")
+    return noise
+
+
+@op("BRGNCHWCToPackedInt8BGRAStylizerDeprocess", inputs=2, outputs=1, inplace=[])
+def stylizer_deprocess(xp, x, mean):
+    """float (N, 3, H, W) -> uint8 BGRA (N, H, W, 4): channel c = X[:, c] + mean[c], clamped to [0, 255] and
+    truncated toward zero (NaN becomes 0); alpha is 255."""
+    check_float("X", x)
+    if x.ndim != 4 or x.shape[1] != 3:
+        raise ShapeError(f"X must be (N, 3, H, W), got shape {x.shape}")
+    v = x.astype(np.float32) + check_mean(mean).reshape(1, 3, 1, 1)
+    v = xp.where(xp.isnan(v), np.float32(0), xp.clip(v, np.float32(0), np.float32(255)))
+    n, _, h, w = x.shape
+    y = xp.full((n, h, w, 4), 255, dtype=np.uint8)
+    y[..., :3] = v.transpose(0, 2, 3, 1).astype(np.uint8)
+    return y

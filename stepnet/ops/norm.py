@@ -1,0 +1,238 @@
+"""Normalisation and dropout: SpatialBN, LayerNorm, InstanceNorm, GroupNorm, Dropout, Normalize, NormalizeL1.
+
+Training-mode forms return the statistics their gradients consume (saved mean and inverse std, masks), in
+the layouts Caffe2's gradient ops read them.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import ArgumentError, DTypeError, ShapeError
+from .registry import op
+
+ORDERS = ("NCHW", "NHWC")
+
+
+def check_order(order: str) -> None:
+    if order not in ORDERS:
+        raise ArgumentError(f"order must be 'NCHW' or 'NHWC', got {order!r}")
+
+
+def check_float(name: str, x) -> None:
+    if x.dtype.kind != "f":
+        raise DTypeError(f"{name} must be a float tensor, got {x.dtype}; cast it first (Cast to=1: float32)")
+
+
+def channel_layout(x, order: str, min_ndim: int = 2):
+    """(N, C, spatial size, channel axis) of x in the given storage order."""
+    check_order(order)
+    if x.ndim < min_ndim:
+        raise ShapeError(f"input must have at least {min_ndim} dimensions (N, C, ...), got shape {x.shape}")
+    axis = 1 if order == "NCHW" else x.ndim - 1
+    n, c = x.shape[0], x.shape[axis]
+    hxw = x.size // (n * c) if n * c else 0
+    return n, c, hxw, axis
+
+
+def per_channel(v, x, axis: int):
+    """A length-C vector shaped to broadcast along `axis` of x."""
+    shape = [1] * x.ndim
+    shape[axis] = -1
+    return v.reshape(shape)
+
+
+def check_vector(name: str, v, c: int, what: str = "C") -> None:
+    if v.size != c:
+        raise ShapeError(f"{name} must hold {what} = {c} values (one per channel), got shape {v.shape}")
+
+
+def n_outputs(ctx) -> int:
+    return len(ctx.opdef.output)
+
+
+# ----------------------------------------------------------------------------------------------- SpatialBN
+@op("SpatialBN", inputs=(5, 7), outputs=(1, 5), inplace=[(0, 0)], enforce_inplace=[(3, 1), (4, 2)],
+    context=True,
+    args={"is_test": 0, "epsilon": 1e-5, "momentum": 0.9, "order": "NCHW", "num_batches": 1})
+def spatial_bn(ctx, xp, x, scale, bias, mean, var, *sums, is_test, epsilon, momentum, order, num_batches):
+    """Batch normalisation over every axis but the channel axis.
+
+    Test mode: Y from the given mean/var (1 output). Training mode (5 outputs): batch statistics (biased
+    variance), running stats updated in place as running·momentum + batch·(1−momentum), and the saved
+    mean and saved inverse std 1/sqrt(var+epsilon) for SpatialBNGradient.
+    """
+    check_float("X", x)
+    if epsilon <= 0:
+        raise ArgumentError(f"epsilon must be > 0, got {epsilon}")
+    if not 0 <= momentum <= 1:
+        raise ArgumentError(f"momentum must lie in [0, 1], got {momentum}")
+    outs = n_outputs(ctx)
+    if (is_test and outs != 1) or (not is_test and outs != 5):
+        want = ("1 output (Y)" if is_test
+                else "5 outputs (Y, running_mean, running_var, saved_mean, saved_inv_std)")
+        raise ArgumentError(f"with is_test={int(bool(is_test))} SpatialBN takes {want}, got {outs}; "
+                            "set is_test to match the outputs")
+    n, c, hxw, axis = channel_layout(x, order)
+    check_vector("scale", scale, c)
+    check_vector("bias", bias, c)
+    reduce_axes = tuple(a for a in range(x.ndim) if a != axis)
+    if is_test:
+        check_vector("mean", mean, c)
+        check_vector("var", var, c)
+        inv_std = 1 / xp.sqrt(var.reshape(-1) + epsilon)
+        return affine(x, scale.reshape(-1) * inv_std, mean.reshape(-1), bias.reshape(-1), axis)
+    if num_batches > 1:
+        if len(sums) != 2:
+            raise ArgumentError(f"num_batches={num_batches} needs the 7-input form "
+                                "(X, scale, bias, mean, var, sums, sumsq)")
+        check_vector("sums", sums[0], c)
+        check_vector("sumsq", sums[1], c)
+        count = n * num_batches * hxw
+        batch_mean = sums[0].reshape(-1) / count
+        batch_var = sums[1].reshape(-1) / count - batch_mean * batch_mean
+    else:
+        batch_mean = xp.mean(x, axis=reduce_axes)
+        dev = x - per_channel(batch_mean, x, axis)
+        batch_var = xp.mean(dev * dev, axis=reduce_axes)
+    # Caffe2 starts running statistics that are empty (or of the wrong size) at zero.
+    run_mean = mean.reshape(-1) if mean.size == c else xp.zeros(c, x.dtype)
+    run_var = var.reshape(-1) if var.size == c else xp.zeros(c, x.dtype)
+    keep = np.dtype(x.dtype).type(momentum)
+    new_mean = run_mean * keep + batch_mean * (1 - keep)
+    new_var = run_var * keep + batch_var * (1 - keep)
+    inv_std = 1 / xp.sqrt(batch_var + epsilon)
+    y = affine(x, scale.reshape(-1) * inv_std, batch_mean, bias.reshape(-1), axis)
+    return y, new_mean, new_var, batch_mean, inv_std
+
+
+def affine(x, gain, mean, bias, axis):
+    """(x − mean)·gain + bias with per-channel vectors, fused as x·gain + (bias − mean·gain)."""
+    return x * per_channel(gain, x, axis) + per_channel(bias - mean * gain, x, axis)
+
+
+# ----------------------------------------------------------------------------------------------- LayerNorm
+@op("LayerNorm", inputs=(1, 3), outputs=3, inplace=[],
+    args={"axis": 1, "epsilon": 1e-5, "elementwise_affine": False})
+def layer_norm(xp, x, *affine_params, axis, epsilon, elementwise_affine):
+    """Normalise each row of x flattened at `axis`: Y = (x − mean)/std with std = sqrt(var + epsilon).
+
+    Outputs Y, mean and std, the statistics shaped x.shape[:axis] + (1,). With elementwise_affine (the
+    later Caffe2 form) Y is then scaled by gamma and shifted by beta, both of x.shape[axis:] elements.
+    """
+    check_float("X", x)
+    if x.ndim < 2:
+        raise ShapeError(f"LayerNorm needs an input of at least 2 dimensions, got shape {x.shape}")
+    if not -x.ndim <= axis < x.ndim:
+        raise ArgumentError(f"axis {axis} is out of range for a {x.ndim}-d input")
+    axis %= x.ndim
+    rows = int(np.prod(x.shape[:axis], dtype=np.int64))
+    x2 = x.reshape(rows, -1)
+    mean = xp.mean(x2, axis=1, keepdims=True)
+    dev = x2 - mean
+    std = xp.sqrt(xp.mean(dev * dev, axis=1, keepdims=True) + epsilon)
+    y = dev / std
+    if elementwise_affine:
+        if len(affine_params) != 2:
+            raise ArgumentError("elementwise_affine=1 needs 3 inputs (X, gamma, beta), got "
+                                f"{1 + len(affine_params)}")
+        gamma, beta = affine_params
+        check_vector("gamma", gamma, x2.shape[1], "prod(X.shape[axis:])")
+        check_vector("beta", beta, x2.shape[1], "prod(X.shape[axis:])")
+        y = y * gamma.reshape(1, -1) + beta.reshape(1, -1)
+    stats = tuple(x.shape[:axis]) + (1,)
+    return y.reshape(x.shape), mean.reshape(stats), std.reshape(stats)
+
+
+# ----------------------------------------------------------------------------------------------- InstanceNorm
+@op("InstanceNorm", inputs=3, outputs=(1, 3), inplace=[(0, 0)], args={"epsilon": 1e-5, "order": "NCHW"})
+def instance_norm(xp, x, scale, bias, *, epsilon, order):
+    """Normalise each (sample, channel) plane over its spatial positions, then scale and shift per channel.
+
+    Optional outputs: the saved mean and saved inverse std, both of shape (N, C).
+    """
+    check_float("X", x)
+    if epsilon < 0:
+        raise ArgumentError(f"epsilon must be >= 0, got {epsilon}")
+    n, c, _, axis = channel_layout(x, order, min_ndim=3)
+    check_vector("scale", scale, c)
+    check_vector("bias", bias, c)
+    spatial = tuple(a for a in range(1, x.ndim) if a != axis)
+    mean = xp.mean(x, axis=spatial, keepdims=True)
+    dev = x - mean
+    inv_std = 1 / xp.sqrt(xp.mean(dev * dev, axis=spatial, keepdims=True) + epsilon)
+    y = dev * inv_std * per_channel(scale.reshape(-1), x, axis) + per_channel(bias.reshape(-1), x, axis)
+    return y, mean.reshape(n, c), inv_std.reshape(n, c)
+
+
+# ----------------------------------------------------------------------------------------------- GroupNorm
+@op("GroupNorm", inputs=3, outputs=(1, 3), inplace=[], context=True,
+    args={"group": 32, "epsilon": 1e-5, "order": "NCHW", "is_test": 1})
+def group_norm(ctx, xp, x, gamma, beta, *, group, epsilon, order, is_test):
+    """Normalise each sample over groups of C/group channels and all spatial positions; Y = gamma·x̂ + beta.
+
+    Outputs Y and (for training, is_test=0, where all three are required) the mean and the inverse std
+    1/sqrt(var + epsilon), both of shape (N, group).
+    """
+    check_float("X", x)
+    if not is_test and n_outputs(ctx) != 3:
+        raise ArgumentError(f"with is_test=0 GroupNorm takes 3 outputs (Y, mean, inv_std), "
+                            f"got {n_outputs(ctx)}")
+    n, c, hxw, axis = channel_layout(x, order)
+    if group <= 0 or c % group:
+        raise ShapeError(f"group={group} must divide the {c} channels of X (shape {x.shape})")
+    check_vector("gamma", gamma, c)
+    check_vector("beta", beta, c)
+    k = c // group
+    xc = x.reshape(n, group, k * hxw) if order == "NCHW" else x.reshape(n, hxw, group, k)
+    axes = (2,) if order == "NCHW" else (1, 3)
+    mean = xp.mean(xc, axis=axes, keepdims=True)
+    dev = xc - mean
+    inv_std = 1 / xp.sqrt(xp.mean(dev * dev, axis=axes, keepdims=True) + epsilon)
+    y = (dev * inv_std).reshape(x.shape)
+    y = y * per_channel(gamma.reshape(-1), x, axis) + per_channel(beta.reshape(-1), x, axis)
+    return y, mean.reshape(n, group), inv_std.reshape(n, group)
+
+
+# ----------------------------------------------------------------------------------------------- Dropout
+@op("Dropout", inputs=1, outputs=(1, 2), inplace=[(0, 0)], random=True, context=True,
+    args={"ratio": 0.5, "is_test": 0})
+def dropout(ctx, xp, x, *, ratio, is_test, rng):
+    """Training: keep each element with probability 1−ratio (bool mask, True = kept) and scale the kept
+    ones: Y = X·(1/(1−ratio))·mask. Test: Y is a copy of X; the mask output is left untouched.
+    The mask is drawn on the host."""
+    check_float("X", x)
+    if not 0 <= ratio < 1:
+        raise ArgumentError(f"ratio must lie in [0, 1), got {ratio}")
+    if is_test:
+        return xp.array(x, copy=True), None
+    if n_outputs(ctx) != 2:
+        raise ArgumentError("training-mode Dropout (is_test=0) needs 2 outputs (Y, mask); add the mask "
+                            "output or set is_test=1")
+    mask = xp.asarray(rng.random(x.shape) < 1.0 - ratio)
+    scale = x.dtype.type(np.float32(1.0 / (1.0 - float(np.float32(ratio)))))
+    return x * scale * mask.astype(x.dtype), mask
+
+
+# ----------------------------------------------------------------------------------------------- Normalize
+def _lp_normalize(xp, x, axis, p):
+    check_float("X", x)
+    if x.ndim == 0 or not -x.ndim <= axis < x.ndim:
+        raise ArgumentError(f"axis {axis} is out of range for input of shape {x.shape}")
+    if p == 2:
+        norm = xp.sqrt(xp.sum(x * x, axis=axis, keepdims=True))
+        return x / xp.maximum(norm, x.dtype.type(1e-12))
+    norm = xp.sum(xp.abs(x), axis=axis, keepdims=True)
+    return x / xp.where(norm == 0, x.dtype.type(1), norm)  # an all-zero slice stays zero
+
+
+@op("Normalize", inputs=1, outputs=1, inplace=[], args={"axis": -1})
+def normalize(xp, x, *, axis):
+    """L2-normalise x along `axis`: x / max(||x||₂, 1e-12), so all-zero slices stay zero."""
+    return _lp_normalize(xp, x, axis, 2)
+
+
+@op("NormalizeL1", inputs=1, outputs=1, inplace=[], args={"axis": -1})
+def normalize_l1(xp, x, *, axis):
+    """L1-normalise x along `axis`: x / ||x||₁; all-zero slices stay zero."""
+    return _lp_normalize(xp, x, axis, 1)
+
