@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import proto
+from . import images, proto
 from .errors import ArgumentError, FileFormatError, MissingBlobError, StepnetError, did_you_mean
 from .ops import REGISTRY
 from .ops.registry import REQUIRED
@@ -22,15 +22,21 @@ DTYPES = ("float32", "float64", "float16", "int32", "int64", "int16", "int8", "u
 
 
 # --------------------------------------------------------------------------------------------- feeds
-def parse_feed(spec: str) -> dict[str, np.ndarray]:
-    """NAME=FILE.npy | NAME=FILE.npz | FILE.npz | NAME=VALUE[:dtype] -> {name: array}."""
+def parse_feed(spec: str) -> dict:
+    """NAME=FILE.npy | NAME=FILE.npz | FILE.npz | NAME=VALUE[:dtype] | [NAME=]IMAGE[:layout] -> {name: array}.
+    An image without a name is keyed None: it feeds the predict net's first external input."""
     name, sep, value = spec.partition("=")
     if not sep:
         if spec.endswith(".npz"):
             return dict(_load_npz(Path(spec)))
-        raise ArgumentError(f"--feed {spec!r}: expected NAME=FILE.npy, NAME=FILE.npz, FILE.npz or NAME=VALUE")
+        if images.is_image_path(spec):
+            return {None: images.read_image(*images.split_layout(spec))}
+        raise ArgumentError(f"--feed {spec!r}: expected NAME=FILE.npy, NAME=FILE.npz, FILE.npz, NAME=VALUE "
+                            "or [NAME=]IMAGE.png[:layout]")
     if not name:
         raise ArgumentError(f"--feed {spec!r}: the blob name before '=' is empty")
+    if images.is_image_path(value):
+        return {name: images.read_image(*images.split_layout(value))}
     if value.endswith((".npy", ".npz")) or Path(value).suffix in {".npy", ".npz"}:
         path = Path(value)
         if value.endswith(".npz"):
@@ -132,6 +138,8 @@ def cmd_run(a) -> int:
     for spec in a.feed:
         feeds.update(parse_feed(spec))
     outputs: list[str] = []
+    if None in feeds:
+        feeds[_first_input(model, a)] = feeds.pop(None)
     if isinstance(model, proto.PlanDef):
         if a.predict_net:
             raise ArgumentError(f"{a.model} is a PlanDef; give a second file only after an init NetDef")
@@ -160,7 +168,25 @@ def cmd_run(a) -> int:
         save_npz(Path(a.save), fetched)
         if not a.quiet:
             print(f"saved {len(fetched)} blob(s) to {a.save}")
+    if a.save_image:
+        if not fetched:
+            raise ArgumentError("--save-image needs a blob: name it with --fetch")
+        path, layout = images.split_layout(a.save_image)
+        name, value = next(iter(fetched.items()))
+        proto.atomic_write(Path(path), images.image_bytes(value, layout, images.format_of(path)))
+        if not a.quiet:
+            print(f"saved {name} as image {path}")
     return 0
+
+
+def _first_input(model, a) -> str:
+    """The blob a nameless image feed goes to: the predict net's first external input (Caffe2's Predictor
+    feeds inputs by position)."""
+    net = proto.load(a.predict_net, kind="net") if a.predict_net else model
+    if not isinstance(net, proto.NetDef) or not net.external_input:
+        raise ArgumentError("an image given without NAME= feeds the predict net's first external input, "
+                            "but this model declares none; use --feed NAME=IMAGE")
+    return net.external_input[0]
 
 
 def _check_inputs(ws, predict, init, a) -> None:
@@ -301,6 +327,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--feed", action="append", default=[], metavar="NAME=FILE.npy|FILE.npz|VALUE[:dtype]")
     r.add_argument("--fetch", nargs="+", default=[], metavar="NAME", help="blobs to print and save")
     r.add_argument("--save", metavar="OUT.npz", help="write the fetched blobs (default: external outputs)")
+    r.add_argument("--save-image", metavar="OUT.png[:layout]",
+                   help="write the first fetched blob (an N×H×W×C uint8 image) as a picture; layout rgb, bgr, "
+                        "rgba, bgra or gray (default rgb)")
     r.add_argument("--seed", type=int, default=0, help="seed of the random fill ops (default 0)")
     r.add_argument("--device", choices=("auto", "cpu", "cuda", "emulate"), default="auto",
                    help="where CUDA ops run: auto (GPU if CuPy has one, else CPU), cpu, cuda, emulate")

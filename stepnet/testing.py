@@ -7,6 +7,7 @@ import numpy as np
 
 from . import backend
 from .proto import DeviceOption, OperatorDef, make_argument
+from .shapes import TensorSpec, infer_net
 from .workspace import Workspace
 
 DEVICES = ("cpu", "emulated")  # the emulated device stands in for CUDA on machines without a GPU
@@ -20,6 +21,25 @@ def make_op(op_type: str, inputs: Sequence[str], outputs: Sequence[str], device:
     if device != "cpu":
         opdef.device_option.CopyFrom(DeviceOption(device_type=1, device_id=0))
     return opdef
+
+
+def check_inferred_shapes(opdef, in_specs, ws) -> None:
+    """The op's shape function (if any) must agree with the outputs it really produced."""
+    from .proto import NetDef
+
+    net = NetDef(name=f"{opdef.type}_shapes")
+    net.op.add().CopyFrom(opdef)
+    inferred = infer_net(net, in_specs)
+    for name in opdef.output:
+        got = inferred.get(name)
+        value = ws.get_blob(name).value
+        if got is None or got.shape is None or not hasattr(value, "shape"):
+            continue
+        assert got.shape == tuple(value.shape), (
+            f"{opdef.type}: shape function says {name} is {got.shape}, the kernel produced {tuple(value.shape)}")
+        if got.dtype is not None:
+            assert got.dtype == value.dtype, (
+                f"{opdef.type}: shape function says {name} is {got.dtype}, the kernel produced {value.dtype}")
 
 
 def run_op(op_type: str, inputs, outputs=1, device: str = "cpu", ws: Workspace | None = None, **args):
@@ -36,7 +56,11 @@ def run_op(op_type: str, inputs, outputs=1, device: str = "cpu", ws: Workspace |
     do = DeviceOption(device_type=1) if device != "cpu" else None
     for name, value in inputs.items():
         ws.feed(name, value, device_option=do)
-    ws.run_operator_once(make_op(op_type, list(inputs), names, device=device, **args))
+    opdef = make_op(op_type, list(inputs), names, device=device, **args)
+    in_specs = {n: TensorSpec.of(backend.to_host(ws.get_blob(n).value)) for n in inputs
+                if hasattr(ws.get_blob(n).value, "shape")}
+    ws.run_operator_once(opdef)
+    check_inferred_shapes(opdef, in_specs, ws)
     results = []
     for n in names:
         blob = ws.get_blob(n)

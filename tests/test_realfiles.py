@@ -348,3 +348,28 @@ def test_wire_reader_agrees_with_sources_md():
     data = (DATA / "caffe2/squeeze_predict_net.pb").read_bytes()
     assert collections.Counter(wire_type(op) for op in wire_ops(data)) == collections.Counter(
         FACTS["caffe2/squeeze_predict_net.pb"][1])
+
+
+# Ops only the detection/quantized nets use; the README's limits list them.
+KNOWN_UNSUPPORTED = {"BBoxTransform", "BoxWithNMSLimit", "GenerateProposals", "RoIAlign", "If", "IsEmpty"}
+
+
+@pytest.mark.parametrize("path", [p for p in PB_FILES + TEXT_FILES if "glow" not in p.parts], ids=_id)
+def test_inspect_runs_cleanly_on_every_real_model(path, capsys):
+    """`stepnet inspect` prints the nets, warns about nothing, and lists only the detection ops as unsupported."""
+    import warnings
+
+    from stepnet.cli import main
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert main(["inspect", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("net ")
+    if "unsupported ops" in out:
+        listed = {item.split("×")[0] for item in out.split("unsupported ops (this build cannot run them): ")[1]
+                  .strip().split(", ")}
+        assert listed <= KNOWN_UNSUPPORTED, listed
+        assert "maskrcnn" in path.name or "detectron" in path.name
+    else:
+        assert "all ops supported" in out

@@ -1,0 +1,115 @@
+"""Pooling: MaxPool, AveragePool (+ 1D/2D/3D aliases), LpPool, and LRN (local response normalization).
+
+Windows come from conv.window_view (the same geometry as Conv, see conv_pool_op_base.h); only the reduction
+differs. Caffe2 pools over the valid pixels of a window only: padding never wins a max, and an average
+divides by the number of valid pixels unless count_include_pad=1 (pool_op.cc; the argument appeared in the
+PyTorch era, before it the count always excluded padding). Pooling rejects dilation and pads >= kernel, as
+Caffe2 does.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+
+from ..errors import ArgumentError
+from .conv import (channels_first, check_float, check_order, from_channels_first, geometry, window_args,
+                   window_view)
+from .registry import op
+
+POOL_ARGS = window_args("kernel", "stride", "pad", "dilation", global_pooling=True)
+
+
+def _windows(xp, X, name, args):
+    """(X viewed channels-first, its window geometry, the order), after the argument and dtype checks."""
+    order = check_order(args.pop("order"))
+    check_float(name, X)
+    xc = channels_first(xp, X, order)
+    g = geometry(args, xc.shape[2:], pool=True)
+    return xc, g, order
+
+
+def _reduce(xp, v, g, how):
+    """Max or sum of a window view over its kernel axes: one whole-array op per kernel position (much faster
+    than a strided reduction), or a direct reduction for global / very large windows."""
+    if math.prod(g.out) == 1 or math.prod(g.kernel) > 64:
+        axes = tuple(range(2 + g.ndim, 2 + 2 * g.ndim))
+        return xp.max(v, axis=axes) if how == "max" else xp.sum(v, axis=axes)
+    acc = None
+    for tap in itertools.product(*(range(k) for k in g.kernel)):
+        part = v[(Ellipsis,) + tap]
+        if acc is None:
+            acc = part.copy()
+        elif how == "max":
+            xp.maximum(acc, part, out=acc)
+        else:
+            acc += part
+    return acc
+
+
+def _valid_counts(xp, g, spatial, dtype):
+    """Per output position, the number of window pixels inside the image (outer product of per-dim counts)."""
+    count = np.ones((), dtype=np.int64)
+    for i in range(g.ndim):
+        start = np.arange(g.out[i]) * g.stride[i] - g.pad_begin[i]
+        n = np.clip(np.minimum(start + g.kernel[i], spatial[i]) - np.maximum(start, 0), 0, None)
+        count = np.multiply.outer(count, n)
+    return xp.asarray(np.maximum(count, 1).astype(dtype))
+
+
+@op("MaxPool", inputs=1, outputs=1, inplace=(), aliases=("MaxPool1D", "MaxPool2D", "MaxPool3D"),
+    args=POOL_ARGS)
+def max_pool(xp, X, **args):
+    """Maximum over each window; padding never wins (it holds the dtype's lowest value, Caffe2's start)."""
+    xc, g, order = _windows(xp, X, "MaxPool", args)
+    lowest = float(xp.finfo(X.dtype).min)
+    y = _reduce(xp, window_view(xp, xc, g, fill=lowest), g, "max")
+    return from_channels_first(xp, y, order)
+
+
+@op("AveragePool", inputs=1, outputs=1, inplace=(),
+    aliases=("AveragePool1D", "AveragePool2D", "AveragePool3D"),
+    args={**POOL_ARGS, "count_include_pad": False})
+def average_pool(xp, X, *, count_include_pad, **args):
+    """Mean over each window: divided by its valid pixels, or by the kernel size with count_include_pad."""
+    xc, g, order = _windows(xp, X, "AveragePool", args)
+    y = _reduce(xp, window_view(xp, xc, g), g, "sum")
+    if count_include_pad:
+        y = y / float(np.prod(g.kernel))
+    else:
+        y = y / _valid_counts(xp, g, xc.shape[2:], X.dtype)
+    return from_channels_first(xp, y, order)
+
+
+@op("LpPool", inputs=1, outputs=1, inplace=(), args={**POOL_ARGS, "p": 2.0})
+def lp_pool(xp, X, *, p, **args):
+    """(sum over each window of |x|^p)^(1/p) (lp_pool_op.cc); padding contributes nothing."""
+    xc, g, order = _windows(xp, X, "LpPool", args)
+    y = _reduce(xp, window_view(xp, xp.abs(xc) ** p, g), g, "sum") ** (1.0 / p)
+    return from_channels_first(xp, y, order)
+
+
+@op("LRN", inputs=1, outputs=(1, 2), inplace=(),
+    args={"size": 0, "alpha": 0.0, "beta": 0.0, "bias": 1.0, "order": "NCHW"})
+def lrn(xp, X, *, size, alpha, beta, bias, order):
+    """Across-channel LRN (local_response_normalization_op.cc): scale = bias + alpha/size * (sum of x^2 over
+    `size` channels starting (size-1)/2 before c, zeros outside), Y = X * scale^-beta. Outputs Y and scale."""
+    order = check_order(order)
+    check_float("LRN", X)
+    if size < 1:
+        raise ArgumentError(f"LRN needs a positive (odd) size, got size={size}")
+    if X.ndim < 2:
+        raise ArgumentError(f"LRN needs a channel axis, got a {X.ndim}-D input")
+    axis = 1 if order == "NCHW" else X.ndim - 1
+    channels, before = X.shape[axis], (size - 1) // 2
+    widths = [(0, 0)] * X.ndim
+    widths[axis] = (before, size - 1 - before)
+    sq = xp.pad(X * X, widths, mode="constant")
+    total = xp.zeros_like(X)
+    for j in range(size):
+        index = [slice(None)] * X.ndim
+        index[axis] = slice(j, j + channels)
+        total += sq[tuple(index)]
+    scale = total * (alpha / size) + bias
+    return X * scale ** -beta, scale

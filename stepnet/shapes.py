@@ -1,0 +1,97 @@
+"""Static shape and dtype inference over a net, from each op record's shape function.
+
+A shape function takes the input TensorSpecs and the op's parsed arguments (the same keywords as its kernel)
+and returns the output TensorSpecs (a shorter list leaves the rest unknown). It is called only when every
+input's shape is known, so it can compute freely; it raises ShapeError/ArgumentError for inputs that cannot
+work together, and inference reports that error, with the op named, before anything runs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .errors import StepnetError
+from .executor import op_label, parse_args
+from .ops import REGISTRY
+
+SMALL_VALUE = 64  # constant int tensors up to this size carry their values (shape inputs, sizes)
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """What is known of a blob before running: shape (a tuple; None for an unknown shape, a None entry for an
+    unknown dim), dtype, and for small integer constants the value (so shape inputs can be followed)."""
+    shape: tuple | None
+    dtype: Any = None
+    value: Any = None
+
+    @classmethod
+    def of(cls, array) -> "TensorSpec":
+        arr = np.asarray(array) if not hasattr(array, "shape") else array
+        value = None
+        if arr.size <= SMALL_VALUE and arr.dtype.kind in "iub":
+            value = np.array(arr.get() if hasattr(arr, "get") else arr)
+        return cls(tuple(arr.shape), np.dtype(arr.dtype), value)
+
+    def __str__(self):
+        shape = "?" if self.shape is None else "×".join(map(str, self.shape)) or "scalar"
+        return f"{shape} {self.dtype if self.dtype is not None else '?'}"
+
+
+UNKNOWN = TensorSpec(None)
+
+
+def spec(shape, dtype=np.float32, value=None) -> TensorSpec:
+    """Convenience for shape functions: TensorSpec(tuple(shape), np.dtype(dtype))."""
+    return TensorSpec(tuple(int(d) for d in shape), np.dtype(dtype), value)
+
+
+def same_as(i: int = 0, n: int = 1):
+    """A shape function: n outputs shaped and typed like input i."""
+    def shape(specs, **_):
+        return [specs[i]] * n
+    return shape
+
+
+def infer_op(schema, opdef, specs: list[TensorSpec], args: dict, label: str) -> list[TensorSpec]:
+    """Output specs of one op (unknown where the record has no shape function or inputs are unknown)."""
+    if schema.shape is None or any(s.shape is None or None in s.shape for s in specs):
+        return [UNKNOWN] * len(opdef.output)
+    try:
+        outs = list(schema.shape(specs, **args))
+    except StepnetError as e:
+        shapes = ", ".join(f"{n} {s}" for n, s in zip(opdef.input, specs))
+        raise type(e)(f"{label}: {e} [inputs: {shapes}]") from None
+    outs = outs[:len(opdef.output)]
+    return [o if isinstance(o, TensorSpec) else UNKNOWN for o in outs] + [UNKNOWN] * (len(opdef.output) - len(outs))
+
+
+def infer_net(netdef, known: dict[str, TensorSpec] | None = None, strict: bool = False) -> dict[str, TensorSpec]:
+    """Specs of every blob of netdef, given specs of its inputs (by name). Raises on a static mismatch."""
+    import warnings
+
+    specs = dict(known or {})
+    for index, opdef in enumerate(netdef.op):
+        label = op_label(netdef.name, index, opdef)
+        schema = REGISTRY.get(opdef.type)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            args = parse_args(schema, opdef, label, strict)
+        if schema.random:
+            args["rng"] = None
+        ins = [specs.get(name, UNKNOWN) for name in opdef.input]
+        for name, s in zip(opdef.output, infer_op(schema, opdef, ins, args, label)):
+            specs[name] = s
+    return specs
+
+
+def specs_of_workspace(ws, names) -> dict[str, TensorSpec]:
+    """Specs of the named blobs that hold arrays in a workspace."""
+    out = {}
+    for name in names:
+        blob = ws.find(name)
+        if blob is not None and hasattr(blob.value, "shape"):
+            out[name] = TensorSpec.of(blob.value)
+    return out
