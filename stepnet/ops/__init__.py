@@ -4,7 +4,7 @@ import importlib
 from .registry import REGISTRY, Arg, op
 
 FAMILIES = ("fill", "elementwise", "activation", "math", "reduce", "shape", "index", "util", "device",
-            "conv", "pool", "norm", "image")
+            "conv", "pool", "norm", "image", "loss", "optim", "db", "rnn")
 
 for _family in FAMILIES:
     try:

@@ -121,6 +121,10 @@ class Registry:
         import dataclasses
         self._ops[type_] = dataclasses.replace(self._ops[type_], **changes)
 
+    def unregister(self, type_: str) -> None:
+        """Remove a record (for tests that register throwaway ops)."""
+        self._ops.pop(type_, None)
+
     def get(self, type_: str) -> OpSchema:
         try:
             return self._ops[type_]
@@ -206,10 +210,12 @@ class KnownHints:
         "enable_rnn_executor", "rnn_executor_debug", "order", "shared_buffer", "engine",
     })
     prefixes: tuple = ("rnn_executor.", "rnn_dependency.")
+    suffixes: tuple = (".rename",)  # memonger's renaming map on RecurrentNetworkGradient, read from the OperatorDef
     extra: set = field(default_factory=set)
 
     def __contains__(self, name: str) -> bool:
-        return name in self.names or name in self.extra or name.startswith(self.prefixes)
+        return (name in self.names or name in self.extra or name.startswith(self.prefixes)
+                or name.endswith(self.suffixes))
 
 
 KNOWN_HINTS = KnownHints()
