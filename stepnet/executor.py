@@ -114,15 +114,16 @@ class Net:
         self.mixed_devices = any(not b.device.is_cpu for b in self.ops)
 
     def _check_sources(self) -> None:
+        """Caffe2's NetBase checks: with external inputs declared, every op input needs a source; declared
+        external outputs must be produced (always)."""
         nd = self.netdef
-        if not nd.external_input:
-            return
         known = set(nd.external_input)
         for i, opdef in enumerate(nd.op):
-            for name in opdef.input:
-                if name not in known:
-                    raise NetError(f"{op_label(self.name, i, opdef)}: source for input {name!r} is unknown: it is "
-                                   "neither an external_input of the net nor an output of an earlier op")
+            if nd.external_input:
+                for name in opdef.input:
+                    if name not in known:
+                        raise NetError(f"{op_label(self.name, i, opdef)}: source for input {name!r} is unknown: it "
+                                       "is neither an external_input of the net nor an output of an earlier op")
             known.update(opdef.output)
         missing = [o for o in nd.external_output if o not in known]
         if missing:
@@ -133,6 +134,9 @@ class Net:
         if not opdef.HasField("device_option") and self.netdef.HasField("device_option"):
             opdef.device_option.CopyFrom(self.netdef.device_option)
         label = op_label(self.name, index, opdef)
+        if opdef.device_option.node_name:
+            raise NetError(f"{label}: device_option.node_name is {opdef.device_option.node_name!r}; it must be "
+                           "empty at execution time (it is a partitioning hint): clear it to run the net here")
         try:
             schema = REGISTRY.get(opdef.type)
         except StepnetError as e:
