@@ -13,13 +13,13 @@ from typing import Any
 import numpy as np
 
 from .errors import StepnetError
-from .executor import op_label, parse_args
+from .executor import check_arity, op_label, parse_args
 from .ops import REGISTRY
 
 SMALL_VALUE = 64  # constant int tensors up to this size carry their values (shape inputs, sizes)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class TensorSpec:
     """What is known of a blob before running: shape (a tuple; None for an unknown shape, a None entry for an
     unknown dim), dtype, and for small integer constants the value (so shape inputs can be followed)."""
@@ -76,6 +76,7 @@ def infer_net(netdef, known: dict[str, TensorSpec] | None = None, strict: bool =
     for index, opdef in enumerate(netdef.op):
         label = op_label(netdef.name, index, opdef)
         schema = REGISTRY.get(opdef.type)
+        check_arity(schema, opdef, label)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             args = parse_args(schema, opdef, label, strict)

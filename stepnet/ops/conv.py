@@ -5,7 +5,8 @@ Geometry follows caffe2/operators/conv_pool_op_base.h: each window quantity has 
 2-D form (`kernel_h`+`kernel_w`), and a per-dimension list (`kernels`); pads list all begins then all ends
 (`pad_t, pad_l, pad_b, pad_r` for 2-D). `legacy_pad` (caffe2_legacy.proto) is NOTSET=0, VALID=1, SAME=2 or
 CAFFE_LEGACY_POOLING=3. Arrays are handled channels-first inside (an NHWC input is a transposed view), so one
-code path serves both orders and 1-, 2- and 3-D images.
+code path serves both orders and 1-, 2- and 3-D images. The shape functions run the same checks and the same
+geometry on shapes alone.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from functools import lru_cache
 
 from ..errors import ArgumentError, DTypeError, ShapeError
 from .registry import Arg, op
+from .shape import Meta, out_spec
 
 NOTSET, VALID, SAME, CAFFE_LEGACY_POOLING = 0, 1, 2, 3
 LEGACY_NAMES = {NOTSET: "NOTSET", VALID: "VALID", SAME: "SAME", CAFFE_LEGACY_POOLING: "CAFFE_LEGACY_POOLING"}
@@ -199,6 +201,8 @@ def check_order(order: str) -> str:
 
 
 def check_float(name: str, *arrays) -> None:
+    """Float inputs of one dtype (arrays or TensorSpecs; an unknown dtype passes)."""
+    arrays = [a for a in arrays if a.dtype is not None]
     for a in arrays:
         if a.dtype.kind != "f":
             raise DTypeError(f"{name} needs floating-point inputs, got {a.dtype}; cast first (Cast to=1)")
@@ -207,11 +211,23 @@ def check_float(name: str, *arrays) -> None:
         raise DTypeError(f"{name} needs one dtype for all inputs, got {got}")
 
 
+def image_dims(shape, order: str, what: str = "X") -> tuple[int, int, tuple]:
+    """(N, C, spatial dims) of an image shape in the given order."""
+    if len(shape) < 3:
+        raise ShapeError(f"{what} must have a batch, a channel and at least one spatial dim ({order}), "
+                         f"got shape {tuple(shape)}")
+    shape = tuple(int(d) for d in shape)
+    return (shape[0], shape[1], shape[2:]) if order == "NCHW" else (shape[0], shape[-1], shape[1:-1])
+
+
+def in_order(n: int, c: int, spatial, order: str) -> tuple:
+    """The shape (N, C, *spatial) laid out in the given order."""
+    return (n, c, *spatial) if order == "NCHW" else (n, *spatial, c)
+
+
 def channels_first(xp, x, order: str, what: str = "X"):
     """x viewed as (N, C, *spatial); NHWC inputs are transposed views (no copy)."""
-    if x.ndim < 3:
-        raise ShapeError(f"{what} must have a batch, a channel and at least one spatial dim ({order}), "
-                         f"got shape {tuple(x.shape)}")
+    image_dims(x.shape, order, what)
     return x if order == "NCHW" else xp.moveaxis(x, -1, 1)
 
 
@@ -328,9 +344,9 @@ def _conv_checks(X, W, b, order, group):
         raise ShapeError(f"the bias must be a vector of the {M} output channels, got shape {tuple(b.shape)}")
 
 
-def _kernel_of(args, wc, W):
+def _kernel_of(args, W, order):
     """Kernel sizes taken from the filter, checked against the kernel arguments when these are given."""
-    ks = tuple(int(v) for v in wc.shape[2:])
+    ks = tuple(int(v) for v in (W.shape[2:] if order == "NCHW" else W.shape[1:-1]))
     given = _family(dict(_key(args)), "kernel", len(ks))
     if given is not None and tuple(given) != ks:
         raise ShapeError(f"the kernel arguments say {list(given)} but the filter {tuple(W.shape)} has "
@@ -338,16 +354,27 @@ def _kernel_of(args, wc, W):
     return ks
 
 
-@op("Conv", inputs=(2, 3), outputs=1, inplace=(), aliases=("Conv1D", "Conv2D", "Conv3D"),
+def _conv_geometry(X, W, b, order, group, args) -> tuple[str, Geometry]:
+    """Conv's checks on arrays or specs; (canonical order, window geometry)."""
+    order = check_order(order)
+    check_float("Conv", *(a for a in (X, W, b) if a is not None))
+    _conv_checks(X, W, b, order, group)
+    return order, geometry(args, image_dims(X.shape, order)[2], _kernel_of(args, W, order))
+
+
+def _conv_shape(specs, *, order, group, float16_compute, **args):
+    X, W, b = (*map(Meta, specs), None)[:3]
+    order, g = _conv_geometry(X, W, b, order, group, args)
+    return [out_spec(in_order(X.shape[0], W.shape[0], g.out, order), X.dtype)]
+
+
+@op("Conv", inputs=(2, 3), outputs=1, inplace=(), aliases=("Conv1D", "Conv2D", "Conv3D"), shape=_conv_shape,
     args={**window_args("kernel", "stride", "pad", "dilation"), "group": 1, "float16_compute": False})
 def conv(xp, X, W, b=None, *, order, group, float16_compute, **args):
     """N-D convolution Y = X * filter + bias (filter M x C/group x kernel in NCHW, M x kernel x C/group in
     NHWC): im2col + one GEMM per group."""
-    order = check_order(order)
-    check_float("Conv", *(a for a in (X, W, b) if a is not None))
-    _conv_checks(X, W, b, order, group)
+    order, g = _conv_geometry(X, W, b, order, group, args)
     xc, wc = channels_first(xp, X, order), canonical_filter(xp, W, order)
-    g = geometry(args, xc.shape[2:], _kernel_of(args, wc, W))
     n, m = xc.shape[0], wc.shape[0]
     cols = im2col(xp, xc, g, group)                                   # G x N*P x Cg*K
     wmat = wc.reshape(group, m // group, cols.shape[2])               # G x Mg x Cg*K
@@ -360,20 +387,18 @@ def conv(xp, X, W, b=None, *, order, group, float16_compute, **args):
 
 
 # --------------------------------------------------------------------------------------------- ConvTranspose
-@op("ConvTranspose", inputs=(2, 3), outputs=1, inplace=(),
-    args={**window_args("kernel", "stride", "pad", "adj"), "group": 1})
-def conv_transpose(xp, X, W, b=None, *, order, group, legacy_pad, **args):
-    """The adjoint of Conv: X (N x M x in) with filter M x C/group x kernel (NCHW) gives
-    Y of size (in-1)*stride + kernel + adj - pads; GEMM then col2im."""
+def _conv_transpose_geometry(X, W, b, order, group, legacy_pad, args):
+    """ConvTranspose's checks on arrays or specs; (canonical order, output channels, geometry, output
+    spatial sizes)."""
     order = check_order(order)
     check_float("ConvTranspose", *(a for a in (X, W, b) if a is not None))
     if W.ndim != X.ndim:
         raise ShapeError(f"the filter must have the input's rank {X.ndim}, got filter shape {tuple(W.shape)}")
     if group < 1:
         raise ArgumentError(f"group must be positive, got {group}")
-    xc, wc = channels_first(xp, X, order), canonical_filter(xp, W, order)
-    n, m, cg = xc.shape[0], xc.shape[1], wc.shape[1]
-    if wc.shape[0] != m:
+    _, m, spatial = image_dims(X.shape, order)
+    first, cg = W.shape[0], (W.shape[1] if order == "NCHW" else W.shape[-1])
+    if first != m:
         raise ShapeError(f"the filter's first dim must equal the {m} input channels ({order}), got filter "
                          f"{tuple(W.shape)}{_order_hint(X.shape, W.shape, order, group, transpose=True)}")
     if m % group:
@@ -381,7 +406,23 @@ def conv_transpose(xp, X, W, b=None, *, order, group, legacy_pad, **args):
     c = cg * group
     if b is not None and (b.ndim != 1 or b.shape[0] != c):
         raise ShapeError(f"the bias must be a vector of the {c} output channels, got shape {tuple(b.shape)}")
-    g, out_sizes = _transpose_geometry(args, legacy_pad, xc.shape[2:], _kernel_of(args, wc, W))
+    return (order, c, *_transpose_geometry(args, legacy_pad, spatial, _kernel_of(args, W, order)))
+
+
+def _conv_transpose_shape(specs, *, order, group, legacy_pad, **args):
+    X, W, b = (*map(Meta, specs), None)[:3]
+    order, c, _, out = _conv_transpose_geometry(X, W, b, order, group, legacy_pad, args)
+    return [out_spec(in_order(X.shape[0], c, out, order), X.dtype)]
+
+
+@op("ConvTranspose", inputs=(2, 3), outputs=1, inplace=(), shape=_conv_transpose_shape,
+    args={**window_args("kernel", "stride", "pad", "adj"), "group": 1})
+def conv_transpose(xp, X, W, b=None, *, order, group, legacy_pad, **args):
+    """The adjoint of Conv: X (N x M x in) with filter M x C/group x kernel (NCHW) gives
+    Y of size (in-1)*stride + kernel + adj - pads; GEMM then col2im."""
+    order, c, g, out_sizes = _conv_transpose_geometry(X, W, b, order, group, legacy_pad, args)
+    xc, wc = channels_first(xp, X, order), canonical_filter(xp, W, order)
+    n, m, cg = xc.shape[0], xc.shape[1], c // group
     pixels, taps = math.prod(xc.shape[2:]), math.prod(wc.shape[2:])
     mg = m // group
     xmat = xc.reshape((n, group, mg, pixels)).transpose(1, 0, 3, 2).reshape(group, n * pixels, mg)

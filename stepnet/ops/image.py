@@ -1,9 +1,11 @@
 """Image-layout operators: PadImage, ResizeNearest, ChannelShuffle and the two pixel-format ops of Caffe2's
 mobile style-transfer nets (uint8 BGRA NHWC in, float NCHW through the net, uint8 BGRA NHWC out).
 
-NCHW2NHWC / NHWC2NCHW live in shape.py.
+NCHW2NHWC / NHWC2NCHW live in shape.py. Kernels and shape functions share each op's checks and size rules.
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -11,6 +13,7 @@ from .. import backend
 from ..errors import ArgumentError, DTypeError, ShapeError
 from .norm import channel_layout, check_float, check_order
 from .registry import Arg, op
+from .shape import Meta, like, out_spec
 
 PAD_MODES = ("constant", "reflect", "edge")
 
@@ -56,16 +59,8 @@ def source_index(size: int, before: int, after: int, mode: str):
     return idx, inside
 
 
-@op("PadImage", inputs=1, outputs=1, inplace=[],
-    args={"pad": Arg("int", None), "pad_t": Arg("int", None), "pad_l": Arg("int", None),
-          "pad_b": Arg("int", None), "pad_r": Arg("int", None), "pads": Arg("ints", None),
-          "mode": "constant", "value": 0.0, "order": "NCHW", "legacy_pad": 0, "stride": 1})
-def pad_image(xp, x, *, pad, pad_t, pad_l, pad_b, pad_r, pads, mode, value, order, legacy_pad, stride):
-    """Pad (or, with negative pads, crop) the two spatial axes of a 4-d image.
-
-    mode "constant" fills with `value`; "reflect" mirrors about the edge sample without repeating it
-    (numpy's "reflect"); "edge" repeats the edge sample.
-    """
+def _pad_plan(x, *, pad, pad_t, pad_l, pad_b, pad_r, pads, mode, value, order, legacy_pad, stride):
+    """PadImage's checks; the row and column plans (source index, inside mask) and the height axis."""
     check_order(order)
     check_float("X", x)
     if mode not in PAD_MODES:
@@ -78,8 +73,30 @@ def pad_image(xp, x, *, pad, pad_t, pad_l, pad_b, pad_r, pads, mode, value, orde
         raise ShapeError(f"PadImage needs a non-empty 4-d image ({order}), got shape {x.shape}")
     t, left, b, r = image_pads(pad, pad_t, pad_l, pad_b, pad_r, pads)
     h_axis = 2 if order == "NCHW" else 1
-    hi, h_in = source_index(x.shape[h_axis], t, b, mode)
-    wi, w_in = source_index(x.shape[h_axis + 1], left, r, mode)
+    return (source_index(x.shape[h_axis], t, b, mode), source_index(x.shape[h_axis + 1], left, r, mode),
+            h_axis)
+
+
+def _pad_shape(specs, **args):
+    (rows, _), (cols, _), h_axis = _pad_plan(Meta(specs[0]), **args)
+    shape = list(specs[0].shape)
+    shape[h_axis:h_axis + 2] = [rows.size, cols.size]
+    return [out_spec(shape, specs[0].dtype)]
+
+
+@op("PadImage", inputs=1, outputs=1, inplace=[], shape=_pad_shape,
+    args={"pad": Arg("int", None), "pad_t": Arg("int", None), "pad_l": Arg("int", None),
+          "pad_b": Arg("int", None), "pad_r": Arg("int", None), "pads": Arg("ints", None),
+          "mode": "constant", "value": 0.0, "order": "NCHW", "legacy_pad": 0, "stride": 1})
+def pad_image(xp, x, *, pad, pad_t, pad_l, pad_b, pad_r, pads, mode, value, order, legacy_pad, stride):
+    """Pad (or, with negative pads, crop) the two spatial axes of a 4-d image.
+
+    mode "constant" fills with `value`; "reflect" mirrors about the edge sample without repeating it
+    (numpy's "reflect"); "edge" repeats the edge sample.
+    """
+    (hi, h_in), (wi, w_in), _ = _pad_plan(x, pad=pad, pad_t=pad_t, pad_l=pad_l, pad_b=pad_b, pad_r=pad_r,
+                                          pads=pads, mode=mode, value=value, order=order,
+                                          legacy_pad=legacy_pad, stride=stride)
     rows = xp.asarray(hi)[:, None]
     cols = xp.asarray(wi)[None, :]
     y = x[:, :, rows, cols] if order == "NCHW" else x[:, rows, cols, :]
@@ -91,24 +108,46 @@ def pad_image(xp, x, *, pad, pad_t, pad_l, pad_b, pad_r, pads, mode, value, orde
 
 
 # ------------------------------------------------------------------------------------------- ResizeNearest
-@op("ResizeNearest", inputs=(1, 2), outputs=1, inplace=[],
+def _resize_plan(x, scales, width_scale, height_scale, order):
+    """ResizeNearest's checks; (height axis, height scale, width scale). `scales` is None or (shape of the
+    scales input, its float32 values or None when unknown: TensorSpecs carry no float values)."""
+    check_order(order)
+    check_float("X", x)
+    if x.ndim != 4:
+        raise ShapeError(f"ResizeNearest needs a 4-d image ({order}), got shape {x.shape}")
+    if scales is not None:
+        shape, s = scales
+        if math.prod(shape) not in (2, 4):
+            raise ShapeError(f"scales must be [height_scale, width_scale], got shape {tuple(shape)}")
+        height_scale, width_scale = (None, None) if s is None else (float(s[-2]), float(s[-1]))
+    if height_scale is not None and not (width_scale > 0 and height_scale > 0):
+        raise ArgumentError(f"scales must be > 0, got height_scale={height_scale}, width_scale={width_scale}")
+    return (2 if order == "NCHW" else 1), height_scale, width_scale
+
+
+def _floats(v):
+    return None if v is None else np.asarray(v, dtype=np.float32).reshape(-1)
+
+
+def _resize_shape(specs, *, width_scale, height_scale, order):
+    scales = (specs[1].shape, _floats(specs[1].value)) if len(specs) > 1 else None
+    h_axis, hs, ws = _resize_plan(Meta(specs[0]), scales, width_scale, height_scale, order)
+    if hs is None:   # float scales from an input: their values are never known statically
+        return []
+    shape = list(specs[0].shape)
+    for i, scale in enumerate((hs, ws)):
+        shape[h_axis + i] = nearest_index(shape[h_axis + i], scale).size
+    return [out_spec(shape, specs[0].dtype)]
+
+
+@op("ResizeNearest", inputs=(1, 2), outputs=1, inplace=[], shape=_resize_shape,
     args={"width_scale": 1.0, "height_scale": 1.0, "order": "NCHW"})
 def resize_nearest(xp, x, *scales, width_scale, height_scale, order):
     """Nearest-neighbour resize of a 4-d image: out size = floor(in·scale); output pixel i reads input pixel
     min(floor(i / scale), in − 1), all in float32 as Caffe2 computes it. An optional second input
     [height_scale, width_scale] overrides the arguments (the ONNX Upsample form)."""
-    check_order(order)
-    check_float("X", x)
-    if x.ndim != 4:
-        raise ShapeError(f"ResizeNearest needs a 4-d image ({order}), got shape {x.shape}")
-    if scales:
-        s = np.asarray(backend.to_host(scales[0]), dtype=np.float32).reshape(-1)
-        if s.size not in (2, 4):
-            raise ShapeError(f"scales must be [height_scale, width_scale], got shape {scales[0].shape}")
-        height_scale, width_scale = float(s[-2]), float(s[-1])
-    if not (width_scale > 0 and height_scale > 0):
-        raise ArgumentError(f"scales must be > 0, got height_scale={height_scale}, width_scale={width_scale}")
-    h_axis = 2 if order == "NCHW" else 1
+    scales = (scales[0].shape, _floats(backend.to_host(scales[0]))) if scales else None
+    h_axis, height_scale, width_scale = _resize_plan(x, scales, width_scale, height_scale, order)
     rows = nearest_index(x.shape[h_axis], height_scale)
     cols = nearest_index(x.shape[h_axis + 1], width_scale)
     rows, cols = xp.asarray(rows)[:, None], xp.asarray(cols)[None, :]
@@ -125,14 +164,25 @@ def nearest_index(size: int, scale: float):
 
 
 # ------------------------------------------------------------------------------------------- ChannelShuffle
-@op("ChannelShuffle", inputs=1, outputs=1, inplace=[], args={"group": 1, "order": "NCHW", "kernel": 1})
+def _shuffle_layout(x, group, order):
+    n, c, hxw, _ = channel_layout(x, order)
+    if group <= 0 or c % group:
+        raise ShapeError(f"group={group} must divide the {c} channels of X (shape {x.shape})")
+    return n, c, hxw
+
+
+def _shuffle_shape(specs, *, group, order, kernel):
+    _shuffle_layout(Meta(specs[0]), group, order)
+    return [like(specs[0])]
+
+
+@op("ChannelShuffle", inputs=1, outputs=1, inplace=[], args={"group": 1, "order": "NCHW", "kernel": 1},
+    shape=_shuffle_shape)
 def channel_shuffle(xp, x, *, group, order, kernel):
     """View the C channels as (group, C/group) and transpose to (C/group, group): output channel
     k·group + g is input channel g·(C/group) + k. (`kernel` is accepted, unused, as the ConvPoolOpBase
     form of this op read it.)"""
-    n, c, hxw, _ = channel_layout(x, order)
-    if group <= 0 or c % group:
-        raise ShapeError(f"group={group} must divide the {c} channels of X (shape {x.shape})")
+    n, c, hxw = _shuffle_layout(x, group, order)
     k = c // group
     if order == "NCHW":
         y = x.reshape(n, group, k, hxw).transpose(0, 2, 1, 3)
@@ -145,15 +195,28 @@ def channel_shuffle(xp, x, *, group, order, kernel):
 NOISE_BLOB = "__CAFFE2_STYLIZER_NOISE__"
 
 
-def check_mean(mean):
+def check_mean(mean) -> None:
     if mean.size != 3:
         raise ShapeError(f"mean must hold 3 values (B, G, R), got shape {mean.shape}")
     check_float("mean", mean)
-    return mean.reshape(-1).astype(np.float32)
+
+
+def _pre_checks(x, mean, noise_size) -> tuple:
+    """The preprocess checks; the output shape (N, 3, H, W)."""
+    if x.dtype is not None and x.dtype != np.uint8:
+        raise DTypeError(f"X must be uint8 BGRA pixels, got {x.dtype}")
+    if x.ndim != 4 or x.shape[3] != 4:
+        raise ShapeError(f"X must be (N, H, W, 4) BGRA pixels, got shape {x.shape}")
+    check_mean(mean)
+    if noise_size <= 0:
+        raise ArgumentError(f"noise_size must be > 0, got {noise_size}")
+    return (x.shape[0], 3, *x.shape[1:3])
 
 
 @op("PackedInt8BGRANHWCToNCHWCStylizerPreprocess", inputs=2, outputs=1, inplace=[], context=True,
-    random=True, args={"noise_std": 10.0, "noise_size": 491})
+    random=True, args={"noise_std": 10.0, "noise_size": 491},
+    shape=lambda s, *, noise_std, noise_size, rng: [out_spec(_pre_checks(*map(Meta, s), noise_size),
+                                                             np.float32)])
 def stylizer_preprocess(ctx, xp, x, mean, *, noise_std, noise_size, rng):
     """uint8 BGRA images (N, H, W, 4) -> float32 (N, 3, H, W): Y[n, c] = X[n, :, :, c] − mean[c] + noise.
 
@@ -161,11 +224,8 @@ def stylizer_preprocess(ctx, xp, x, mean, *, noise_std, noise_size, rng):
     __CAFFE2_STYLIZER_NOISE__, so every run (and every such op in the workspace) adds the same noise; it is
     consumed cyclically in (pixel, channel) order, restarting at each image. Alpha is dropped.
     """
-    if x.dtype != np.uint8:
-        raise DTypeError(f"X must be uint8 BGRA pixels, got {x.dtype}")
-    if x.ndim != 4 or x.shape[3] != 4:
-        raise ShapeError(f"X must be (N, H, W, 4) BGRA pixels, got shape {x.shape}")
-    mean = check_mean(mean)
+    _pre_checks(x, mean, noise_size)
+    mean = mean.reshape(-1).astype(np.float32)
     noise = cached_noise(ctx.workspace, noise_size, noise_std, rng)
     h, w = x.shape[1:3]
     cycle = noise[np.arange(h * w * 3) % noise_size].reshape(h, w, 3).transpose(2, 0, 1)
@@ -187,14 +247,22 @@ def cached_noise(ws, size: int, std: float, rng):
     return noise
 
 
-@op("BRGNCHWCToPackedInt8BGRAStylizerDeprocess", inputs=2, outputs=1, inplace=[])
-def stylizer_deprocess(xp, x, mean):
-    """float (N, 3, H, W) -> uint8 BGRA (N, H, W, 4): channel c = X[:, c] + mean[c], clamped to [0, 255] and
-    truncated toward zero (NaN becomes 0); alpha is 255."""
+def _post_checks(x, mean) -> tuple:
+    """The deprocess checks; the output shape (N, H, W, 4)."""
     check_float("X", x)
     if x.ndim != 4 or x.shape[1] != 3:
         raise ShapeError(f"X must be (N, 3, H, W), got shape {x.shape}")
-    v = x.astype(np.float32) + check_mean(mean).reshape(1, 3, 1, 1)
+    check_mean(mean)
+    return (x.shape[0], *x.shape[2:], 4)
+
+
+@op("BRGNCHWCToPackedInt8BGRAStylizerDeprocess", inputs=2, outputs=1, inplace=[],
+    shape=lambda s: [out_spec(_post_checks(*map(Meta, s)), np.uint8)])
+def stylizer_deprocess(xp, x, mean):
+    """float (N, 3, H, W) -> uint8 BGRA (N, H, W, 4): channel c = X[:, c] + mean[c], clamped to [0, 255] and
+    truncated toward zero (NaN becomes 0); alpha is 255."""
+    _post_checks(x, mean)
+    v = x.astype(np.float32) + mean.reshape(1, 3, 1, 1).astype(np.float32)
     v = xp.where(xp.isnan(v), np.float32(0), xp.clip(v, np.float32(0), np.float32(255)))
     n, _, h, w = x.shape
     y = xp.full((n, h, w, 4), 255, dtype=np.uint8)

@@ -1,14 +1,18 @@
 """Normalisation and dropout: SpatialBN, LayerNorm, InstanceNorm, GroupNorm, Dropout, Normalize, NormalizeL1.
 
 Training-mode forms return the statistics their gradients consume (saved mean and inverse std, masks), in
-the layouts Caffe2's gradient ops read them.
+the layouts Caffe2's gradient ops read them. Each op's checks are one function that the kernel runs on arrays
+and the shape function on Meta stand-ins of the input specs.
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
 from ..errors import ArgumentError, DTypeError, ShapeError
 from .registry import op
+from .shape import Meta, like, out_spec, result_dtype
 
 ORDERS = ("NCHW", "NHWC")
 
@@ -19,7 +23,7 @@ def check_order(order: str) -> None:
 
 
 def check_float(name: str, x) -> None:
-    if x.dtype.kind != "f":
+    if x.dtype is not None and x.dtype.kind != "f":
         raise DTypeError(f"{name} must be a float tensor, got {x.dtype}; cast it first (Cast to=1: float32)")
 
 
@@ -51,8 +55,43 @@ def n_outputs(ctx) -> int:
 
 
 # ----------------------------------------------------------------------------------------------- SpatialBN
+def _bn_checks(x, scale, bias, mean, var, sums, *, is_test, epsilon, momentum, order, num_batches):
+    """SpatialBN's argument, type and shape checks; (N, C, spatial size, channel axis)."""
+    check_float("X", x)
+    if epsilon <= 0:
+        raise ArgumentError(f"epsilon must be > 0, got {epsilon}")
+    if not 0 <= momentum <= 1:
+        raise ArgumentError(f"momentum must lie in [0, 1], got {momentum}")
+    n, c, hxw, axis = channel_layout(x, order)
+    check_vector("scale", scale, c)
+    check_vector("bias", bias, c)
+    if is_test:
+        check_vector("mean", mean, c)
+        check_vector("var", var, c)
+    elif num_batches > 1:
+        if len(sums) != 2:
+            raise ArgumentError(f"num_batches={num_batches} needs the 7-input form "
+                                "(X, scale, bias, mean, var, sums, sumsq)")
+        check_vector("sums", sums[0], c)
+        check_vector("sumsq", sums[1], c)
+    return n, c, hxw, axis
+
+
+def _bn_shape(specs, **args):
+    """Test mode: Y only. Training: Y, the running stats (promoted with X's type; restarted as X's type when
+    of the wrong size) and the saved statistics (X's type, or that of the sums)."""
+    x, scale, bias, mean, var, *sums = map(Meta, specs)
+    _, c, _, _ = _bn_checks(x, scale, bias, mean, var, sums, **args)
+    if args["is_test"]:
+        return [like(x, result_dtype(x.dtype, scale.dtype, bias.dtype, mean.dtype, var.dtype))]
+    stat = result_dtype(*(s.dtype for s in sums)) if args["num_batches"] > 1 else x.dtype
+    run = [result_dtype(v.dtype if v.size == c else x.dtype, x.dtype, stat) for v in (mean, var)]
+    return [like(x, result_dtype(x.dtype, scale.dtype, bias.dtype, stat)), out_spec((c,), run[0]),
+            out_spec((c,), run[1]), out_spec((c,), stat), out_spec((c,), stat)]
+
+
 @op("SpatialBN", inputs=(5, 7), outputs=(1, 5), inplace=[(0, 0)], enforce_inplace=[(3, 1), (4, 2)],
-    context=True,
+    context=True, shape=_bn_shape,
     args={"is_test": 0, "epsilon": 1e-5, "momentum": 0.9, "order": "NCHW", "num_batches": 1})
 def spatial_bn(ctx, xp, x, scale, bias, mean, var, *sums, is_test, epsilon, momentum, order, num_batches):
     """Batch normalisation over every axis but the channel axis.
@@ -61,32 +100,19 @@ def spatial_bn(ctx, xp, x, scale, bias, mean, var, *sums, is_test, epsilon, mome
     variance), running stats updated in place as running·momentum + batch·(1−momentum), and the saved
     mean and saved inverse std 1/sqrt(var+epsilon) for SpatialBNGradient.
     """
-    check_float("X", x)
-    if epsilon <= 0:
-        raise ArgumentError(f"epsilon must be > 0, got {epsilon}")
-    if not 0 <= momentum <= 1:
-        raise ArgumentError(f"momentum must lie in [0, 1], got {momentum}")
     outs = n_outputs(ctx)
     if (is_test and outs != 1) or (not is_test and outs != 5):
         want = ("1 output (Y)" if is_test
                 else "5 outputs (Y, running_mean, running_var, saved_mean, saved_inv_std)")
         raise ArgumentError(f"with is_test={int(bool(is_test))} SpatialBN takes {want}, got {outs}; "
                             "set is_test to match the outputs")
-    n, c, hxw, axis = channel_layout(x, order)
-    check_vector("scale", scale, c)
-    check_vector("bias", bias, c)
+    n, c, hxw, axis = _bn_checks(x, scale, bias, mean, var, sums, is_test=is_test, epsilon=epsilon,
+                                 momentum=momentum, order=order, num_batches=num_batches)
     reduce_axes = tuple(a for a in range(x.ndim) if a != axis)
     if is_test:
-        check_vector("mean", mean, c)
-        check_vector("var", var, c)
         inv_std = 1 / xp.sqrt(var.reshape(-1) + epsilon)
         return affine(x, scale.reshape(-1) * inv_std, mean.reshape(-1), bias.reshape(-1), axis)
     if num_batches > 1:
-        if len(sums) != 2:
-            raise ArgumentError(f"num_batches={num_batches} needs the 7-input form "
-                                "(X, scale, bias, mean, var, sums, sumsq)")
-        check_vector("sums", sums[0], c)
-        check_vector("sumsq", sums[1], c)
         count = n * num_batches * hxw
         batch_mean = sums[0].reshape(-1) / count
         batch_var = sums[1].reshape(-1) / count - batch_mean * batch_mean
@@ -111,7 +137,33 @@ def affine(x, gain, mean, bias, axis):
 
 
 # ----------------------------------------------------------------------------------------------- LayerNorm
-@op("LayerNorm", inputs=(1, 3), outputs=3, inplace=[],
+def _ln_checks(x, affine_params, axis, elementwise_affine) -> int:
+    """LayerNorm's checks; the canonical axis."""
+    check_float("X", x)
+    if x.ndim < 2:
+        raise ShapeError(f"LayerNorm needs an input of at least 2 dimensions, got shape {x.shape}")
+    if not -x.ndim <= axis < x.ndim:
+        raise ArgumentError(f"axis {axis} is out of range for a {x.ndim}-d input")
+    axis %= x.ndim
+    if elementwise_affine:
+        if len(affine_params) != 2:
+            raise ArgumentError("elementwise_affine=1 needs 3 inputs (X, gamma, beta), got "
+                                f"{1 + len(affine_params)}")
+        cols = math.prod(x.shape[axis:])
+        check_vector("gamma", affine_params[0], cols, "prod(X.shape[axis:])")
+        check_vector("beta", affine_params[1], cols, "prod(X.shape[axis:])")
+    return axis
+
+
+def _ln_shape(specs, *, axis, epsilon, elementwise_affine):
+    x, *params = map(Meta, specs)
+    axis = _ln_checks(x, params, axis, elementwise_affine)
+    y = result_dtype(x.dtype, *(p.dtype for p in params)) if elementwise_affine else x.dtype
+    stats = out_spec(x.shape[:axis] + (1,), x.dtype)
+    return [like(x, y), stats, stats]
+
+
+@op("LayerNorm", inputs=(1, 3), outputs=3, inplace=[], shape=_ln_shape,
     args={"axis": 1, "epsilon": 1e-5, "elementwise_affine": False})
 def layer_norm(xp, x, *affine_params, axis, epsilon, elementwise_affine):
     """Normalise each row of x flattened at `axis`: Y = (x − mean)/std with std = sqrt(var + epsilon).
@@ -119,43 +171,46 @@ def layer_norm(xp, x, *affine_params, axis, epsilon, elementwise_affine):
     Outputs Y, mean and std, the statistics shaped x.shape[:axis] + (1,). With elementwise_affine (the
     later Caffe2 form) Y is then scaled by gamma and shifted by beta, both of x.shape[axis:] elements.
     """
-    check_float("X", x)
-    if x.ndim < 2:
-        raise ShapeError(f"LayerNorm needs an input of at least 2 dimensions, got shape {x.shape}")
-    if not -x.ndim <= axis < x.ndim:
-        raise ArgumentError(f"axis {axis} is out of range for a {x.ndim}-d input")
-    axis %= x.ndim
-    rows = int(np.prod(x.shape[:axis], dtype=np.int64))
-    x2 = x.reshape(rows, -1)
+    axis = _ln_checks(x, affine_params, axis, elementwise_affine)
+    x2 = x.reshape(math.prod(x.shape[:axis]), -1)
     mean = xp.mean(x2, axis=1, keepdims=True)
     dev = x2 - mean
     std = xp.sqrt(xp.mean(dev * dev, axis=1, keepdims=True) + epsilon)
     y = dev / std
     if elementwise_affine:
-        if len(affine_params) != 2:
-            raise ArgumentError("elementwise_affine=1 needs 3 inputs (X, gamma, beta), got "
-                                f"{1 + len(affine_params)}")
         gamma, beta = affine_params
-        check_vector("gamma", gamma, x2.shape[1], "prod(X.shape[axis:])")
-        check_vector("beta", beta, x2.shape[1], "prod(X.shape[axis:])")
         y = y * gamma.reshape(1, -1) + beta.reshape(1, -1)
     stats = tuple(x.shape[:axis]) + (1,)
     return y.reshape(x.shape), mean.reshape(stats), std.reshape(stats)
 
 
 # ----------------------------------------------------------------------------------------------- InstanceNorm
-@op("InstanceNorm", inputs=3, outputs=(1, 3), inplace=[(0, 0)], args={"epsilon": 1e-5, "order": "NCHW"})
+def _in_checks(x, scale, bias, epsilon, order):
+    """InstanceNorm's checks; (N, C, spatial size, channel axis)."""
+    check_float("X", x)
+    if epsilon < 0:
+        raise ArgumentError(f"epsilon must be >= 0, got {epsilon}")
+    layout = channel_layout(x, order, min_ndim=3)
+    check_vector("scale", scale, layout[1])
+    check_vector("bias", bias, layout[1])
+    return layout
+
+
+def _in_shape(specs, *, epsilon, order):
+    x, scale, bias = map(Meta, specs)
+    n, c, _, _ = _in_checks(x, scale, bias, epsilon, order)
+    stats = out_spec((n, c), x.dtype)
+    return [like(x, result_dtype(x.dtype, scale.dtype, bias.dtype)), stats, stats]
+
+
+@op("InstanceNorm", inputs=3, outputs=(1, 3), inplace=[(0, 0)], args={"epsilon": 1e-5, "order": "NCHW"},
+    shape=_in_shape)
 def instance_norm(xp, x, scale, bias, *, epsilon, order):
     """Normalise each (sample, channel) plane over its spatial positions, then scale and shift per channel.
 
     Optional outputs: the saved mean and saved inverse std, both of shape (N, C).
     """
-    check_float("X", x)
-    if epsilon < 0:
-        raise ArgumentError(f"epsilon must be >= 0, got {epsilon}")
-    n, c, _, axis = channel_layout(x, order, min_ndim=3)
-    check_vector("scale", scale, c)
-    check_vector("bias", bias, c)
+    n, c, _, axis = _in_checks(x, scale, bias, epsilon, order)
     spatial = tuple(a for a in range(1, x.ndim) if a != axis)
     mean = xp.mean(x, axis=spatial, keepdims=True)
     dev = x - mean
@@ -165,7 +220,26 @@ def instance_norm(xp, x, scale, bias, *, epsilon, order):
 
 
 # ----------------------------------------------------------------------------------------------- GroupNorm
-@op("GroupNorm", inputs=3, outputs=(1, 3), inplace=[], context=True,
+def _gn_checks(x, gamma, beta, group, order):
+    """GroupNorm's type and shape checks; (N, C, spatial size, channel axis)."""
+    check_float("X", x)
+    layout = channel_layout(x, order)
+    c = layout[1]
+    if group <= 0 or c % group:
+        raise ShapeError(f"group={group} must divide the {c} channels of X (shape {x.shape})")
+    check_vector("gamma", gamma, c)
+    check_vector("beta", beta, c)
+    return layout
+
+
+def _gn_shape(specs, *, group, epsilon, order, is_test):
+    x, gamma, beta = map(Meta, specs)
+    n = _gn_checks(x, gamma, beta, group, order)[0]
+    stats = out_spec((n, group), x.dtype)
+    return [like(x, result_dtype(x.dtype, gamma.dtype, beta.dtype)), stats, stats]
+
+
+@op("GroupNorm", inputs=3, outputs=(1, 3), inplace=[], context=True, shape=_gn_shape,
     args={"group": 32, "epsilon": 1e-5, "order": "NCHW", "is_test": 1})
 def group_norm(ctx, xp, x, gamma, beta, *, group, epsilon, order, is_test):
     """Normalise each sample over groups of C/group channels and all spatial positions; Y = gamma·x̂ + beta.
@@ -177,11 +251,7 @@ def group_norm(ctx, xp, x, gamma, beta, *, group, epsilon, order, is_test):
     if not is_test and n_outputs(ctx) != 3:
         raise ArgumentError(f"with is_test=0 GroupNorm takes 3 outputs (Y, mean, inv_std), "
                             f"got {n_outputs(ctx)}")
-    n, c, hxw, axis = channel_layout(x, order)
-    if group <= 0 or c % group:
-        raise ShapeError(f"group={group} must divide the {c} channels of X (shape {x.shape})")
-    check_vector("gamma", gamma, c)
-    check_vector("beta", beta, c)
+    n, c, hxw, axis = _gn_checks(x, gamma, beta, group, order)
     k = c // group
     xc = x.reshape(n, group, k * hxw) if order == "NCHW" else x.reshape(n, hxw, group, k)
     axes = (2,) if order == "NCHW" else (1, 3)
@@ -194,15 +264,25 @@ def group_norm(ctx, xp, x, gamma, beta, *, group, epsilon, order, is_test):
 
 
 # ----------------------------------------------------------------------------------------------- Dropout
-@op("Dropout", inputs=1, outputs=(1, 2), inplace=[(0, 0)], random=True, context=True,
+def _dropout_checks(x, ratio) -> None:
+    check_float("X", x)
+    if not 0 <= ratio < 1:
+        raise ArgumentError(f"ratio must lie in [0, 1), got {ratio}")
+
+
+def _dropout_shape(specs, *, ratio, is_test, rng):
+    """Y like X; in training also the bool mask (in test mode the mask output is left untouched)."""
+    _dropout_checks(specs[0], ratio)
+    return [like(specs[0])] if is_test else [like(specs[0]), like(specs[0], np.bool_)]
+
+
+@op("Dropout", inputs=1, outputs=(1, 2), inplace=[(0, 0)], random=True, context=True, shape=_dropout_shape,
     args={"ratio": 0.5, "is_test": 0})
 def dropout(ctx, xp, x, *, ratio, is_test, rng):
     """Training: keep each element with probability 1−ratio (bool mask, True = kept) and scale the kept
     ones: Y = X·(1/(1−ratio))·mask. Test: Y is a copy of X; the mask output is left untouched.
     The mask is drawn on the host."""
-    check_float("X", x)
-    if not 0 <= ratio < 1:
-        raise ArgumentError(f"ratio must lie in [0, 1), got {ratio}")
+    _dropout_checks(x, ratio)
     if is_test:
         return xp.array(x, copy=True), None
     if n_outputs(ctx) != 2:
@@ -214,10 +294,19 @@ def dropout(ctx, xp, x, *, ratio, is_test, rng):
 
 
 # ----------------------------------------------------------------------------------------------- Normalize
-def _lp_normalize(xp, x, axis, p):
+def _lp_checks(x, axis) -> None:
     check_float("X", x)
     if x.ndim == 0 or not -x.ndim <= axis < x.ndim:
         raise ArgumentError(f"axis {axis} is out of range for input of shape {x.shape}")
+
+
+def _lp_shape(specs, *, axis):
+    _lp_checks(Meta(specs[0]), axis)
+    return [like(specs[0])]
+
+
+def _lp_normalize(xp, x, axis, p):
+    _lp_checks(x, axis)
     if p == 2:
         norm = xp.sqrt(xp.sum(x * x, axis=axis, keepdims=True))
         return x / xp.maximum(norm, x.dtype.type(1e-12))
@@ -225,14 +314,13 @@ def _lp_normalize(xp, x, axis, p):
     return x / xp.where(norm == 0, x.dtype.type(1), norm)  # an all-zero slice stays zero
 
 
-@op("Normalize", inputs=1, outputs=1, inplace=[], args={"axis": -1})
+@op("Normalize", inputs=1, outputs=1, inplace=[], args={"axis": -1}, shape=_lp_shape)
 def normalize(xp, x, *, axis):
     """L2-normalise x along `axis`: x / max(||x||₂, 1e-12), so all-zero slices stay zero."""
     return _lp_normalize(xp, x, axis, 2)
 
 
-@op("NormalizeL1", inputs=1, outputs=1, inplace=[], args={"axis": -1})
+@op("NormalizeL1", inputs=1, outputs=1, inplace=[], args={"axis": -1}, shape=_lp_shape)
 def normalize_l1(xp, x, *, axis):
     """L1-normalise x along `axis`: x / ||x||₁; all-zero slices stay zero."""
     return _lp_normalize(xp, x, axis, 1)
-

@@ -4,7 +4,7 @@ Windows come from conv.window_view (the same geometry as Conv, see conv_pool_op_
 differs. Caffe2 pools over the valid pixels of a window only: padding never wins a max, and an average
 divides by the number of valid pixels unless count_include_pad=1 (pool_op.cc; the argument appeared in the
 PyTorch era, before it the count always excluded padding). Pooling rejects dilation and pads >= kernel, as
-Caffe2 does.
+Caffe2 does. Shape functions run the same checks and geometry on the input's shape.
 """
 from __future__ import annotations
 
@@ -14,20 +14,34 @@ import math
 import numpy as np
 
 from ..errors import ArgumentError
-from .conv import (channels_first, check_float, check_order, from_channels_first, geometry, window_args,
-                   window_view)
+from .conv import (channels_first, check_float, check_order, from_channels_first, geometry, image_dims,
+                   in_order, window_args, window_view)
 from .registry import op
+from .shape import like, out_spec
 
 POOL_ARGS = window_args("kernel", "stride", "pad", "dilation", global_pooling=True)
 
 
-def _windows(xp, X, name, args):
-    """(X viewed channels-first, its window geometry, the order), after the argument and dtype checks."""
+def _pool_geometry(X, name, args):
+    """The argument and dtype checks of a pooling op on an array or a spec; (order, N, C, window geometry).
+    Takes `order` out of args."""
     order = check_order(args.pop("order"))
     check_float(name, X)
-    xc = channels_first(xp, X, order)
-    g = geometry(args, xc.shape[2:], pool=True)
-    return xc, g, order
+    n, c, spatial = image_dims(X.shape, order)
+    return order, n, c, geometry(args, spatial, pool=True)
+
+
+def _pool_shape(name):
+    def shape(specs, *, count_include_pad=None, p=None, **args):
+        order, n, c, g = _pool_geometry(specs[0], name, args)
+        return [out_spec(in_order(n, c, g.out, order), specs[0].dtype)]
+    return shape
+
+
+def _windows(xp, X, name, args):
+    """(X viewed channels-first, its window geometry, the order), after the argument and dtype checks."""
+    order, _, _, g = _pool_geometry(X, name, args)
+    return channels_first(xp, X, order), g, order
 
 
 def _reduce(xp, v, g, how):
@@ -59,7 +73,7 @@ def _valid_counts(xp, g, spatial, dtype):
 
 
 @op("MaxPool", inputs=1, outputs=1, inplace=(), aliases=("MaxPool1D", "MaxPool2D", "MaxPool3D"),
-    args=POOL_ARGS)
+    args=POOL_ARGS, shape=_pool_shape("MaxPool"))
 def max_pool(xp, X, **args):
     """Maximum over each window; padding never wins (it holds the dtype's lowest value, Caffe2's start)."""
     xc, g, order = _windows(xp, X, "MaxPool", args)
@@ -70,7 +84,7 @@ def max_pool(xp, X, **args):
 
 @op("AveragePool", inputs=1, outputs=1, inplace=(),
     aliases=("AveragePool1D", "AveragePool2D", "AveragePool3D"),
-    args={**POOL_ARGS, "count_include_pad": False})
+    args={**POOL_ARGS, "count_include_pad": False}, shape=_pool_shape("AveragePool"))
 def average_pool(xp, X, *, count_include_pad, **args):
     """Mean over each window: divided by its valid pixels, or by the kernel size with count_include_pad."""
     xc, g, order = _windows(xp, X, "AveragePool", args)
@@ -82,7 +96,7 @@ def average_pool(xp, X, *, count_include_pad, **args):
     return from_channels_first(xp, y, order)
 
 
-@op("LpPool", inputs=1, outputs=1, inplace=(), args={**POOL_ARGS, "p": 2.0})
+@op("LpPool", inputs=1, outputs=1, inplace=(), args={**POOL_ARGS, "p": 2.0}, shape=_pool_shape("LpPool"))
 def lp_pool(xp, X, *, p, **args):
     """(sum over each window of |x|^p)^(1/p) (lp_pool_op.cc); padding contributes nothing."""
     xc, g, order = _windows(xp, X, "LpPool", args)
@@ -90,18 +104,28 @@ def lp_pool(xp, X, *, p, **args):
     return from_channels_first(xp, y, order)
 
 
-@op("LRN", inputs=1, outputs=(1, 2), inplace=(),
-    args={"size": 0, "alpha": 0.0, "beta": 0.0, "bias": 1.0, "order": "NCHW"})
-def lrn(xp, X, *, size, alpha, beta, bias, order):
-    """Across-channel LRN (local_response_normalization_op.cc): scale = bias + alpha/size * (sum of x^2 over
-    `size` channels starting (size-1)/2 before c, zeros outside), Y = X * scale^-beta. Outputs Y and scale."""
+def _lrn_axis(X, size, order) -> int:
+    """LRN's checks on an array or a spec; the channel axis."""
     order = check_order(order)
     check_float("LRN", X)
     if size < 1:
         raise ArgumentError(f"LRN needs a positive (odd) size, got size={size}")
-    if X.ndim < 2:
-        raise ArgumentError(f"LRN needs a channel axis, got a {X.ndim}-D input")
-    axis = 1 if order == "NCHW" else X.ndim - 1
+    if len(X.shape) < 2:
+        raise ArgumentError(f"LRN needs a channel axis, got a {len(X.shape)}-D input")
+    return 1 if order == "NCHW" else len(X.shape) - 1
+
+
+def _lrn_shape(specs, *, size, alpha, beta, bias, order):
+    _lrn_axis(specs[0], size, order)
+    return [like(specs[0]), like(specs[0])]
+
+
+@op("LRN", inputs=1, outputs=(1, 2), inplace=(), shape=_lrn_shape,
+    args={"size": 0, "alpha": 0.0, "beta": 0.0, "bias": 1.0, "order": "NCHW"})
+def lrn(xp, X, *, size, alpha, beta, bias, order):
+    """Across-channel LRN (local_response_normalization_op.cc): scale = bias + alpha/size * (sum of x^2 over
+    `size` channels starting (size-1)/2 before c, zeros outside), Y = X * scale^-beta. Outputs Y and scale."""
+    axis = _lrn_axis(X, size, order)
     channels, before = X.shape[axis], (size - 1) // 2
     widths = [(0, 0)] * X.ndim
     widths[axis] = (before, size - 1 - before)

@@ -8,7 +8,9 @@ import pytest
 from stepnet import Workspace, caffe2_pb2
 from stepnet.errors import ArgumentError, DTypeError, ShapeError
 from stepnet.ops import REGISTRY
-from stepnet.testing import DEVICES, run_op
+from stepnet.proto import NetDef
+from stepnet.shapes import TensorSpec, infer_net
+from stepnet.testing import DEVICES, make_op, run_op
 
 rng = np.random.default_rng(9)
 STYLE_NET = pathlib.Path("/work/shared/realmodels/models/style_transfer_crayon_predict.pb")
@@ -21,6 +23,14 @@ def f32(*shape, lo=-2.0, hi=3.0):
 def to_nhwc(x):
     return np.ascontiguousarray(x.transpose(0, 2, 3, 1))
 
+
+def infer_alone(op_type, inputs, outputs, **args):
+    """Static inference of one op from the specs of its inputs: nothing runs."""
+    inputs = inputs if isinstance(inputs, dict) else {f"in{i}": v for i, v in enumerate(inputs)}
+    outputs = [f"out{i}" for i in range(outputs)] if isinstance(outputs, int) else list(outputs)
+    net = NetDef(name="static")
+    net.op.append(make_op(op_type, list(inputs), outputs, **args))
+    return infer_net(net, {n: TensorSpec.of(np.asarray(v)) for n, v in inputs.items()})
 
 # ----------------------------------------------------------------------------------------------- PadImage
 def mirror(i, n):
@@ -266,6 +276,12 @@ BAD = [  # (id, op, inputs, args, error, match)
 def test_bad_input(device, cid, op_type, inputs, args, err, match):
     with pytest.raises(err, match=match):
         run_op(op_type, inputs, 1, device=device, **args)
+
+
+@pytest.mark.parametrize("cid,op_type,inputs,args,err,match", BAD, ids=[b[0] for b in BAD])
+def test_bad_input_found_statically(cid, op_type, inputs, args, err, match):
+    with pytest.raises(err, match=match):
+        infer_alone(op_type, inputs, 1, **args)
 
 
 @pytest.mark.parametrize("op_type", ["PadImage", "ResizeNearest", "ChannelShuffle"])

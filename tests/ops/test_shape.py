@@ -4,6 +4,8 @@ import pytest
 
 from stepnet.errors import ArgumentError, ArityError, DTypeError, ShapeError
 from stepnet.ops import REGISTRY
+from stepnet.proto import NetDef
+from stepnet.shapes import TensorSpec, infer_net
 from stepnet.testing import DEVICES, make_op, run_op
 from stepnet.workspace import Workspace
 
@@ -17,6 +19,14 @@ def rand(*shape, dtype=np.float32):
 def ints(values, dtype=np.int32):
     return np.array(values, dtype=dtype)
 
+
+def infer_alone(op_type, inputs, outputs, **args):
+    """Static inference of one op from the specs of its inputs: nothing runs."""
+    inputs = inputs if isinstance(inputs, dict) else {f"in{i}": v for i, v in enumerate(inputs)}
+    outputs = [f"out{i}" for i in range(outputs)] if isinstance(outputs, int) else list(outputs)
+    net = NetDef(name="static")
+    net.op.append(make_op(op_type, list(inputs), outputs, **args))
+    return infer_net(net, {n: TensorSpec.of(np.asarray(v)) for n, v in inputs.items()})
 
 # --------------------------------------------------------------------------------------------- references
 def ref_concat(xs, axis):
@@ -269,6 +279,15 @@ def test_bad_inputs(op_type, inputs, args, error, message, device):
     outputs = 2 if op_type in ("Split", "Reshape", "Concat") else 1
     with pytest.raises(error, match=message):
         run_op(op_type, inputs, outputs, device=device, **args)
+
+
+@pytest.mark.parametrize("op_type,inputs,args,error,message", BAD,
+                         ids=[f"{b[0]}-{i}" for i, b in enumerate(BAD)])
+def test_bad_inputs_found_statically(op_type, inputs, args, error, message):
+    """The shape functions raise the kernels' errors, before anything runs."""
+    outputs = 2 if op_type in ("Split", "Reshape", "Concat") else 1
+    with pytest.raises(error, match=message):
+        infer_alone(op_type, inputs, outputs, **args)
 
 
 # ------------------------------------------------------------------------------------------ test the tester

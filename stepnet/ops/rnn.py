@@ -1,0 +1,347 @@
+"""Recurrent cell ops: LSTMUnit and GRUUnit (one timestep of the element-wise cell) and their gradients.
+
+After Caffe2's lstm_unit_op / gru_unit_op (spec §4). The gates arrive pre-activation, 1×N×4D for the LSTM
+(order i, f, o, g) and 1×N×3D for the GRU (reset, update, output). Batch row n is valid at timestep t when
+t < seq_lengths[n]; an invalid row carries the previous state through (or zeroes it with drop_states) and,
+backward, passes the state gradients straight through with zero gate gradients. These ops run once per
+timestep inside step nets, so every kernel is a handful of whole-array operations, with no Python loop
+over rows or elements. seq_lengths and timestep may live on the host even for GPU ops (Caffe2 reads the
+timestep from a CPU tensor).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import ArityError, DTypeError, ShapeError
+from ..shapes import TensorSpec
+from .registry import op
+
+NOT_IN_PLACE = ()   # Caffe2's schemas for these ops allow no in-place use
+
+LSTM_HEAD = ("hidden_t_prev", "cell_t_prev", "gates")
+LSTM_GRAD_TAIL = ("hidden_t", "cell_t", "hidden_t_grad", "cell_t_grad")
+GRU_HEAD = ("hidden_t_prev", "gates")
+GRU_GRAD_TAIL = ("hidden_t", "hidden_t_grad")
+
+LSTM_ARGS = {"forget_bias": 0.0, "drop_states": False, "sequence_lengths": True}
+GRU_ARGS = {"drop_states": False, "sequence_lengths": True}
+
+
+# --------------------------------------------------------------------------------------------- checks
+# They take arrays or TensorSpecs (both have .shape and .dtype), so shape functions and kernels share them.
+
+def _unpack(inputs, sequence_lengths: bool, head: tuple, tail: tuple = ()):
+    """(head inputs, seq_lengths or None, timestep, tail inputs), after checking the input count against
+    the form that `sequence_lengths` selects."""
+    names = [*head, *(["seq_lengths"] if sequence_lengths else []), "timestep", *tail]
+    if len(inputs) != len(names):
+        if sequence_lengths and len(inputs) == len(names) - 1:
+            fix = ("an input is missing (usually the timestep); pass it, or set sequence_lengths=0 if the op "
+                   "has no seq_lengths input")
+        elif not sequence_lengths and len(inputs) == len(names) + 1:
+            fix = "set sequence_lengths=1 (the default) to use a seq_lengths input"
+        else:
+            fix = "give exactly these inputs"
+        raise ArityError(f"with sequence_lengths={int(sequence_lengths)} the op takes {len(names)} inputs "
+                         f"({', '.join(names)}), got {len(inputs)}; {fix}")
+    k = len(head)
+    seq = inputs[k] if sequence_lengths else None
+    t_at = k + (1 if sequence_lengths else 0)
+    return tuple(inputs[:k]), seq, inputs[t_at], tuple(inputs[t_at + 1:])
+
+
+def _check_floats(named: dict) -> None:
+    """Every float input must be of one floating dtype (Caffe2 runs these ops on float tensors)."""
+    known = {n: x.dtype for n, x in named.items() if x.dtype is not None}
+    for n, dt in known.items():
+        if dt.kind != "f":
+            raise DTypeError(f"{n} must be a float tensor (float32), got {dt}; Cast it to float")
+    if len(set(known.values())) > 1:
+        listed = ", ".join(f"{n} {dt}" for n, dt in known.items())
+        raise DTypeError(f"the state and gate inputs must share one float dtype, got {listed}; "
+                         "Cast them to float32")
+
+
+def _check_cell(states: dict, gates, n_gates: int, order: str) -> tuple[int, int]:
+    """States all 1×N×D, gates 1×N×(n_gates·D); returns (N, D)."""
+    first, ref = next(iter(states.items()))
+    shape = tuple(ref.shape)
+    if len(shape) != 3 or shape[0] != 1:
+        raise ShapeError(f"{first} must be 1×N×D (3-D with a leading 1), got shape {shape}; "
+                         "add the leading axis with ExpandDims(dims=[0])")
+    for name, x in states.items():
+        if tuple(x.shape) != shape:
+            raise ShapeError(f"{name} has shape {tuple(x.shape)} but {first} has {shape}; "
+                             "the states and their gradients must all be 1×N×D")
+    _, n, d = shape
+    want = (1, n, n_gates * d)
+    if tuple(gates.shape) != want:
+        raise ShapeError(f"gates must be 1×N×{n_gates}D = {want} for N={n}, D={d} ({n_gates} gate "
+                         f"blocks of D, order {order}), got shape {tuple(gates.shape)}; the gates' last dim "
+                         f"must be {n_gates}× the state's")
+    _check_floats({**states, "gates": gates})
+    return n, d
+
+
+def _check_int32(name: str, x, size: int, what: str) -> None:
+    if x.dtype is not None and x.dtype != np.int32:
+        raise DTypeError(f"{name} must be int32, got {x.dtype}; Cast it to int32 (Cast to=2), as "
+                         "Caffe2 reads it as int32 data")
+    count = 1
+    for dim in x.shape:
+        count *= dim
+    if count != size:
+        raise ShapeError(f"{name} has {count} entries but must hold {what} ({size}), shape "
+                         f"{tuple(x.shape)}")
+
+
+def _check_steps(seq, timestep, n: int) -> None:
+    if seq is not None:
+        _check_int32("seq_lengths", seq, n, "one length per batch row N")
+    _check_int32("timestep", timestep, 1, "a single value")
+
+
+# --------------------------------------------------------------------------------------------- math
+
+def _sigmoid_(xp, s):
+    """s := sigmoid(2s) in place, as 0.5·tanh(s) + 0.5: tanh never overflows and is fast (no exp)."""
+    xp.tanh(s, out=s)
+    s *= s.dtype.type(0.5)
+    s += s.dtype.type(0.5)
+    return s
+
+
+def _sigmoid(xp, x):
+    """A fresh sigmoid(x), stable for any x."""
+    return _sigmoid_(xp, x * x.dtype.type(0.5))
+
+
+def _timestep(timestep) -> int:
+    return int(timestep.reshape(-1).tolist()[0])
+
+
+class _PastEnd:
+    """The batch rows whose sequence has ended by this timestep (t >= seq_lengths[n]).
+
+    With seq_lengths on the host the rows are found there and patched by index (cost: the ended rows only);
+    with seq_lengths on the device a 1×N×1 mask selects on the device, with no synchronisation.
+    """
+    __slots__ = ("index", "valid")
+
+    def __init__(self, index=None, valid=None):
+        self.index, self.valid = index, valid
+
+    def patch(self, xp, out, other=None):
+        """out (a fresh array of the kernel's) with the ended rows taken from other, or zeroed."""
+        if self.index is not None:
+            out[:, self.index] = 0 if other is None else other[:, self.index]
+            return out
+        return xp.where(self.valid, out, out.dtype.type(0) if other is None else other)
+
+
+def _past_end(xp, seq, timestep, n: int) -> _PastEnd | None:
+    """The rows past their length at this timestep, or None when there are none (always without seq)."""
+    if seq is None:
+        return None
+    t = _timestep(timestep)
+    if type(seq) is np.ndarray:               # a host array: decide here, skip the common all-valid step
+        ended = np.flatnonzero(seq.reshape(-1) <= t)
+        return _PastEnd(index=xp.asarray(ended)) if ended.size else None
+    return _PastEnd(valid=xp.asarray(seq).reshape(1, n, 1) > t)
+
+
+def _lstm_activations(xp, gates, d: int, forget_bias: float):
+    """(sig, g): sig = sigmoid of the i, f, o blocks (1×N×3D, forget_bias added to f), g = tanh of block 4."""
+    half = gates.dtype.type(0.5)
+    sig = gates[..., :3 * d] * half          # sigmoid(x) = 0.5·tanh(x/2) + 0.5
+    if forget_bias:
+        sig[..., d:2 * d] += gates.dtype.type(forget_bias) * half
+    return _sigmoid_(xp, sig), xp.tanh(gates[..., 3 * d:])
+
+
+# --------------------------------------------------------------------------------------------- LSTMUnit
+
+def _lstm_shape(specs, forget_bias, drop_states, sequence_lengths):
+    (h_prev, c_prev, gates), seq, timestep, _ = _unpack(specs, sequence_lengths, LSTM_HEAD)
+    n, _ = _check_cell({"cell_t_prev": c_prev, "hidden_t_prev": h_prev}, gates, 4, "i, f, o, g")
+    _check_steps(seq, timestep, n)
+    out = TensorSpec(tuple(c_prev.shape), c_prev.dtype)
+    return [out, out]
+
+
+def lstm_unit_gradient_maker(g) -> None:
+    """LSTMUnitGradient(h_prev, c_prev, gates, [seq_lengths,] timestep, h, c, dh, dc) -> (dh_prev, dc_prev,
+    dgates): the 9- or 8-input form, as `sequence_lengths` says; the forward arguments are copied."""
+    k = 5 if g.arg("sequence_lengths", True) else 4
+    ins = [g.I(i) for i in range(k)] + [g.O(0), g.O(1), g.GO(0), g.GO(1)]
+    g.op("LSTMUnitGradient", ins, [g.GI(0), g.GI(1), g.GI(2)])
+
+
+@op("LSTMUnit", inputs=(4, 5), outputs=2, args=LSTM_ARGS, inplace=NOT_IN_PLACE, host_inputs=(3, 4),
+    gradient=lstm_unit_gradient_maker, shape=_lstm_shape)
+def lstm_unit(xp, *inputs, forget_bias=0.0, drop_states=False, sequence_lengths=True):
+    """One LSTM step: c = σ(f+forget_bias)·c_prev + σ(i)·tanh(g), h = σ(o)·tanh(c) -> (hidden_t, cell_t).
+
+    Inputs: hidden_t_prev, cell_t_prev (1×N×D), gates (1×N×4D, order i, f, o, g), seq_lengths (int32 N;
+    omitted when sequence_lengths=0), timestep (int32, 1 element). Rows with t >= seq_lengths[n] copy the
+    previous state, or become 0 with drop_states.
+    """
+    (h_prev, c_prev, gates), seq, timestep, _ = _unpack(inputs, sequence_lengths, LSTM_HEAD)
+    n, d = _check_cell({"cell_t_prev": c_prev, "hidden_t_prev": h_prev}, gates, 4, "i, f, o, g")
+    _check_steps(seq, timestep, n)
+    sig, g = _lstm_activations(xp, gates, d, forget_bias)
+    c = sig[..., d:2 * d] * c_prev
+    g *= sig[..., :d]
+    c += g
+    h = xp.tanh(c)
+    h *= sig[..., 2 * d:]
+    ended = _past_end(xp, seq, timestep, n)
+    if ended is not None:
+        h = ended.patch(xp, h, None if drop_states else h_prev)
+        c = ended.patch(xp, c, None if drop_states else c_prev)
+    return h, c
+
+
+def _lstm_grad_shape(specs, forget_bias, drop_states, sequence_lengths):
+    (h_prev, c_prev, gates), seq, timestep, (h, c, dh, dc) = _unpack(
+        specs, sequence_lengths, LSTM_HEAD, LSTM_GRAD_TAIL)
+    states = {"cell_t_prev": c_prev, "hidden_t_prev": h_prev, "hidden_t": h, "cell_t": c,
+              "hidden_t_grad": dh, "cell_t_grad": dc}
+    n, _ = _check_cell(states, gates, 4, "i, f, o, g")
+    _check_steps(seq, timestep, n)
+    return [TensorSpec(tuple(x.shape), x.dtype) for x in (h_prev, c_prev, gates)]
+
+
+@op("LSTMUnitGradient", inputs=(8, 9), outputs=3, args=LSTM_ARGS, inplace=NOT_IN_PLACE, host_inputs=(3, 4),
+    shape=_lstm_grad_shape)
+def lstm_unit_gradient(xp, *inputs, forget_bias=0.0, drop_states=False, sequence_lengths=True):
+    """Gradients of LSTMUnit -> (hidden_t_prev_grad, cell_t_prev_grad, gates_grad).
+
+    Valid rows: dc = dC + dH·o·(1 − tanh²c) (c read from cell_t), dc_prev = dc·f, gate gradients through the
+    activations, and dh_prev = 0, since h_prev reaches the cell only through the gates' FC. Invalid rows:
+    zero gate gradients, and dh_prev = dH, dc_prev = dC (or both 0 with drop_states).
+    """
+    (h_prev, c_prev, gates), seq, timestep, (_h, c, dh, dc) = _unpack(
+        inputs, sequence_lengths, LSTM_HEAD, LSTM_GRAD_TAIL)
+    states = {"cell_t_prev": c_prev, "hidden_t_prev": h_prev, "hidden_t": _h, "cell_t": c,
+              "hidden_t_grad": dh, "cell_t_grad": dc}
+    n, d = _check_cell(states, gates, 4, "i, f, o, g")
+    _check_steps(seq, timestep, n)
+    one = gates.dtype.type(1)
+    sig, g = _lstm_activations(xp, gates, d, forget_bias)
+    i, f, o = sig[..., :d], sig[..., d:2 * d], sig[..., 2 * d:]
+    tanh_c = xp.tanh(c)
+    dc_total = tanh_c * tanh_c
+    xp.subtract(one, dc_total, out=dc_total)
+    dc_total *= o
+    dc_total *= dh
+    dc_total += dc
+    dsig = sig * sig                          # σ' = σ(1 − σ) for the three sigmoid blocks at once
+    xp.subtract(sig, dsig, out=dsig)
+    dgates = xp.empty_like(gates)
+    block = dgates[..., :d]                   # di = dc·g·σ'(i)
+    xp.multiply(dc_total, g, out=block)
+    block *= dsig[..., :d]
+    block = dgates[..., d:2 * d]              # df = dc·c_prev·σ'(f)
+    xp.multiply(dc_total, c_prev, out=block)
+    block *= dsig[..., d:2 * d]
+    block = dgates[..., 2 * d:3 * d]          # do = dH·tanh(c)·σ'(o)
+    xp.multiply(dh, tanh_c, out=block)
+    block *= dsig[..., 2 * d:]
+    block = dgates[..., 3 * d:]               # dg = dc·i·(1 − g²)
+    xp.multiply(g, g, out=block)
+    xp.subtract(one, block, out=block)
+    block *= i
+    block *= dc_total
+    dc_prev = dc_total * f
+    dh_prev = xp.zeros_like(h_prev)
+    ended = _past_end(xp, seq, timestep, n)
+    if ended is None:
+        return dh_prev, dc_prev, dgates
+    dgates = ended.patch(xp, dgates)
+    if drop_states:
+        return dh_prev, ended.patch(xp, dc_prev), dgates
+    return ended.patch(xp, dh_prev, dh), ended.patch(xp, dc_prev, dc), dgates
+
+
+# --------------------------------------------------------------------------------------------- GRUUnit
+
+def _gru_shape(specs, drop_states, sequence_lengths):
+    (h_prev, gates), seq, timestep, _ = _unpack(specs, sequence_lengths, GRU_HEAD)
+    n, _ = _check_cell({"hidden_t_prev": h_prev}, gates, 3, "reset, update, output")
+    _check_steps(seq, timestep, n)
+    return [TensorSpec(tuple(h_prev.shape), h_prev.dtype)]
+
+
+def gru_unit_gradient_maker(g) -> None:
+    """GRUUnitGradient(h_prev, gates, [seq_lengths,] timestep, h, dh) -> (dh_prev, dgates): the 6- or
+    5-input form, as `sequence_lengths` says; the forward arguments are copied."""
+    k = 4 if g.arg("sequence_lengths", True) else 3
+    g.op("GRUUnitGradient", [g.I(i) for i in range(k)] + [g.O(0), g.GO(0)], [g.GI(0), g.GI(1)])
+
+
+@op("GRUUnit", inputs=(3, 4), outputs=1, args=GRU_ARGS, inplace=NOT_IN_PLACE, host_inputs=(2, 3),
+    gradient=gru_unit_gradient_maker, shape=_gru_shape)
+def gru_unit(xp, *inputs, drop_states=False, sequence_lengths=True):
+    """One GRU step: h = h_prev·σ(u) + tanh(o)·(1 − σ(u)) -> hidden_t.
+
+    Inputs: hidden_t_prev (1×N×D), gates (1×N×3D, order reset, update, output), seq_lengths (int32 N;
+    omitted when sequence_lengths=0), timestep (int32, 1 element). The reset gate is not read: Caffe2's
+    gru_cell applies it to the recurrent term before this op. Rows past their length copy h_prev (0 with
+    drop_states).
+    """
+    (h_prev, gates), seq, timestep, _ = _unpack(inputs, sequence_lengths, GRU_HEAD)
+    n, d = _check_cell({"hidden_t_prev": h_prev}, gates, 3, "reset, update, output")
+    _check_steps(seq, timestep, n)
+    u = _sigmoid(xp, gates[..., d:2 * d])
+    out = xp.tanh(gates[..., 2 * d:])
+    h = h_prev - out                          # h_prev·u + out·(1 − u) = out + u·(h_prev − out)
+    h *= u
+    h += out
+    ended = _past_end(xp, seq, timestep, n)
+    if ended is not None:
+        h = ended.patch(xp, h, None if drop_states else h_prev)
+    return h
+
+
+def _gru_grad_shape(specs, drop_states, sequence_lengths):
+    (h_prev, gates), seq, timestep, (h, dh) = _unpack(specs, sequence_lengths, GRU_HEAD, GRU_GRAD_TAIL)
+    states = {"hidden_t_prev": h_prev, "hidden_t": h, "hidden_t_grad": dh}
+    n, _ = _check_cell(states, gates, 3, "reset, update, output")
+    _check_steps(seq, timestep, n)
+    return [TensorSpec(tuple(x.shape), x.dtype) for x in (h_prev, gates)]
+
+
+@op("GRUUnitGradient", inputs=(5, 6), outputs=2, args=GRU_ARGS, inplace=NOT_IN_PLACE, host_inputs=(2, 3),
+    shape=_gru_grad_shape)
+def gru_unit_gradient(xp, *inputs, drop_states=False, sequence_lengths=True):
+    """Gradients of GRUUnit -> (hidden_t_prev_grad, gates_grad).
+
+    Valid rows: dh_prev = dH·u, du = dH·(h_prev − tanh o)·σ'(u), do = dH·(1 − u)·(1 − tanh²o), and a zero
+    reset-gate gradient (the unit does not read it). Invalid rows: zero gate gradients and dh_prev = dH
+    (0 with drop_states).
+    """
+    (h_prev, gates), seq, timestep, (h, dh) = _unpack(inputs, sequence_lengths, GRU_HEAD, GRU_GRAD_TAIL)
+    states = {"hidden_t_prev": h_prev, "hidden_t": h, "hidden_t_grad": dh}
+    n, d = _check_cell(states, gates, 3, "reset, update, output")
+    _check_steps(seq, timestep, n)
+    one, zero = gates.dtype.type(1), gates.dtype.type(0)
+    u = _sigmoid(xp, gates[..., d:2 * d])
+    out = xp.tanh(gates[..., 2 * d:])
+    dgates = xp.empty_like(gates)
+    dgates[..., :d] = zero
+    block = dgates[..., d:2 * d]              # du = dH·(h_prev − out)·u·(1 − u)
+    xp.subtract(h_prev, out, out=block)
+    block *= dh
+    block *= u
+    block *= one - u
+    block = dgates[..., 2 * d:]               # do = dH·(1 − u)·(1 − out²)
+    xp.multiply(out, out, out=block)
+    xp.subtract(one, block, out=block)
+    block *= one - u
+    block *= dh
+    dh_prev = dh * u
+    ended = _past_end(xp, seq, timestep, n)
+    if ended is None:
+        return dh_prev, dgates
+    return ended.patch(xp, dh_prev, None if drop_states else dh), ended.patch(xp, dgates)
