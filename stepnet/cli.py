@@ -155,6 +155,8 @@ def cmd_run(a) -> int:
         for name, value in feeds.items():
             ws.feed(name, value)
         _check_inputs(ws, predict, init, a)
+        from .shapes import infer_net, specs_of_workspace
+        infer_net(predict, specs_of_workspace(ws, ws.blobs()))  # static mismatches, reported before running
         net = ws.create_net(predict)
         for _ in range(a.iterations or 1):
             net.run()
@@ -268,7 +270,47 @@ def cmd_inspect(a) -> int:
               + ", ".join(f"{t}×{c}{did_you_mean(t, REGISTRY)}" for t, c in missing.items()))
     else:
         print("all ops supported")
+    if a.shapes:
+        if missing:
+            raise ArgumentError("--shapes needs every op supported; see the list above")
+        print_shapes(nets, a)
     return 1 if (missing and a.strict) else 0
+
+
+def parse_dims(spec: str):
+    """NAME=D1,D2,...[:dtype] -> (name, TensorSpec)."""
+    from .shapes import spec as make_spec
+
+    name, sep, rest = spec.partition("=")
+    dims, _, dtype = rest.partition(":")
+    if not sep or not name:
+        raise ArgumentError(f"--input {spec!r}: expected NAME=D1,D2,...[:dtype], e.g. data=1,3,224,224")
+    if dtype and dtype not in DTYPES:
+        raise ArgumentError(f"--input {name}: unknown dtype {dtype!r}{did_you_mean(dtype, DTYPES)}")
+    try:
+        shape = [int(d) for d in dims.split(",") if d.strip()]
+    except ValueError:
+        raise ArgumentError(f"--input {spec!r}: dims must be integers separated by commas") from None
+    return name, make_spec(shape, dtype or "float32")
+
+
+def print_shapes(nets, a) -> None:
+    """Infer every blob's shape (init net first when given) and print them; mismatches raise before running."""
+    from .shapes import infer_net
+
+    given = dict(parse_dims(s) for s in a.input)
+    known = infer_net(proto.load(a.init, kind="net"), {}) if a.init else {}
+    known.update(given)  # fed inputs replace the init net's placeholders
+    for nd in nets:
+        known = infer_net(nd, known)
+        print(f"shapes in net {nd.name!r}:")
+        seen = set()
+        for name in [*nd.external_input, *(o for op in nd.op for o in op.output)]:
+            if name in seen:
+                continue
+            seen.add(name)
+            spec = known.get(name)
+            print(f"  {name}: {spec if spec is not None else '?'}")
 
 
 def _print_step(step, indent):
@@ -315,6 +357,16 @@ def cmd_ops(a) -> int:
     return 0
 
 
+def cmd_synth_init(a) -> int:
+    from .synth import parse_dims as dims, synth_init
+
+    init = synth_init(a.predict_net, dict(dims(x) for x in a.input), width=a.width, classes=a.classes,
+                      params=dict(dims(p, "--param") for p in a.param), seed=a.seed)
+    proto.save(init, a.output)
+    print(f"wrote init net {a.output} ({len(init.op)} fill ops)")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="stepnet", description="Run Caffe2 protobuf models on numpy/CuPy.")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
@@ -342,12 +394,27 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("model")
     i.add_argument("--kind", choices=sorted(proto.KINDS))
     i.add_argument("--strict", action="store_true", help="exit 1 when some op is unsupported")
+    i.add_argument("--shapes", action="store_true", help="infer and print every blob's shape and dtype")
+    i.add_argument("--input", action="append", default=[], metavar="NAME=D1,D2,...[:dtype]",
+                   help="shape of an input blob, for --shapes")
+    i.add_argument("--init", metavar="INIT_NET", help="init net whose outputs feed the shapes of --shapes")
     i.set_defaults(func=cmd_inspect)
 
     o = sub.add_parser("ops", help="list the supported operators, or describe one")
     o.add_argument("name", nargs="?")
     o.add_argument("--markdown", action="store_true")
     o.set_defaults(func=cmd_ops)
+
+    si = sub.add_parser("synth-init", help="an init net of random fills for a weightless predict net")
+    si.add_argument("predict_net")
+    si.add_argument("-o", "--output", required=True, metavar="INIT.pb")
+    si.add_argument("--input", action="append", default=[], required=True, metavar="NAME=D1,D2,...",
+                    help="shape of a data input, e.g. data=1,3,224,224")
+    si.add_argument("--width", type=int, default=64, help="output width of layers the net does not fix")
+    si.add_argument("--classes", type=int, default=1000, help="output width of the last layer")
+    si.add_argument("--param", action="append", default=[], metavar="NAME=D1,D2,...", help="a parameter's dims")
+    si.add_argument("--seed", type=int, default=0)
+    si.set_defaults(func=cmd_synth_init)
 
     c = sub.add_parser("convert", help="convert between .pb and .pbtxt (by the output's extension)")
     c.add_argument("input")

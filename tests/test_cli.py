@@ -139,3 +139,28 @@ def test_debug_shows_traceback(files):
     r = subprocess.run([sys.executable, "-m", "stepnet", "--debug", "run", "garbage.pb"], capture_output=True,
                        text=True, cwd=files, timeout=120)
     assert r.returncode == 1 and "Traceback" in r.stderr
+
+
+def test_synth_init_then_run_and_inspect_shapes(tmp_path, capsys):
+    predict = ROOT / "tests" / "data" / "caffe2" / "squeeze_predict_net.pb"
+    init = tmp_path / "init.pb"
+    assert main(["synth-init", str(predict), "-o", str(init), "--input", "data=1,3,224,224"]) == 0
+    assert main(["inspect", str(predict), "--shapes", "--init", str(init), "--input", "data=1,3,224,224"]) == 0
+    out = capsys.readouterr().out
+    assert "conv10: (1, 1000, 13, 13) float32" in out and "softmaxout: (1, 1000, 1, 1) float32" in out
+    x = tmp_path / "x.npy"
+    np.save(x, np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype(np.float32))
+    saved = tmp_path / "o.npz"
+    assert main(["run", str(init), str(predict), "--feed", f"data={x}", "--save", str(saved), "-q"]) == 0
+    p = np.load(saved)["softmaxout"]
+    assert p.shape == (1, 1000, 1, 1) and abs(float(p.sum()) - 1) < 1e-4
+
+
+def test_static_shape_mismatch_is_reported_before_running(capsys):
+    st = ROOT / "models" / "style_transfer"
+    rc = main(["inspect", str(st / "crayon_predict.pb"), "--shapes", "--init", str(st / "crayon_init.pb"),
+               "--input", "data_int8_bgra=1,30,30,4:uint8"])
+    assert rc == 1
+    assert "op #2 (PadImage" in capsys.readouterr().err
+    assert main(["inspect", str(st / "crayon_predict.pb"), "--shapes", "--input", "x=1,a"]) == 1
+    assert "dims must be integers" in capsys.readouterr().err

@@ -1,0 +1,226 @@
+"""Dense optimizer updates: MomentumSGD, MomentumSGDUpdate, Adagrad, Adam, RmsProp.
+
+Sign conventions (spec §11.8): Caffe2's optimizer builders make the learning-rate blob negative for
+Adagrad, Adam and plain SGD (these ops *add* lr·update) and positive for MomentumSGDUpdate (which
+*subtracts* its adjusted gradient) and for RmsProp (whose output is fed to MomentumSGDUpdate). The ops
+themselves take lr as given. Caffe2 compares element counts, not shapes: every output keeps the shape of the
+input it replaces. Arithmetic stays in the parameter's float dtype. No op here is differentiable
+(SHOULD_NOT_DO_GRADIENT, as in Caffe2). The helpers at the top are shared with sparse_optim.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..errors import DTypeError, ShapeError
+from .elementwise import like, size_of
+from .lr import iteration_value
+from .registry import SHOULD_NOT_DO_GRADIENT, op
+
+# --------------------------------------------------------------------------------------------- checks
+
+
+def check_float(op_type: str, **named) -> None:
+    """DTypeError unless every named array / TensorSpec is a float tensor (unknown dtypes pass)."""
+    for name, x in named.items():
+        if x.dtype is not None and x.dtype.kind != "f":
+            raise DTypeError(f"{op_type}: {name} must be a float tensor, got {x.dtype}; Cast it to float "
+                             "first")
+
+
+def check_like(op_type: str, ref_name: str, ref, **named) -> None:
+    """Each named tensor must have ref's element count and dtype (Caffe2 compares sizes, not shapes)."""
+    for name, x in named.items():
+        if size_of(x) != size_of(ref):
+            raise ShapeError(f"{op_type}: {name} {tuple(x.shape)} must have as many elements as {ref_name} "
+                             f"{tuple(ref.shape)}")
+        if x.dtype is not None and ref.dtype is not None and x.dtype != ref.dtype:
+            raise DTypeError(f"{op_type}: {name} is {x.dtype} but {ref_name} is {ref.dtype}; use one float "
+                             "type")
+
+
+def check_scalar(op_type: str, name: str, x) -> None:
+    """A learning rate / weight input: one float element."""
+    check_float(op_type, **{name: x})
+    if size_of(x) != 1:
+        raise ShapeError(f"{op_type}: {name} must hold exactly one element, got shape {tuple(x.shape)}")
+
+
+def scalar(xp, x, dtype):
+    """The one element of x as a 0-D array of `dtype` on x's device."""
+    return xp.asarray(x).reshape(()).astype(dtype)
+
+
+def arrays(xp, *values) -> tuple:
+    """values as arrays of their device (numpy turns 0-D results into scalars)."""
+    return tuple(xp.asarray(v) for v in values)
+
+
+def const(dtype, value):
+    """A Python number as a scalar of `dtype` (keeps float32 arithmetic float32 on every backend)."""
+    return np.dtype(dtype).type(value)
+
+
+def adam_correction(beta1: float, beta2: float, iteration: int) -> float:
+    """sqrt(1 - beta2^t) / (1 - beta1^t) with t = iteration + 1, in double from the float32 betas as Caffe2
+    computes it."""
+    t = iteration + 1
+    b1, b2 = float(np.float32(beta1)), float(np.float32(beta2))
+    return math.sqrt(1.0 - b2 ** t) / (1.0 - b1 ** t)
+
+
+# --------------------------------------------------------------------------------------------- momentum SGD
+MOMENTUM_ARGS = {"momentum": 0.0, "nesterov": False}
+
+
+def momentum_step(xp, g, m, lr, momentum, nesterov):
+    """(adjusted gradient, new moment) of one momentum step; lr is a 0-D array of g's dtype."""
+    mu = const(g.dtype, momentum)
+    if nesterov:
+        m_new = mu * m + lr * g
+        return (const(g.dtype, 1) + mu) * m_new - mu * m, m_new
+    m_new = lr * g + mu * m
+    return m_new.copy(), m_new
+
+
+def _check_momentum(op_type, grad, moment, lr, param=None) -> None:
+    check_float(op_type, grad=grad)
+    check_like(op_type, "grad", grad, moment=moment, **({} if param is None else {"param": param}))
+    check_scalar(op_type, "lr", lr)
+
+
+def _momentum_shape(specs, momentum=0.0, nesterov=False):
+    _check_momentum("MomentumSGD", *specs)
+    return [like(specs[0]), like(specs[1])]
+
+
+def _momentum_update_shape(specs, momentum=0.0, nesterov=False):
+    _check_momentum("MomentumSGDUpdate", *specs)
+    return [like(specs[0]), like(specs[1]), like(specs[3])]
+
+
+@op("MomentumSGD", inputs=3, outputs=2, inplace=[(0, 0), (1, 1)], args=MOMENTUM_ARGS,
+    gradient=SHOULD_NOT_DO_GRADIENT, shape=_momentum_shape)
+def momentum_sgd(xp, grad, moment, lr, *, momentum, nesterov):
+    """(grad, moment, lr) -> (adjusted grad, moment). Plain: m' = lr·g + μ·m, g' = m'. Nesterov:
+    m' = μ·m + lr·g, g' = (1+μ)·m' − μ·m. The caller subtracts g' from the parameter."""
+    _check_momentum("MomentumSGD", grad, moment, lr)
+    g_new, m_new = momentum_step(xp, grad, moment.reshape(grad.shape), scalar(xp, lr, grad.dtype), momentum,
+                                 nesterov)
+    return arrays(xp, g_new, m_new.reshape(moment.shape))
+
+
+@op("MomentumSGDUpdate", inputs=4, outputs=3, inplace=[(0, 0), (1, 1), (3, 2)], args=MOMENTUM_ARGS,
+    gradient=SHOULD_NOT_DO_GRADIENT, shape=_momentum_update_shape)
+def momentum_sgd_update(xp, grad, moment, lr, param, *, momentum, nesterov):
+    """MomentumSGD followed by param' = param − g' (lr positive, as SgdOptimizer builds it with momentum)."""
+    _check_momentum("MomentumSGDUpdate", grad, moment, lr, param)
+    g_new, m_new = momentum_step(xp, grad, moment.reshape(grad.shape), scalar(xp, lr, grad.dtype), momentum,
+                                 nesterov)
+    return arrays(xp, g_new, m_new.reshape(moment.shape), param - g_new.reshape(param.shape))
+
+
+# --------------------------------------------------------------------------------------------- Adagrad
+def adagrad_step(xp, w, g, h, lr, epsilon, decay=1.0, weight_decay=0.0):
+    """(new param, new moment, effective lr, update): h' = decay·h + g², w' = w + lr·g/(√h' + ε), with g
+    first replaced by g + weight_decay·w."""
+    dt = w.dtype
+    if weight_decay:
+        g = g + const(dt, weight_decay) * w
+    h_new = const(dt, decay) * h + g * g
+    denom = xp.sqrt(h_new) + const(dt, epsilon)
+    update = lr * g / denom
+    return w + update, h_new, lr / denom, update
+
+
+def _check_adagrad(param, moment, grad, lr) -> None:
+    check_float("Adagrad", param=param)
+    check_like("Adagrad", "param", param, moment=moment, grad=grad)
+    check_scalar("Adagrad", "lr", lr)
+
+
+def _adagrad_shape(specs, **_):
+    _check_adagrad(*specs)
+    return [like(specs[0]), like(specs[1]), like(specs[2]), like(specs[2])]
+
+
+@op("Adagrad", inputs=4, outputs=(2, 4), inplace=[(0, 0), (1, 1)], gradient=SHOULD_NOT_DO_GRADIENT,
+    args={"epsilon": 1e-5, "decay": 1.0, "weight_decay": 0.0}, shape=_adagrad_shape)
+def adagrad(xp, param, moment, grad, lr, *, epsilon, decay, weight_decay):
+    """(param, moment, grad, lr) -> (param, moment[, effective_lr[, update]]): moment' = decay·moment + g²,
+    param' = param + lr·g/(√moment' + ε) (lr negative from the optimizer builder). The optional outputs
+    (Caffe2's later additions) are lr/(√moment' + ε) and the added update, shaped like grad."""
+    _check_adagrad(param, moment, grad, lr)
+    g = grad.reshape(param.shape)
+    w, h, eff, update = adagrad_step(xp, param, g, moment.reshape(param.shape), scalar(xp, lr, param.dtype),
+                                     epsilon, decay, weight_decay)
+    return arrays(xp, w, h.reshape(moment.shape), eff.reshape(grad.shape), update.reshape(grad.shape))
+
+
+# --------------------------------------------------------------------------------------------- Adam
+ADAM_ARGS = {"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-5}
+
+
+def adam_step(xp, w, g, m1, m2, lr, corr, beta1, beta2, epsilon):
+    """(new param, new m1, new m2, effective grad) of one Adam step; corr from adam_correction."""
+    dt = w.dtype
+    b1, b2, one = const(dt, beta1), const(dt, beta2), const(dt, 1)
+    m1_new = m1 * b1 + g * (one - b1)
+    m2_new = m2 * b2 + g * g * (one - b2)
+    denom = xp.sqrt(m2_new) + const(dt, epsilon)
+    corr = const(dt, corr)
+    return w + lr * corr * m1_new / denom, m1_new, m2_new, corr * m1_new / denom
+
+
+def _check_adam(param, m1, m2, grad, lr, iteration) -> None:
+    check_float("Adam", param=param)
+    check_like("Adam", "param", param, moment_1=m1, moment_2=m2, grad=grad)
+    check_scalar("Adam", "lr", lr)
+    iteration_value(iteration, "Adam", static=True)
+
+
+def _adam_shape(specs, **_):
+    _check_adam(*specs)
+    return [like(specs[0]), like(specs[1]), like(specs[2]), like(specs[3])]
+
+
+@op("Adam", inputs=6, outputs=(3, 4), inplace=[(0, 0), (1, 1), (2, 2)], host_inputs=[5], args=ADAM_ARGS,
+    gradient=SHOULD_NOT_DO_GRADIENT, shape=_adam_shape)
+def adam(xp, param, m1, m2, grad, lr, iteration, *, beta1, beta2, epsilon):
+    """(param, m1, m2, grad, lr, iter) -> (param, m1, m2[, effective grad]): t = iter + 1,
+    c = √(1−β2^t)/(1−β1^t), m1' = β1·m1 + (1−β1)·g, m2' = β2·m2 + (1−β2)·g², param' = param +
+    lr·c·m1'/(√m2' + ε) (lr negative). The optional output is c·m1'/(√m2' + ε), shaped like grad."""
+    _check_adam(param, m1, m2, grad, lr, iteration)
+    corr = adam_correction(beta1, beta2, iteration_value(iteration, "Adam"))
+    shape = param.shape
+    w, a, b, eg = adam_step(xp, param, grad.reshape(shape), m1.reshape(shape), m2.reshape(shape),
+                            scalar(xp, lr, param.dtype), corr, beta1, beta2, epsilon)
+    return arrays(xp, w, a.reshape(m1.shape), b.reshape(m2.shape), eg.reshape(grad.shape))
+
+
+# --------------------------------------------------------------------------------------------- RmsProp
+def _check_rmsprop(grad, ms, mom, lr) -> None:
+    check_float("RmsProp", grad=grad)
+    check_like("RmsProp", "grad", grad, mean_squares=ms, mom=mom)
+    check_scalar("RmsProp", "lr", lr)
+
+
+def _rmsprop_shape(specs, **_):
+    _check_rmsprop(*specs)
+    return [like(specs[0]), like(specs[1]), like(specs[2])]
+
+
+@op("RmsProp", inputs=4, outputs=3, inplace=[(0, 0), (1, 1), (2, 2)], gradient=SHOULD_NOT_DO_GRADIENT,
+    args={"decay": 0.9, "momentum": 0.0, "epsilon": 1e-5}, shape=_rmsprop_shape)
+def rms_prop(xp, grad, mean_squares, mom, lr, *, decay, momentum, epsilon):
+    """(grad, mean_squares, mom, lr) -> (grad_o, mean_squares_o, mom_o): ms' = ms + (1−decay)·(g² − ms),
+    mom' = momentum·mom + lr·g/√(ε + ms'), grad_o = mom'. RmsPropOptimizer passes lr = 1 and subtracts
+    alpha·grad_o with MomentumSGDUpdate."""
+    _check_rmsprop(grad, mean_squares, mom, lr)
+    dt = grad.dtype
+    ms = mean_squares.reshape(grad.shape)
+    ms_new = ms + (const(dt, 1) - const(dt, decay)) * (grad * grad - ms)
+    mom_new = mom.reshape(grad.shape) * const(dt, momentum) + scalar(xp, lr, dt) * grad / xp.sqrt(
+        const(dt, epsilon) + ms_new)
+    return arrays(xp, mom_new.copy(), ms_new.reshape(mean_squares.shape), mom_new.reshape(mom.shape))
