@@ -175,6 +175,8 @@ class NetBuilder:
     def add_gradient_ops(self, losses):
         """Append the backward pass of losses; returns {blob: gradient}."""
         from .gradients import add_gradient_ops
+        if isinstance(losses, dict):  # given output gradients are fed: they are inputs of the net
+            self.add_external_inputs(*(g for g in losses.values() if isinstance(g, str) and not self.is_defined(g)))
         grads = add_gradient_ops(self._net, losses)
         for op in self._net.op:
             self._defined.update(op.output)

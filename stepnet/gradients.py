@@ -118,10 +118,19 @@ class GradientContext:
         return g
 
 
+def _copy_device(op: OperatorDef, gens) -> None:
+    """Accumulation ops run where the gradients were made (the first generator's device, as Caffe2 does)."""
+    for g in gens:
+        if g.device is not None:
+            op.device_option.CopyFrom(g.device)
+            return
+
+
 class _Generator(NamedTuple):
     op: OperatorDef | None     # the gradient op that writes it (None: a pass-through or a sparse gradient)
     output_index: int
     name: object               # a blob name, or a GradientSlice
+    device: object = None      # the DeviceOption of the op that made it (or of the forward op)
 
 
 def _make_gradient(index: int, op: OperatorDef, g_output: list):
@@ -191,6 +200,8 @@ class BackwardPass:
                         written_by_grads[name] = i
                 grad_ops.extend(new_ops)
                 for k, gen in self._generators(op, new_ops, g_input):
+                    if gen.device is None and op.HasField("device_option"):
+                        gen = gen._replace(device=op.device_option)
                     generators[(op.input[k], self.in_versions[i][k])].append(gen)
             # Outputs written here are now at their previous version: their gradient is consumed.
             for name in op.output:
@@ -208,12 +219,13 @@ class BackwardPass:
         """(input index, generator) for every input gradient: which gradient op output writes it, in output
         order (an op may write two gradients of one blob, e.g. Mul(x, x)), or None for a pass-through."""
         unassigned = {k for k, g in enumerate(g_input) if g is not None}
-        for g_op in new_ops:
+        for g_op in reversed(new_ops):  # the last op writing a gradient name is the one that produces it
             for j, out in enumerate(g_op.output):
                 k = next((k for k in sorted(unassigned) if g_input[k] == out), None)
                 if k is not None:
                     unassigned.discard(k)
-                    yield k, _Generator(g_op, j, out)
+                    device = g_op.device_option if g_op.HasField("device_option") else None
+                    yield k, _Generator(g_op, j, out, device)
         for k in sorted(unassigned):
             yield k, _Generator(None, -1, g_input[k])
 
@@ -231,6 +243,8 @@ class BackwardPass:
             val_concat = OperatorDef(type="Concat", input=[g.name.values for g in gens],
                                      output=[base + "_values_concat", base + "_values_concat_split"],
                                      arg=[make_argument("axis", 0)], is_gradient_op=True)
+            _copy_device(idx_concat, gens)
+            _copy_device(val_concat, gens)
             grad_ops.extend([idx_concat, val_concat])
             return GradientSlice(idx_concat.output[0], val_concat.output[0])
         out = next((g.op.output[g.output_index] for g in gens if g.op is not None), name + "_grad")
@@ -249,7 +263,9 @@ class BackwardPass:
         if out in inputs:  # Sum runs in place on its first input only
             j = inputs.index(out)
             inputs[0], inputs[j] = inputs[j], inputs[0]
-        grad_ops.append(OperatorDef(type="Sum", input=inputs, output=[out], is_gradient_op=True))
+        total = OperatorDef(type="Sum", input=inputs, output=[out], is_gradient_op=True)
+        _copy_device(total, gens)
+        grad_ops.append(total)
         return out
 
     def _check_versions(self, i, op, new_ops, g_output, written_by_grads) -> None:

@@ -326,6 +326,8 @@ class _Backward:
                                         "steps) or -1 (last step) can receive gradients")
             self.state_grads.append((s, rg, last))
         _extend_inputs(bnet, [self.timestep])
+        for internal, external, _, _ in links:
+            _extend_inputs(bnet, [internal, external])
         link_ops = [_link_op(i, e, o, w, self.timestep, device) for i, e, o, w in links]
         _prepend(bnet, link_ops + accumulate)
         for _, grad, tmp in self.param_grads:

@@ -36,8 +36,8 @@ class TensorSpec:
         return cls(tuple(arr.shape), np.dtype(arr.dtype), value)
 
     def __str__(self):
-        shape = "?" if self.shape is None else "×".join(map(str, self.shape)) or "scalar"
-        return f"{shape} {self.dtype if self.dtype is not None else '?'}"
+        shape = "?" if self.shape is None else str(tuple("?" if d is None else d for d in self.shape))
+        return f"{shape} {self.dtype if self.dtype is not None else '?'}"  # like executor.describe
 
 
 UNKNOWN = TensorSpec(None)

@@ -82,16 +82,18 @@ def _host_value(ws: Workspace, name: str):
 
 def check_gradient(op_type: str, inputs, outputs=1, wrt=None, outputs_with_grads=None, device: str = "cpu",
                    float64: bool = True, eps: float = 1e-4, rtol: float = 1e-3, atol: float = 1e-5,
-                   directions: int = 4, seed: int = 0, **args) -> dict:
+                   directions: int = 4, seed: int = 0, op_args: dict | None = None, **args) -> dict:
     """Check an op's registered gradient against float64 central differences; return the analytic gradients.
 
     The loss is L = sum_o sum(y_o * c_o) over outputs_with_grads with fixed random c_o (fed as the output
     gradients). Each checked input (wrt: indices, default every floating input) is compared element by element
     when it has at most 16 elements, otherwise along `directions` random unit directions. Raises AssertionError
-    naming the op, input and the worst mismatch.
+    naming the op, input and the worst mismatch. op_args passes op arguments whose names clash with this
+    function's own (e.g. Logit's eps).
     """
     from .gradients import GradientSlice, backward_ops
 
+    args = {**args, **(op_args or {})}
     if not isinstance(inputs, dict):
         inputs = {f"in{i}": v for i, v in enumerate(inputs)}
     inputs = {k: np.array(v, dtype=np.float64 if float64 and np.asarray(v).dtype.kind == "f" else None)

@@ -3,8 +3,9 @@ import importlib
 
 from .registry import REGISTRY, Arg, op
 
-FAMILIES = ("fill", "elementwise", "activation", "math", "reduce", "shape", "index", "util", "device",
-            "conv", "pool", "norm", "image", "loss", "optim", "db", "rnn")
+FAMILIES = ("fill", "random_fill", "elementwise", "elementwise_grad", "activation", "activation_grad", "math",
+            "sums", "math_grad", "reduce", "reduce_grad", "shape", "index", "util", "device", "conv", "pool",
+            "norm", "image", "loss", "optim", "sparse_optim", "lr", "clipping", "db", "rnn", "sampling")
 
 for _family in FAMILIES:
     try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ArgumentError, DTypeError, ShapeError
+from .elementwise import fold, like, out_spec
 from .registry import Arg, op
 
 FLOAT_KINDS = "f"
@@ -16,8 +17,9 @@ NUMERIC_KINDS = "fiu"
 
 
 def check_float(x, type_: str, kinds: str = FLOAT_KINDS) -> None:
-    """DTypeError unless x has a floating dtype (or a numeric one where kinds allow it)."""
-    if x.dtype.kind not in kinds:
+    """DTypeError unless x (an array or a TensorSpec) has a floating dtype (or a numeric one where kinds allow
+    it); an unknown dtype passes."""
+    if x.dtype is not None and x.dtype.kind not in kinds:
         want = "a float" if kinds == FLOAT_KINDS else "a numeric"
         raise DTypeError(f"{type_} needs {want} tensor, got dtype {x.dtype.name} (Cast it to float first)")
 
@@ -33,8 +35,13 @@ def _unary(type_, fn, inplace=((0, 0),), kinds=FLOAT_KINDS, doc=""):
         check_float(x, type_, kinds)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             return fn(xp, x)
+
+    def shape(specs):  # integer inputs (Sqr, Abs, Negative, Sign) carry their value through
+        check_float(specs[0], type_, kinds)
+        return [out_spec(specs[0].shape, specs[0].dtype, fold(kernel, specs))]
+
     kernel.__name__ = kernel.__qualname__ = type_.lower()
-    op(type_, inputs=1, outputs=1, inplace=inplace, doc=doc)(kernel)
+    op(type_, inputs=1, outputs=1, inplace=inplace, shape=shape, doc=doc)(kernel)
 
 
 _NONE = ()
@@ -64,16 +71,35 @@ for _name, (_fn, _pair, _kinds, _doc) in _UNARY.items():
 
 
 # --------------------------------------------------------------------------------------------- with arguments
+def _check_selu(scale) -> None:
+    if not scale > 1.0:
+        raise ArgumentError(f"Selu argument scale must be greater than 1, got {scale}")
 
 
-@op("Elu", inputs=1, outputs=1, inplace=[(0, 0)], args={"alpha": 1.0})
+def _check_logit(eps) -> None:
+    if not 0.0 < eps < 0.5:
+        raise ArgumentError(f"Logit argument eps must be in (0, 0.5), got {eps}")
+
+
+def _float_shape(type_, check_args=None):
+    """Shape function of a float-only op that keeps its input's shape and dtype (check_args(**args) runs the
+    kernel's argument checks)."""
+    def shape(specs, **args):
+        check_float(specs[0], type_)
+        if check_args is not None:
+            check_args(**args)
+        return [like(specs[0])]
+    return shape
+
+
+@op("Elu", inputs=1, outputs=1, inplace=[(0, 0)], args={"alpha": 1.0}, shape=_float_shape("Elu"))
 def elu(xp, x, alpha=1.0):
     """x for x > 0, alpha * (exp(x) - 1) otherwise."""
     check_float(x, "Elu")
     return xp.where(x > 0, x, x.dtype.type(alpha) * xp.expm1(xp.minimum(x, 0)))
 
 
-@op("LeakyRelu", inputs=1, outputs=1, inplace=[(0, 0)], args={"alpha": 0.01})
+@op("LeakyRelu", inputs=1, outputs=1, inplace=[(0, 0)], args={"alpha": 0.01}, shape=_float_shape("LeakyRelu"))
 def leaky_relu(xp, x, alpha=0.01):
     """x for x > 0, alpha * x otherwise."""
     check_float(x, "LeakyRelu")
@@ -84,17 +110,18 @@ SELU_ALPHA = 1.6732632423543772848170429916717
 SELU_SCALE = 1.0507009873554804934193349852946
 
 
-@op("Selu", inputs=1, outputs=1, inplace=[(0, 0)], args={"alpha": SELU_ALPHA, "scale": SELU_SCALE})
+@op("Selu", inputs=1, outputs=1, inplace=[(0, 0)], args={"alpha": SELU_ALPHA, "scale": SELU_SCALE},
+    shape=_float_shape("Selu", lambda scale, **_: _check_selu(scale)))
 def selu(xp, x, alpha=SELU_ALPHA, scale=SELU_SCALE):
     """scale * (x for x > 0, alpha * (exp(x) - 1) otherwise); Caffe2 requires scale > 1."""
     check_float(x, "Selu")
-    if not scale > 1.0:
-        raise ArgumentError(f"Selu argument scale must be greater than 1, got {scale}")
+    _check_selu(scale)
     t = x.dtype.type
     return t(scale) * xp.where(x > 0, x, t(alpha) * xp.expm1(xp.minimum(x, 0)))
 
 
-@op("HardSigmoid", inputs=1, outputs=1, inplace=[(0, 0)], args={"alpha": 0.2, "beta": 0.5})
+@op("HardSigmoid", inputs=1, outputs=1, inplace=[(0, 0)], args={"alpha": 0.2, "beta": 0.5},
+    shape=_float_shape("HardSigmoid"))
 def hard_sigmoid(xp, x, alpha=0.2, beta=0.5):
     """max(0, min(1, alpha * x + beta))."""
     check_float(x, "HardSigmoid")
@@ -102,18 +129,19 @@ def hard_sigmoid(xp, x, alpha=0.2, beta=0.5):
     return xp.minimum(xp.maximum(x * t(alpha) + t(beta), t(0)), t(1))
 
 
-@op("Logit", inputs=1, outputs=1, inplace=[(0, 0)], args={"eps": 1e-6})
+@op("Logit", inputs=1, outputs=1, inplace=[(0, 0)], args={"eps": 1e-6},
+    shape=_float_shape("Logit", lambda eps: _check_logit(eps)))
 def logit(xp, x, eps=1e-6):
     """log(p / (1 - p)) with p = x clamped to [eps, 1 - eps]; eps must lie in (0, 0.5)."""
     check_float(x, "Logit")
-    if not 0.0 < eps < 0.5:
-        raise ArgumentError(f"Logit argument eps must be in (0, 0.5), got {eps}")
+    _check_logit(eps)
     t = x.dtype.type
     p = xp.maximum(xp.minimum(x, t(1.0 - eps)), t(eps))
     return xp.log(p / (1 - p))
 
 
-@op("Clip", inputs=1, outputs=1, inplace=[(0, 0)], args={"min": Arg("float", None), "max": Arg("float", None)})
+@op("Clip", inputs=1, outputs=1, inplace=[(0, 0)],
+    args={"min": Arg("float", None), "max": Arg("float", None)}, shape=_float_shape("Clip"))
 def clip(xp, x, min=None, max=None):
     """min(max(x, min), max); an absent bound is the dtype's full range. NaN stays NaN."""
     check_float(x, "Clip")
@@ -124,25 +152,39 @@ def clip(xp, x, min=None, max=None):
     return xp.minimum(xp.maximum(x, lo), hi)
 
 
-@op("PRelu", inputs=2, outputs=1, inplace=[(0, 0)], args={"order": "NCHW"})
+def prelu_view(x_shape, x_dtype, slope_shape, slope_dtype, order) -> tuple | None:
+    """PRelu's checks; the shape to view the slope as against X (None: one shared value). Arrays and specs."""
+    if x_dtype is not None and slope_dtype is not None and slope_dtype != x_dtype:
+        raise DTypeError(f"PRelu slope has dtype {slope_dtype.name} but X has {x_dtype.name}; Cast the slope")
+    if order not in ("NCHW", "NHWC"):
+        raise ArgumentError(f"PRelu argument order must be 'NCHW' or 'NHWC', got {order!r}")
+    n = int(np.prod(slope_shape, dtype=np.int64))
+    if n == 1:
+        return None
+    ndim = len(x_shape)
+    c_axis = 1 if order == "NCHW" else ndim - 1
+    if ndim < (2 if order == "NCHW" else 1) or x_shape[c_axis] != n:
+        have = x_shape[c_axis] if 0 <= c_axis < ndim else "none"
+        raise ShapeError(f"PRelu slope {tuple(slope_shape)} has {n} values but X {tuple(x_shape)} "
+                         f"has {have} channels on axis {c_axis} (order {order}); give one slope per channel "
+                         "or a single shared slope")
+    view = [1] * ndim
+    view[c_axis] = n
+    return tuple(view)
+
+
+def _prelu_shape(specs, order="NCHW"):
+    x, slope = specs
+    check_float(x, "PRelu")
+    prelu_view(x.shape, x.dtype, slope.shape, slope.dtype, order)
+    return [like(x)]
+
+
+@op("PRelu", inputs=2, outputs=1, inplace=[(0, 0)], args={"order": "NCHW"}, shape=_prelu_shape)
 def prelu(xp, x, slope, order="NCHW"):
     """x for x > 0, slope * x otherwise; slope has one value (shared) or one per channel, the channel axis
     being 1 for order NCHW and the last axis for NHWC."""
     check_float(x, "PRelu")
-    if slope.dtype != x.dtype:
-        raise DTypeError(f"PRelu slope has dtype {slope.dtype.name} but X has {x.dtype.name}; Cast the slope")
-    if order not in ("NCHW", "NHWC"):
-        raise ArgumentError(f"PRelu argument order must be 'NCHW' or 'NHWC', got {order!r}")
-    if slope.size == 1:
-        w = slope.reshape(())
-    else:
-        c_axis = 1 if order == "NCHW" else x.ndim - 1
-        if x.ndim < (2 if order == "NCHW" else 1) or x.shape[c_axis] != slope.size:
-            have = x.shape[c_axis] if 0 <= c_axis < x.ndim else "none"
-            raise ShapeError(f"PRelu slope {tuple(slope.shape)} has {slope.size} values but X {tuple(x.shape)} "
-                             f"has {have} channels on axis {c_axis} (order {order}); give one slope per channel "
-                             "or a single shared slope")
-        view = [1] * x.ndim
-        view[c_axis] = slope.size
-        w = slope.reshape(view)
+    view = prelu_view(x.shape, x.dtype, slope.shape, slope.dtype, order)
+    w = slope.reshape(()) if view is None else slope.reshape(view)
     return xp.where(x > 0, x, x * w)

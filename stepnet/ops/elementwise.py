@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ArgumentError, DTypeError, ShapeError
+from ..shapes import SMALL_VALUE, TensorSpec
 from .registry import Arg, op
 
 Shape = tuple[int, ...]
@@ -23,11 +24,12 @@ Shape = tuple[int, ...]
 
 
 def legacy_axis(axis: int = -1, axis_str: str = "", order: str = "NCHW") -> int:
-    """The legacy broadcast axis: explicit `axis`, or the position of `axis_str` in `order`, or -1 (suffix)."""
+    """The legacy broadcast axis: explicit `axis`, or the position of `axis_str` in `order`, or -1
+    (suffix)."""
     if axis != -1:
         if axis_str:
-            raise ArgumentError(f"arguments axis ({axis}) and axis_str ({axis_str!r}) cannot be used together; "
-                                "give only one")
+            raise ArgumentError(f"arguments axis ({axis}) and axis_str ({axis_str!r}) cannot be used "
+                                "together; give only one")
         return axis
     if not axis_str:
         return -1
@@ -42,8 +44,8 @@ def _legacy_view(a_shape: Shape, b_shape: Shape, axis: int) -> Shape:
     if int(np.prod(b_shape, dtype=np.int64)) == 1:
         return (1,) * len(a_shape)
     if len(b_shape) > len(a_shape):
-        raise ShapeError(f"cannot broadcast B {b_shape} onto A {a_shape} (broadcast=1, axis={axis}): B has more "
-                         "dims than A; with broadcast=1 B must be a scalar or a block of A's dims")
+        raise ShapeError(f"cannot broadcast B {b_shape} onto A {a_shape} (broadcast=1, axis={axis}): B has "
+                         "more dims than A; with broadcast=1 B must be a scalar or a block of A's dims")
     start = len(a_shape) - len(b_shape) if axis == -1 else axis
     if not 0 <= start <= len(a_shape) - len(b_shape):
         raise ShapeError(f"cannot broadcast B {b_shape} onto A {a_shape}: axis {axis} is out of range "
@@ -58,9 +60,9 @@ def _legacy_view(a_shape: Shape, b_shape: Shape, axis: int) -> Shape:
     for j in range(first, last + 1):
         if a_shape[start + j] != b_shape[j]:
             block = tuple(a_shape[start + first:start + last + 1])
-            raise ShapeError(f"cannot broadcast B {b_shape} onto A {a_shape} at axis {start} (broadcast=1): B's "
-                             f"dims {tuple(b_shape[first:last + 1])} must equal A's dims {block} starting at axis "
-                             f"{start + first}; set axis to where B's dims begin in A")
+            raise ShapeError(f"cannot broadcast B {b_shape} onto A {a_shape} at axis {start} (broadcast=1): "
+                             f"B's dims {tuple(b_shape[first:last + 1])} must equal A's dims {block} "
+                             f"starting at axis {start + first}; set axis to where B's dims begin in A")
         view[start + j] = b_shape[j]
     return tuple(view)
 
@@ -75,11 +77,11 @@ def broadcast_result_shape(a_shape: Shape, b_shape: Shape, broadcast: bool = Fal
     ndim = max(len(a_shape), len(b_shape))
     pa, pb = (1,) * (ndim - len(a_shape)) + a_shape, (1,) * (ndim - len(b_shape)) + b_shape
     out = []
-    for k, (da, db) in enumerate(zip(pa, pb)):
+    for k, (da, db) in enumerate(zip(pa, pb, strict=True)):
         if da != db and da != 1 and db != 1:
-            raise ShapeError(f"shapes A {a_shape} and B {b_shape} do not broadcast (numpy rule, broadcast=0): "
-                             f"axis {k - ndim} has {da} vs {db}; for Caffe2's legacy alignment pass broadcast=1 "
-                             "(with axis), or reshape B")
+            raise ShapeError(f"shapes A {a_shape} and B {b_shape} do not broadcast (numpy rule, "
+                             f"broadcast=0): axis {k - ndim} has {da} vs {db}; for Caffe2's legacy alignment "
+                             "pass broadcast=1 (with axis), or reshape B")
         out.append(0 if 0 in (da, db) else max(da, db))
     return tuple(out)
 
@@ -98,10 +100,30 @@ def broadcast_b_shape(a_shape: Shape, b_shape: Shape, broadcast: bool = False, a
     return b_shape
 
 
-def broadcast_operands(a, b, broadcast: bool = False, axis: int = -1, axis_str: str = "", order: str = "NCHW"):
+def broadcast_operands(a, b, broadcast: bool = False, axis: int = -1, axis_str: str = "",
+                       order: str = "NCHW"):
     """(A, B viewed so that numpy broadcasting between them follows Caffe2's rule)."""
     view = broadcast_b_shape(a.shape, b.shape, broadcast, axis, axis_str, order)
     return a, (b if view == b.shape else b.reshape(view))
+
+
+def sum_to_shape_axes(grad_shape: Shape, shape: Shape, broadcast: bool = False, axis: int = -1,
+                      axis_str: str = "", order: str = "NCHW") -> tuple[int, ...] | None:
+    """The axes of grad_shape that sum_to_shape sums over (None when the shapes are equal); ShapeError when
+    `shape` cannot be a broadcast source of grad_shape. Shared by the kernel and static shape inference."""
+    shape, grad_shape = tuple(shape), tuple(grad_shape)
+    if shape == grad_shape:
+        return None
+    view = broadcast_b_shape(grad_shape, shape, broadcast, axis, axis_str, order) if broadcast else shape
+    lead = len(grad_shape) - len(view)
+    if lead < 0:
+        raise ShapeError(f"cannot sum-reduce {grad_shape} to {shape}: the target has more dims")
+    for i, d in enumerate(view):
+        if d != 1 and grad_shape[lead + i] != d:
+            raise ShapeError(f"cannot sum-reduce {grad_shape} to {shape}: axis {lead + i} has "
+                             f"{grad_shape[lead + i]} vs {d}")
+    return tuple(range(lead)) + tuple(lead + i for i, d in enumerate(view)
+                                      if d == 1 and grad_shape[lead + i] != 1)
 
 
 def sum_to_shape(xp, grad, shape: Shape, broadcast: bool = False, axis: int = -1, axis_str: str = "",
@@ -111,21 +133,51 @@ def sum_to_shape(xp, grad, shape: Shape, broadcast: bool = False, axis: int = -1
     With broadcast=1 the legacy placement of `shape` inside grad's shape (axis/axis_str/order) decides which
     dims are summed, as Caffe2's SumReduceLike does; otherwise numpy's alignment from the end.
     """
-    shape = tuple(shape)
-    if shape == tuple(grad.shape):
+    axes = sum_to_shape_axes(grad.shape, shape, broadcast, axis, axis_str, order)
+    if axes is None:
         return grad.copy()
-    view = broadcast_b_shape(grad.shape, shape, broadcast, axis, axis_str, order) if broadcast else shape
-    lead = grad.ndim - len(view)
-    if lead < 0:
-        raise ShapeError(f"cannot sum-reduce {tuple(grad.shape)} to {shape}: the target has more dims")
-    axes = tuple(range(lead)) + tuple(lead + i for i, d in enumerate(view)
-                                      if d == 1 and grad.shape[lead + i] != 1)
-    for i, d in enumerate(view):
-        if d != 1 and grad.shape[lead + i] != d:
-            raise ShapeError(f"cannot sum-reduce {tuple(grad.shape)} to {shape}: axis {lead + i} has "
-                             f"{grad.shape[lead + i]} vs {d}")
     out = xp.sum(grad, axis=axes, dtype=grad.dtype, keepdims=True) if axes else grad.copy()
-    return out.reshape(shape)
+    return out.reshape(tuple(shape))
+
+
+# --------------------------------------------------------------------------------------------- static specs
+# Helpers for the shape functions of this and the sibling families (activation, math, reduce, fill, util).
+
+def out_spec(shape, dtype, value=None) -> TensorSpec:
+    """An output TensorSpec; an unknown (None) dtype stays unknown."""
+    return TensorSpec(tuple(int(d) for d in shape), None if dtype is None else np.dtype(dtype), value)
+
+
+def like(s: TensorSpec, dtype=None) -> TensorSpec:
+    """A spec of s's shape and dtype (or `dtype`), without s's value (the op changes the values)."""
+    return out_spec(s.shape, s.dtype if dtype is None else dtype)
+
+
+def value_dependent(dims, dtype) -> TensorSpec:
+    """The spec of an output whose dims (None entries) depend on input values that are not known statically.
+
+    Downstream inference treats a partly known shape as unknown, and run_op's cross-check compares whole
+    shapes, so the shape is given as unknown and only the dtype is kept.
+    """
+    if all(d is not None for d in dims):
+        return out_spec(dims, dtype)
+    return TensorSpec(None, None if dtype is None else np.dtype(dtype))
+
+
+def fold(fn, specs, **args):
+    """The value of a small integer/bool result, fn(np, *values, **args), when every input's value is known
+    (as the values of shape tensors are), so that shape arithmetic can be followed; else None."""
+    values = [s.value for s in specs]
+    if any(v is None for v in values):
+        return None
+    with np.errstate(all="ignore"):
+        out = np.asarray(fn(np, *values, **args))
+    return out if out.size <= SMALL_VALUE and out.dtype.kind in "iub" else None
+
+
+def size_of(x) -> int:
+    """Number of elements of an array or a TensorSpec."""
+    return int(np.prod(x.shape, dtype=np.int64))
 
 
 # --------------------------------------------------------------------------------------------- dtype checks
@@ -137,20 +189,24 @@ FLOAT = ("float16", "float32", "float64")
 
 
 def check_dtypes(arrays, allowed, what: str = "inputs") -> None:
-    """DTypeError unless all arrays share one dtype from `allowed`."""
-    first = arrays[0].dtype
-    for i, x in enumerate(arrays):
-        if x.dtype.name not in allowed:
-            raise DTypeError(f"input {i} has dtype {x.dtype.name}; {what} must be one of {', '.join(allowed)} "
+    """DTypeError unless all arrays (or TensorSpecs; unknown dtypes are skipped) share one dtype from
+    `allowed`."""
+    known = [(i, x.dtype) for i, x in enumerate(arrays) if x.dtype is not None]
+    if not known:
+        return
+    i0, first = known[0]
+    for i, dtype in known:
+        if dtype.name not in allowed:
+            raise DTypeError(f"input {i} has dtype {dtype.name}; {what} must be one of {', '.join(allowed)} "
                              "(use Cast to convert)")
-        if x.dtype != first:
-            raise DTypeError(f"input {i} has dtype {x.dtype.name} but input 0 has {first.name}; {what} must "
+        if dtype != first:
+            raise DTypeError(f"input {i} has dtype {dtype.name} but input {i0} has {first.name}; {what} must "
                              f"share one type (Cast input {i} to {first.name})")
 
 
 BROADCAST_ARGS = {"broadcast": False, "axis": -1, "axis_str": "", "order": "NCHW"}
-_ARITH_DOC = ("A, B -> C. broadcast=1: legacy rule (B scalar or a block of A's dims at axis; C has A's shape); "
-              "otherwise numpy broadcasting.")
+_ARITH_DOC = ("A, B -> C. broadcast=1: legacy rule (B scalar or a block of A's dims at axis; C has A's "
+              "shape); otherwise numpy broadcasting.")
 
 
 def _ufunc(name):
@@ -160,13 +216,20 @@ def _ufunc(name):
     return fn
 
 
-def _register_binary(type_, fn, allowed, inplace, doc, what="A and B"):
+def _register_binary(type_, fn, allowed, inplace, doc, what="A and B", out_dtype=None):
     def kernel(xp, a, b, broadcast=False, axis=-1, axis_str="", order="NCHW"):
         check_dtypes((a, b), allowed, what)
         a, b = broadcast_operands(a, b, broadcast, axis, axis_str, order)
         return fn(xp, a, b)
+
+    def shape(specs, **args):
+        a, b = specs
+        check_dtypes(specs, allowed, what)
+        dims = broadcast_result_shape(a.shape, b.shape, **args)
+        return [out_spec(dims, out_dtype or a.dtype, fold(kernel, specs, **args))]
+
     kernel.__name__ = kernel.__qualname__ = type_.lower()
-    op(type_, inputs=2, outputs=1, args=dict(BROADCAST_ARGS), inplace=inplace, doc=doc)(kernel)
+    op(type_, inputs=2, outputs=1, args=dict(BROADCAST_ARGS), inplace=inplace, shape=shape, doc=doc)(kernel)
 
 
 def _divide(xp, a, b):
@@ -192,15 +255,21 @@ _COMPARE = {"EQ": "equal", "NE": "not_equal", "LT": "less", "LE": "less_equal", 
             "GE": "greater_equal"}
 for _name, _uname in _COMPARE.items():
     _register_binary(_name, _ufunc(_uname), COMPARABLE, (),
-                     f"Elementwise comparison {_name} with bool output. {_ARITH_DOC}")
+                     f"Elementwise comparison {_name} with bool output. {_ARITH_DOC}", out_dtype=np.bool_)
 
 _LOGIC = {"And": "logical_and", "Or": "logical_or", "Xor": "logical_xor"}
 for _name, _uname in _LOGIC.items():
     _register_binary(_name, _ufunc(_uname), BOOL, [(0, 0)],
-                     f"Elementwise logical {_name} of two bool tensors. {_ARITH_DOC}", what="And/Or/Xor inputs")
+                     f"Elementwise logical {_name} of two bool tensors. {_ARITH_DOC}",
+                     what="And/Or/Xor inputs")
 
 
-@op("Not", inputs=1, outputs=1, inplace=())
+def _not_shape(specs):
+    check_dtypes(specs, BOOL, "the input of Not")
+    return [out_spec(specs[0].shape, np.bool_, fold(not_, specs))]
+
+
+@op("Not", inputs=1, outputs=1, inplace=(), shape=_not_shape)
 def not_(xp, x):
     """Elementwise logical negation of a bool tensor."""
     check_dtypes((x,), BOOL, "the input of Not")
@@ -208,39 +277,59 @@ def not_(xp, x):
 
 
 # --------------------------------------------------------------------------------------------- Pow, Max, Min
-
-
-@op("Pow", inputs=(1, 2), outputs=1, inplace=[(0, 0), (1, 0)],
-    args={"exponent": Arg("float", None), **BROADCAST_ARGS})
-def pow_(xp, x, e=None, exponent=None, broadcast=False, axis=-1, axis_str="", order="NCHW"):
-    """X ** exponent, with the exponent from the `exponent` argument (one input) or a second input
-    (broadcast like Add)."""
+def _check_pow(x, e, exponent) -> None:
     if e is None:
         check_dtypes((x,), FLOAT, "the input of Pow")
         if exponent is None:
             raise ArgumentError("Pow with one input needs the 'exponent' argument (or give the exponent as a "
                                 "second input)")
+    else:
+        check_dtypes((x, e), FLOAT, "X and exponent")
+
+
+def _pow_shape(specs, exponent=None, **args):
+    x = specs[0]
+    _check_pow(x, specs[1] if len(specs) > 1 else None, exponent)
+    if len(specs) == 1:
+        return [like(x)]
+    return [out_spec(broadcast_result_shape(x.shape, specs[1].shape, **args), x.dtype)]
+
+
+@op("Pow", inputs=(1, 2), outputs=1, inplace=[(0, 0), (1, 0)],
+    args={"exponent": Arg("float", None), **BROADCAST_ARGS}, shape=_pow_shape)
+def pow_(xp, x, e=None, exponent=None, broadcast=False, axis=-1, axis_str="", order="NCHW"):
+    """X ** exponent, with the exponent from the `exponent` argument (one input) or a second input
+    (broadcast like Add)."""
+    _check_pow(x, e, exponent)
+    if e is None:
         with np.errstate(divide="ignore", invalid="ignore"):
             return xp.power(x, x.dtype.type(exponent))
-    check_dtypes((x, e), FLOAT, "X and exponent")
     x, e = broadcast_operands(x, e, broadcast, axis, axis_str, order)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         return xp.power(x, e)
 
 
 def _select(type_, ufunc):
-    def kernel(xp, *xs):
+    def check(xs):
         check_dtypes(xs, NUMERIC, f"the inputs of {type_}")
         for i, x in enumerate(xs[1:], 1):
-            if x.shape != xs[0].shape:
-                raise ShapeError(f"input {i} has shape {tuple(x.shape)} but input 0 has {tuple(xs[0].shape)}; "
-                                 f"{type_} needs all inputs of one shape")
+            if tuple(x.shape) != tuple(xs[0].shape):
+                raise ShapeError(f"input {i} has shape {tuple(x.shape)} but input 0 has "
+                                 f"{tuple(xs[0].shape)}; {type_} needs all inputs of one shape")
+
+    def kernel(xp, *xs):
+        check(xs)
         out = xs[0].copy()
         for x in xs[1:]:
             out = getattr(xp, ufunc)(out, x)
         return out
+
+    def shape(specs):
+        check(specs)
+        return [out_spec(specs[0].shape, specs[0].dtype, fold(kernel, specs))]
+
     kernel.__name__ = kernel.__qualname__ = type_.lower()
-    op(type_, inputs=(1, None), outputs=1, inplace=[(0, 0)],
+    op(type_, inputs=(1, None), outputs=1, inplace=[(0, 0)], shape=shape,
        doc=f"Elementwise {type_.lower()} over any number of same-shaped inputs (NaN propagates).")(kernel)
 
 
@@ -251,9 +340,18 @@ _select("Min", "minimum")
 # --------------------------------------------------------------------------------------------- SumReduceLike
 
 
+def _sum_reduce_like_shape(specs, broadcast=False, **args):
+    a, b = specs
+    check_dtypes((a,), FLOAT, "A")
+    sum_to_shape_axes(a.shape, b.shape, True, **args)
+    return [out_spec(b.shape, a.dtype)]
+
+
+# `broadcast` is accepted and ignored: the 2017-18 gradient of a broadcast Add copied all of Add's arguments
+# onto its SumReduceLike, and Caffe2 ignores arguments an op does not read.
 @op("SumReduceLike", inputs=2, outputs=1, inplace=(),
-    args={"axis": -1, "axis_str": "", "order": "NCHW"})
-def sum_reduce_like(xp, a, b, axis=-1, axis_str="", order="NCHW"):
+    args={"axis": -1, "axis_str": "", "order": "NCHW", "broadcast": False}, shape=_sum_reduce_like_shape)
+def sum_reduce_like(xp, a, b, axis=-1, axis_str="", order="NCHW", broadcast=False):
     """A, B -> A summed down to B's shape, B placed in A by the legacy broadcast rule (the legacy gradient
     helper of broadcast Add/Sub/Mul)."""
     check_dtypes((a,), FLOAT, "A")

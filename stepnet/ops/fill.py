@@ -1,10 +1,10 @@
-"""Fill operators: tensors made from arguments (constants, literal values, ranges) or drawn at random.
+"""Fill operators: tensors made from arguments (constants, literal values, ranges).
 
 Every filler shares Caffe2's shape rules (filler_op.h): with no input the shape is the `shape` argument
 (empty = a scalar); with one input it is the input's shape, or with `input_as_shape` the input's values,
 followed by `extra_shape`; `shape` and an input are mutually exclusive. Fillers fill on every run, as in
-PyTorch-era Caffe2 (facebookarchive/caffe2's FillerOp filled only on an op's first run). Random fillers
-draw on the host from the op's generator, then move the result to the op's device, so CPU and GPU agree.
+PyTorch-era Caffe2 (facebookarchive/caffe2's FillerOp filled only on an op's first run). The random fillers
+are in random_fill.py. Caffe2 registers every filler as NO_GRADIENT.
 """
 from __future__ import annotations
 
@@ -13,8 +13,10 @@ import math
 import numpy as np
 
 from .. import backend
-from ..errors import ArgumentError, ArityError, DTypeError, ShapeError
+from ..errors import ArgumentError, DTypeError, ShapeError
 from ..proto import NUMPY_OF, DataType
+from ..shapes import SMALL_VALUE, TensorSpec
+from .elementwise import fold, out_spec, size_of, value_dependent
 from .registry import NO_GRADIENT, Arg, op
 
 FILL_ARGS = {"shape": Arg("ints", [], "output shape (no input)"),
@@ -39,11 +41,13 @@ def _type_list(types) -> str:
 
 
 # --------------------------------------------------------------------------------------------- shapes
-def _host_ints(x, what: str) -> list[int]:
-    host = np.asarray(backend.to_host(x))
-    if host.dtype.kind not in "iu":
-        raise DTypeError(f"{what} must hold integers (int64), got {host.dtype}; cast it first")
-    return [int(v) for v in host.reshape(-1)]
+def host_ints(x, what: str) -> list[int] | None:
+    """The integers held by an array, or by a TensorSpec (None when its values are not known statically)."""
+    if x.dtype is not None and x.dtype.kind not in "iu":
+        raise DTypeError(f"{what} must hold integers (int64), got {x.dtype}; cast it first")
+    if isinstance(x, TensorSpec):
+        return None if x.value is None else [int(v) for v in x.value.reshape(-1)]
+    return [int(v) for v in np.asarray(backend.to_host(x)).reshape(-1)]
 
 
 def _check_dims(dims, where: str) -> tuple[int, ...]:
@@ -52,19 +56,23 @@ def _check_dims(dims, where: str) -> tuple[int, ...]:
     return tuple(dims)
 
 
-def fill_shape(inputs, shape, extra_shape, input_as_shape) -> tuple[int, ...]:
-    """The output shape of a filler from its (0 or 1) shape input and arguments, by Caffe2's rules."""
+def fill_shape(inputs, shape, extra_shape, input_as_shape) -> tuple:
+    """The output shape of a filler from its (0 or 1) shape input and arguments, by Caffe2's rules.
+
+    The input may be an array or a TensorSpec; with input_as_shape and a TensorSpec whose values are not
+    known statically, the dims it gives are None.
+    """
     if inputs:
         if shape:
             raise ArgumentError(f"'shape' {list(shape)} and an input were both given; the output takes the "
                                 "input's shape, so drop one of them")
         x = inputs[0]
         if input_as_shape:
-            if getattr(x, "ndim", None) != 1:
+            if len(x.shape) != 1:
                 raise ShapeError(f"with input_as_shape=1 the input must be a 1-D tensor of dims, got shape "
-                                 f"{tuple(getattr(x, 'shape', ()))}")
-            dims = _host_ints(x, "the shape input (input_as_shape=1)")
-            base = _check_dims(dims, "the shape input")
+                                 f"{tuple(x.shape)}")
+            dims = host_ints(x, "the shape input (input_as_shape=1)")
+            base = (None,) * x.shape[0] if dims is None else _check_dims(dims, "the shape input")
         else:
             base = tuple(x.shape)
         return base + _check_dims(extra_shape, "'extra_shape'")
@@ -74,6 +82,26 @@ def fill_shape(inputs, shape, extra_shape, input_as_shape) -> tuple[int, ...]:
     if input_as_shape:
         raise ArgumentError("input_as_shape=1 needs an input holding the shape")
     return _check_dims(shape, "'shape'")
+
+
+def _known(dims) -> bool:
+    return all(d is not None for d in dims)
+
+
+def fill_spec(dims, dtype, value=None) -> TensorSpec:
+    """The output spec of a filler: exact when dims are known, keeping small integer values."""
+    if not _known(dims):
+        return value_dependent(dims, dtype)
+    if value is not None and (value.size > SMALL_VALUE or value.dtype.kind not in "iub"):
+        value = None
+    return out_spec(dims, dtype, value)
+
+
+def float32_shape(shape_of):
+    """Shape function of a float32 filler whose shape is shape_of(inputs, **args)."""
+    def shape(specs, **args):
+        return [fill_spec(shape_of(specs, **args), np.float32)]
+    return shape
 
 
 # --------------------------------------------------------------------------------------------- values
@@ -158,199 +186,144 @@ def constant_dtype(value, dtype) -> int:
     return dtype
 
 
-@op("ConstantFill", inputs=(0, 1), inplace=[(0, 0)], devices="any", gradient=NO_GRADIENT,
-    args={**FILL_ARGS, "value": Arg("any", None, "the fill value (0 / '' by default)"),
-          "dtype": Arg("int", None, "TensorProto.DataType of the output")})
-def constant_fill(xp, *inputs, shape, extra_shape, input_as_shape, value, dtype):
-    """Y filled with `value`, of `dtype` (default: FLOAT, or INT64 when `value` is an integer argument)."""
+def _constant_plan(inputs, shape, extra_shape, input_as_shape, value, dtype):
+    """ConstantFill's checks (inputs: arrays or TensorSpecs): (DataType, output shape, the fill value)."""
     if isinstance(value, list):  # a name-only Argument: an empty list, not a single value
         raise ArgumentError("'value' has no value (an empty list); give a single number")
     dt = constant_dtype(value, dtype)
     out_shape = fill_shape(inputs, shape, extra_shape, input_as_shape)
     if value is None:
         value = "" if dt == DataType.STRING else (0.0 if dt in _FLOAT_TYPES else 0)
-    v = typed_values([value], dt, "'value'")
+    return dt, out_shape, typed_values([value], dt, "'value'")[0]
+
+
+def _constant_fill_shape(specs, **args):
+    dt, out_shape, v = _constant_plan(specs, **args)
+    dtype = np.dtype(object) if dt == DataType.STRING else np.dtype(NUMPY_OF[dt])
+    small = dt != DataType.STRING and _known(out_shape) and math.prod(out_shape) <= SMALL_VALUE
+    return [fill_spec(out_shape, dtype, np.full(out_shape, v, dtype=dtype) if small else None)]
+
+
+@op("ConstantFill", inputs=(0, 1), inplace=[(0, 0)], devices="any", gradient=NO_GRADIENT,
+    args={**FILL_ARGS, "value": Arg("any", None, "the fill value (0 / '' by default)"),
+          "dtype": Arg("int", None, "TensorProto.DataType of the output")}, shape=_constant_fill_shape)
+def constant_fill(xp, *inputs, shape, extra_shape, input_as_shape, value, dtype):
+    """Y filled with `value`, of `dtype` (default: FLOAT, or INT64 when `value` is an integer argument)."""
+    dt, out_shape, v = _constant_plan(inputs, shape, extra_shape, input_as_shape, value, dtype)
     if dt == DataType.STRING:
         out = np.empty(out_shape, dtype=object)
-        out[...] = v[0]
+        out[...] = v
         return out
-    return xp.full(out_shape, v[0], dtype=NUMPY_OF[dt])
+    return xp.full(out_shape, v, dtype=NUMPY_OF[dt])
 
 
 # ------------------------------------------------------------------------------------- GivenTensor*Fill
-def _shaped(xp, arr: np.ndarray, out_shape):
+def _shaped(arr: np.ndarray, out_shape) -> np.ndarray | None:
+    """arr reshaped to out_shape (None while out_shape has unknown dims); an ArgumentError if sizes differ."""
+    if not _known(out_shape):
+        return None
     need = math.prod(out_shape)
     if arr.size != need:
         raise ArgumentError(f"the output shape {list(out_shape)} needs {need} values but 'values' holds "
                             f"{arr.size}; make 'shape' and 'values' agree")
-    return _place(xp, arr.reshape(out_shape))
+    return arr.reshape(out_shape)
 
 
-def _given_fill(xp, inputs, shape, extra_shape, input_as_shape, values, dt, op_type):
-    out_shape = fill_shape(inputs, shape, extra_shape, input_as_shape)
-    return _shaped(xp, typed_values(values, dt, f"{op_type} 'values'"), out_shape)
-
-
-@op("GivenTensorFill", inputs=(0, 1), inplace=[(0, 0)], devices="any", gradient=NO_GRADIENT,
-    args={**FILL_ARGS, "values": Arg("any", [], "the elements, row-major"),
-          "dtype": Arg("any", None, "data type (number or name); FLOAT by default")})
-def given_tensor_fill(xp, *inputs, shape, extra_shape, input_as_shape, values, dtype):
-    """A literal tensor from `values` (floats; `dtype` selects another type and the field it reads)."""
+def _given_dtype(dtype=None) -> int:
     dt = DataType.FLOAT if dtype is None else _cast_dtype(dtype)
     if dt not in GIVEN_TYPES:
         raise ArgumentError(f"'dtype' {_type_name(dt)} is not supported by GivenTensorFill; use one of "
                             f"{_type_list(GIVEN_TYPES)}")
-    return _given_fill(xp, inputs, shape, extra_shape, input_as_shape, values, dt, "GivenTensorFill")
+    return dt
 
 
-def _register_given(op_type: str, dt: int, kind: str) -> None:
-    def kernel(xp, *inputs, shape, extra_shape, input_as_shape, values):
-        return _given_fill(xp, inputs, shape, extra_shape, input_as_shape, values, dt, op_type)
-
-    kernel.__name__ = kernel.__qualname__ = op_type
-    op(op_type, inputs=(0, 1), inplace=[(0, 0)], devices="any", gradient=NO_GRADIENT,
-       args={**FILL_ARGS, "values": Arg(kind, [], "the elements, row-major")},
-       doc=f"A literal {_type_name(dt)} tensor of `shape` from `values`.")(kernel)
-
-
-for _type, _dt, _kind in (("GivenTensorIntFill", DataType.INT32, "ints"),
-                          ("GivenTensorInt64Fill", DataType.INT64, "ints"),
-                          ("GivenTensorInt16Fill", DataType.INT16, "ints"),
-                          ("GivenTensorBoolFill", DataType.BOOL, "ints"),
-                          ("GivenTensorDoubleFill", DataType.DOUBLE, "floats"),
-                          ("GivenTensorStringFill", DataType.STRING, "strs")):
-    _register_given(_type, _dt, _kind)
+def _given_plan(op_type, dt_of):
+    """plan(inputs, **args) -> (output shape, dtype, host tensor or None while the shape is not known) of a
+    GivenTensor*Fill whose DataType is dt_of(**the dtype argument if any)."""
+    def plan(inputs, shape, extra_shape, input_as_shape, values, **dtype):
+        dt = dt_of(**dtype)
+        out_shape = fill_shape(inputs, shape, extra_shape, input_as_shape)
+        host = _shaped(typed_values(values, dt, f"{op_type} 'values'"), out_shape)
+        return out_shape, object if dt == DataType.STRING else NUMPY_OF[dt], host
+    return plan
 
 
-@op("GivenTensorByteStringToUInt8Fill", inputs=(0, 1), inplace=[(0, 0)], devices="any", gradient=NO_GRADIENT,
-    args={**FILL_ARGS, "values": Arg("strs", [], "one byte string"),
-          "dtype": Arg("any", None, "STRING if given")})
-def given_byte_string_fill(xp, *inputs, shape, extra_shape, input_as_shape, values, dtype):
-    """A uint8 tensor of `shape` whose elements are the bytes of the single string in `values`."""
+def _byte_string_plan(inputs, shape, extra_shape, input_as_shape, values, dtype):
     if dtype is not None and _cast_dtype(dtype) != DataType.STRING:
         raise ArgumentError(f"'dtype' must be STRING ({DataType.STRING}) if given, got {dtype!r}")
     if len(values) != 1:
         raise ArgumentError(f"'values' must hold exactly one byte string, got {len(values)} strings")
     raw = values[0].encode() if isinstance(values[0], str) else values[0]
     out_shape = fill_shape(inputs, shape, extra_shape, input_as_shape)
-    return _shaped(xp, np.frombuffer(raw, dtype=np.uint8).copy(), out_shape)
+    return out_shape, np.uint8, _shaped(np.frombuffer(raw, dtype=np.uint8).copy(), out_shape)
+
+
+def _register_literal(op_type: str, plan, args: dict, doc: str) -> None:
+    """A fill whose whole tensor comes from its arguments: the kernel and the shape function share `plan`."""
+    def kernel(xp, *inputs, **kwargs):
+        return _place(xp, plan(inputs, **kwargs)[2])
+
+    def shape_fn(specs, **kwargs):
+        return [fill_spec(*plan(specs, **kwargs))]
+
+    kernel.__name__ = kernel.__qualname__ = op_type
+    op(op_type, inputs=(0, 1), inplace=[(0, 0)], devices="any", gradient=NO_GRADIENT,
+       args={**FILL_ARGS, **args}, shape=shape_fn, doc=doc)(kernel)
+
+
+_register_literal("GivenTensorFill", _given_plan("GivenTensorFill", _given_dtype),
+                  {"values": Arg("any", [], "the elements, row-major"),
+                   "dtype": Arg("any", None, "data type (number or name); FLOAT by default")},
+                  "A literal tensor from `values` (floats; `dtype` selects another type and the field it "
+                  "reads).")
+for _type, _dt, _kind in (("GivenTensorIntFill", DataType.INT32, "ints"),
+                          ("GivenTensorInt64Fill", DataType.INT64, "ints"),
+                          ("GivenTensorInt16Fill", DataType.INT16, "ints"),
+                          ("GivenTensorBoolFill", DataType.BOOL, "ints"),
+                          ("GivenTensorDoubleFill", DataType.DOUBLE, "floats"),
+                          ("GivenTensorStringFill", DataType.STRING, "strs")):
+    _register_literal(_type, _given_plan(_type, lambda _dt=_dt: _dt),
+                      {"values": Arg(_kind, [], "the elements, row-major")},
+                      f"A literal {_type_name(_dt)} tensor of `shape` from `values`.")
+_register_literal("GivenTensorByteStringToUInt8Fill", _byte_string_plan,
+                  {"values": Arg("strs", [], "one byte string"),
+                   "dtype": Arg("any", None, "STRING if given")},
+                  "A uint8 tensor of `shape` holding the bytes of the single string in `values`.")
 
 
 # --------------------------------------------------------------------------------------------- ranges
-@op("RangeFill", inputs=(0, 1), inplace=[(0, 0)], devices="any", gradient=NO_GRADIENT, args=FILL_ARGS)
+@op("RangeFill", inputs=(0, 1), inplace=[(0, 0)], devices="any", gradient=NO_GRADIENT, args=FILL_ARGS,
+    shape=float32_shape(fill_shape))
 def range_fill(xp, *inputs, shape, extra_shape, input_as_shape):
     """Y[i] = i over the flattened float32 output (a debugging aid for reshapes)."""
     out_shape = fill_shape(inputs, shape, extra_shape, input_as_shape)
     return xp.arange(math.prod(out_shape), dtype=np.float32).reshape(out_shape)
 
 
-@op("LengthsRangeFill", inputs=1, inplace=(), gradient=NO_GRADIENT)
+def _check_lengths(lengths) -> None:
+    """LengthsRangeFill's checks on an array or a TensorSpec (the sign check when the values are known)."""
+    if len(lengths.shape) != 1:
+        raise ShapeError(f"lengths must be a 1-D vector, got shape {tuple(lengths.shape)}")
+    if lengths.dtype is not None and lengths.dtype.kind not in "iu":
+        raise DTypeError(f"lengths must be int32, got {lengths.dtype}")
+    values = lengths.value if isinstance(lengths, TensorSpec) else lengths
+    if values is not None and size_of(values) and bool((values < 0).any()):
+        raise ArgumentError("lengths must be >= 0, got a negative length")
+
+
+def _lengths_range_fill_shape(specs):
+    """The output length is the sum of the lengths: known when their values are."""
+    _check_lengths(specs[0])
+    value = fold(lengths_range_fill, specs)
+    total = None if specs[0].value is None else int(specs[0].value.astype(np.int64).sum())
+    return [fill_spec((total,), np.int32, value)]
+
+
+@op("LengthsRangeFill", inputs=1, inplace=(), gradient=NO_GRADIENT, shape=_lengths_range_fill_shape)
 def lengths_range_fill(xp, lengths):
     """Concatenated ranges 0..len-1 for each length: [4, 3, 1] -> [0 1 2 3 0 1 2 0] (int32)."""
-    if lengths.ndim != 1:
-        raise ShapeError(f"lengths must be a 1-D vector, got shape {tuple(lengths.shape)}")
-    if lengths.dtype.kind not in "iu":
-        raise DTypeError(f"lengths must be int32, got {lengths.dtype}")
-    if lengths.size and bool((lengths < 0).any()):
-        raise ArgumentError("lengths must be >= 0, got a negative length")
+    _check_lengths(lengths)
     lengths = lengths.astype(np.int64)
     total = int(lengths.sum())
     starts = xp.cumsum(lengths) - lengths
     return (xp.arange(total, dtype=np.int64) - xp.repeat(starts, lengths)).astype(np.int32)
-
-
-# --------------------------------------------------------------------------------------------- random
-def _random(xp, host: np.ndarray, dtype):
-    return xp.asarray(host.astype(dtype, copy=False))
-
-
-def _uniform_range(inputs, lo, hi, default_lo, default_hi, integer: bool, op_type: str):
-    """(shape inputs, low, high, empty_first_dim) of UniformFill / UniformIntFill's 0, 1 or 3 inputs."""
-    if len(inputs) == 2:
-        raise ArityError(f"{op_type} takes 0, 1 or 3 inputs (shape source, min, max), got 2")
-    if len(inputs) == 3:
-        if lo is not None or hi is not None:
-            raise ArgumentError("min/max were given both as arguments and as inputs; drop the arguments")
-        bounds = []
-        for name, t in (("min", inputs[1]), ("max", inputs[2])):
-            if t.size != 1:
-                raise ShapeError(f"the {name} input must hold one element, got shape {tuple(t.shape)}")
-            if t.dtype.kind not in ("iu" if integer else "f"):
-                want = "int32" if integer else "float32"
-                raise DTypeError(f"the {name} input must be {want}, got {t.dtype}")
-            v = backend.to_host(t).reshape(-1)[0]
-            bounds.append(int(v) if integer else float(v))
-        return inputs[:1], bounds[0], bounds[1], bounds[0] > bounds[1]
-    lo = default_lo if lo is None else lo
-    hi = default_hi if hi is None else hi
-    if lo > hi:
-        raise ArgumentError(f"min {lo} is larger than max {hi}; give min <= max")
-    return inputs, lo, hi, False
-
-
-def _uniform(xp, inputs, fill_args, lo, hi, rng, integer: bool, op_type: str):
-    defaults = (0, 1) if integer else (0.0, 1.0)
-    shape_inputs, lo, hi, empty = _uniform_range(inputs, lo, hi, *defaults, integer, op_type)
-    out_shape = fill_shape(shape_inputs, *fill_args)
-    if empty:  # min > max given as inputs: Caffe2 returns an output whose first dim is 0
-        if not out_shape:
-            raise ShapeError("min > max makes the first dim 0, but the output is a scalar")
-        return xp.zeros((0,) + out_shape[1:], dtype=np.int32 if integer else np.float32)
-    if integer:
-        return _random(xp, rng.integers(lo, hi, size=out_shape, endpoint=True), np.int32)
-    return _random(xp, rng.uniform(lo, hi, size=out_shape), np.float32)
-
-
-@op("UniformFill", inputs=(0, 3), inplace=[(0, 0)], devices="any", random=True, gradient=NO_GRADIENT,
-    args={**FILL_ARGS, "min": Arg("float", None, "lower bound (0.0)"),
-          "max": Arg("float", None, "upper bound (1.0)")})
-def uniform_fill(xp, *inputs, shape, extra_shape, input_as_shape, min, max, rng):
-    """float32 samples of U[min, max]; with 3 inputs (shape, min, max) the bounds are 1-element tensors."""
-    return _uniform(xp, inputs, (shape, extra_shape, input_as_shape), min, max, rng, False, "UniformFill")
-
-
-@op("UniformIntFill", inputs=(0, 3), inplace=[(0, 0)], devices="any", random=True, gradient=NO_GRADIENT,
-    args={**FILL_ARGS, "min": Arg("int", None, "lower bound (0)"),
-          "max": Arg("int", None, "upper bound (1)")})
-def uniform_int_fill(xp, *inputs, shape, extra_shape, input_as_shape, min, max, rng):
-    """int32 samples uniform on the integers min..max, both included; 3-input form as UniformFill."""
-    return _uniform(xp, inputs, (shape, extra_shape, input_as_shape), min, max, rng, True, "UniformIntFill")
-
-
-@op("GaussianFill", inputs=(0, 1), inplace=[(0, 0)], devices="any", random=True, gradient=NO_GRADIENT,
-    args={**FILL_ARGS, "mean": 0.0, "std": 1.0})
-def gaussian_fill(xp, *inputs, shape, extra_shape, input_as_shape, mean, std, rng):
-    """float32 samples of N(mean, std^2)."""
-    if std < 0:
-        raise ArgumentError(f"std {std} is negative; a standard deviation must be >= 0")
-    out_shape = fill_shape(inputs, shape, extra_shape, input_as_shape)
-    return _random(xp, rng.normal(mean, std, size=out_shape), np.float32)
-
-
-@op("XavierFill", inputs=(0, 1), inplace=[(0, 0)], devices="any", random=True, gradient=NO_GRADIENT,
-    args=FILL_ARGS)
-def xavier_fill(xp, *inputs, shape, extra_shape, input_as_shape, rng):
-    """float32 samples of U[-s, s] with s = sqrt(3 / fan_in), fan_in = numel / shape[0]."""
-    out_shape = fill_shape(inputs, shape, extra_shape, input_as_shape)
-    if not out_shape:
-        raise ShapeError("XavierFill needs at least 1 dim (fan_in = numel / shape[0]); got a scalar shape")
-    fan_in = math.prod(out_shape[1:])
-    if fan_in == 0 or out_shape[0] == 0:
-        return xp.zeros(out_shape, dtype=np.float32)
-    scale = float(np.sqrt(np.float32(3) / np.float32(fan_in)))
-    return _random(xp, rng.uniform(-scale, scale, size=out_shape), np.float32)
-
-
-@op("MSRAFill", inputs=(0, 1), inplace=[(0, 0)], devices="any", random=True, gradient=NO_GRADIENT,
-    args=FILL_ARGS)
-def msra_fill(xp, *inputs, shape, extra_shape, input_as_shape, rng):
-    """float32 samples of N(0, 2 / fan_out), fan_out = numel / shape[1] (std = sqrt(2 / fan_out))."""
-    out_shape = fill_shape(inputs, shape, extra_shape, input_as_shape)
-    if len(out_shape) < 2:
-        raise ShapeError(f"MSRAFill needs at least 2 dims (fan_out = numel / shape[1]), got shape "
-                         f"{list(out_shape)}")
-    fan_out = out_shape[0] * math.prod(out_shape[2:])
-    if fan_out == 0 or out_shape[1] == 0:
-        return xp.zeros(out_shape, dtype=np.float32)
-    std = float(np.sqrt(np.float32(2) / np.float32(fan_out)))
-    return _random(xp, rng.normal(0.0, std, size=out_shape), np.float32)

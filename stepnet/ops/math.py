@@ -1,46 +1,54 @@
-"""Matrix products, softmax, sums, scaling and casts (Caffe2's FC, MatMul, BatchMatMul, Softmax, Sum, ...).
+"""Matrix products and softmax (Caffe2's FC, FCTransposed, MatMul, BatchMatMul, Softmax) and their gradient
+makers; sums, scaling and casts are in sums.py, the gradient kernels in math_grad.py.
 
 Caffe2 often reads an N-d tensor as a 2-D matrix split at an `axis`: rows are the product of the dims
-before it, columns the product of the dims from it on. `_view2d` is that rule, shared by every op here.
+before it, columns the product of the dims from it on. `view2d` is that rule, shared by every op here.
 Only ops whose Caffe2 schema allows it may run in place (Caffe2 refuses in-place use by default).
 """
 from __future__ import annotations
 
 import contextlib
-import functools
 import math
 
 import numpy as np
 
-from ..errors import ArgumentError, ArityError, DTypeError, ShapeError
-from ..proto import NUMPY_OF, DataType
-from .registry import Arg, op
-
-_SUM_DTYPES = tuple(np.dtype(t) for t in (np.float16, np.float32, np.float64, np.int32, np.int64))
-_INT_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
+from ..errors import ArgumentError, DTypeError, ShapeError
+from .elementwise import like, out_spec, size_of
+from .registry import op
 
 
 # --------------------------------------------------------------------------------------------- helpers
 def canonical_axis(axis: int, ndim: int, what: str = "axis") -> int:
     """Caffe2's canonical_axis_index: -ndim <= axis < ndim, negative counting from the end."""
     if not -ndim <= axis < ndim:
-        raise ArgumentError(f"{what}={axis} is out of range for a {ndim}-D input (valid: {-ndim} to {ndim - 1})")
+        raise ArgumentError(f"{what}={axis} is out of range for a {ndim}-D input "
+                            f"(valid: {-ndim} to {ndim - 1})")
     return axis + ndim if axis < 0 else axis
 
 
-def _view2d(x, axis: int, what: str = "axis"):
+def view2d_shape(shape, axis: int, what: str = "axis") -> tuple[int, int, int]:
+    """(rows, cols, canonical axis) of a shape read as a matrix split at axis."""
+    a = canonical_axis(axis, len(shape), what)
+    return math.prod(shape[:a]), math.prod(shape[a:]), a
+
+
+def view2d(x, axis: int, what: str = "axis"):
     """(x as a rows x cols matrix split at axis, canonical axis)."""
-    a = canonical_axis(axis, x.ndim, what)
-    rows = math.prod(x.shape[:a])
-    return x.reshape(rows, math.prod(x.shape[a:])), a
+    rows, cols, a = view2d_shape(x.shape, axis, what)
+    return x.reshape(rows, cols), a
 
 
-def _need_float(op_type: str, **arrays) -> None:
-    """Caffe2 runs these kernels on floating types only; all inputs must share one dtype."""
+def need_float(op_type: str, **arrays) -> None:
+    """Caffe2 runs these kernels on floating types only; all inputs (arrays or TensorSpecs; unknown dtypes
+    pass) must share one dtype."""
+    arrays = {name: x for name, x in arrays.items() if x.dtype is not None}
+    if not arrays:
+        return
     first = next(iter(arrays.values())).dtype
     for name, x in arrays.items():
         if x.dtype.kind != "f":
-            raise DTypeError(f"{op_type} needs floating-point inputs, but {name} is {x.dtype}; Cast it to float first")
+            raise DTypeError(f"{op_type} needs floating-point inputs, but {name} is {x.dtype}; Cast it to "
+                             "float first")
         if x.dtype != first:
             names = ", ".join(f"{n} {v.dtype}" for n, v in arrays.items())
             raise DTypeError(f"{op_type} needs inputs of one dtype, got {names}; Cast them to the same type")
@@ -53,62 +61,133 @@ def _quiet(xp):
 
 
 # --------------------------------------------------------------------------------------------- FC
-def _fc(xp, X, W, b, axis, axis_w, transposed):
+def fc_shape(X, W, b, axis, axis_w, transposed) -> tuple[int, ...]:
+    """FC's checks on arrays or TensorSpecs of X, W, b; the output shape X.shape[:axis] + (N,)."""
     op_type = "FCTransposed" if transposed else "FC"
-    _need_float(op_type, X=X, W=W, b=b)
-    if b.ndim != 1:
-        raise ShapeError(f"{op_type}: b must be 1-D with N elements, got b {b.shape}")
-    X2, a = _view2d(X, axis)
-    M, K = X2.shape
-    aw = canonical_axis(axis_w, W.ndim, "axis_w")
-    N = math.prod(W.shape[aw:]) if transposed else math.prod(W.shape[:aw])
-    if W.size != N * K or b.size != N:
+    need_float(op_type, X=X, W=W, b=b)
+    X_shape, W_shape, b_shape = tuple(X.shape), tuple(W.shape), tuple(b.shape)
+    if len(b_shape) != 1:
+        raise ShapeError(f"{op_type}: b must be 1-D with N elements, got b {b_shape}")
+    M, K, a = view2d_shape(X_shape, axis)
+    aw = canonical_axis(axis_w, len(W_shape), "axis_w")
+    N = math.prod(W_shape[aw:]) if transposed else math.prod(W_shape[:aw])
+    W_size, b_size = math.prod(W_shape), b_shape[0]
+    if W_size != N * K or b_size != N:
         layout = "K x N" if transposed else "N x K"
         raise ShapeError(
-            f"{op_type}: X {X.shape} at axis={axis} is M x K = {M} x {K}; W {W.shape} at axis_w={axis_w} gives "
-            f"N = {N}, so W must hold {layout} = {N * K} elements (it has {W.size}) and b must have N = {N} "
-            f"elements (b {b.shape}); fix W's shape, or choose axis/axis_w so that X's K matches W")
+            f"{op_type}: X {X_shape} at axis={axis} is M x K = {M} x {K}; W {W_shape} at axis_w={axis_w} "
+            f"gives N = {N}, so W must hold {layout} = {N * K} elements (it has {W_size}) and b must have "
+            f"N = {N} elements (b {b_shape}); fix W's shape, or choose axis/axis_w so that X's K matches W")
+    return X_shape[:a] + (N,)
+
+
+def _fc(xp, X, W, b, axis, axis_w, transposed):
+    out_shape = fc_shape(X, W, b, axis, axis_w, transposed)
+    X2, _ = view2d(X, axis)
+    K, N = X2.shape[1], out_shape[-1]
     W2 = W.reshape(K, N) if transposed else W.reshape(N, K).T
     Y = xp.matmul(X2, W2) + b
-    return Y.reshape(X.shape[:a] + (N,))
+    return Y.reshape(out_shape)
 
 
-@op("FC", inputs=3, args={"axis": 1, "axis_w": 1, "float16_compute": False}, inplace=())
+def _fc_shape(transposed):
+    def shape(specs, axis=1, axis_w=1, float16_compute=False):
+        X, W, b = specs
+        return [out_spec(fc_shape(X, W, b, axis, axis_w, transposed), X.dtype)]
+    return shape
+
+
+def _fc_gradient(g):
+    """FC / FCTransposed -> <type>Gradient(X, W, dY) -> (dW, db, dX), forward args copied (GetFCGradient)."""
+    g.op(g.def_.type + "Gradient", [g.I(0), g.I(1), g.GO(0)], [g.GI(1), g.GI(2), g.GI(0)])
+
+
+@op("FC", inputs=3, args={"axis": 1, "axis_w": 1, "float16_compute": False}, inplace=(),
+    shape=_fc_shape(False), gradient=_fc_gradient)
 def fc(xp, X, W, b, axis=1, axis_w=1, float16_compute=False):
     """Fully connected layer Y = X·Wᵀ + b on the 2-D views of X (at axis, M x K) and W (at axis_w, N x K);
     Y has shape X.shape[:axis] + [N]."""
     return _fc(xp, X, W, b, axis, axis_w, transposed=False)
 
 
-@op("FCTransposed", inputs=3, args={"axis": 1, "axis_w": 1, "float16_compute": False}, inplace=())
+@op("FCTransposed", inputs=3, args={"axis": 1, "axis_w": 1, "float16_compute": False}, inplace=(),
+    shape=_fc_shape(True), gradient=_fc_gradient)
 def fc_transposed(xp, X, W, b, axis=1, axis_w=1, float16_compute=False):
     """FC with a pre-transposed weight: Y = X·W + b, W viewed as K x N at axis_w."""
     return _fc(xp, X, W, b, axis, axis_w, transposed=True)
 
 
 # --------------------------------------------------------------------------------------------- MatMul
-@op("MatMul", inputs=(2, 3), args={"axis_a": 1, "axis_b": 1, "trans_a": 0, "trans_b": 0}, inplace=())
+def matmul_shape(A, B, like, axis_a, axis_b, trans_a, trans_b) -> tuple[tuple[int, ...], tuple, tuple]:
+    """MatMul's checks on arrays or TensorSpecs; (output shape, A's 2-D view, B's 2-D view)."""
+    need_float("MatMul", A=A, B=B)
+    ra, ca, _ = view2d_shape(tuple(A.shape), axis_a, "axis_a")
+    rb, cb, _ = view2d_shape(tuple(B.shape), axis_b, "axis_b")
+    (m, k), (k2, n) = (ca, ra) if trans_a else (ra, ca), (cb, rb) if trans_b else (rb, cb)
+    if k != k2:
+        raise ShapeError(
+            f"MatMul: {'trans(A)' if trans_a else 'A'} is {m} x {k} (A {tuple(A.shape)}, axis_a="
+            f"{axis_a}) but {'trans(B)' if trans_b else 'B'} is {k2} x {n} (B {tuple(B.shape)}, "
+            f"axis_b={axis_b}); the inner sizes must match: check trans_a/trans_b and the axes")
+    out = (m, n)
+    if like is not None:
+        if size_of(like) != m * n:
+            raise ShapeError(f"MatMul: the result ({out}) cannot take the shape of input 2 "
+                             f"{tuple(like.shape)}")
+        out = tuple(like.shape)
+    return out, (ra, ca), (rb, cb)
+
+
+def _matmul_shape(specs, **args):
+    A, B = specs[:2]
+    out, _, _ = matmul_shape(A, B, specs[2] if len(specs) > 2 else None, **args)
+    return [out_spec(out, A.dtype)]
+
+
+def _product_gradients(a, b, go, trans_a, trans_b):
+    """The two products giving (dA, dB) of Y = op(A)·op(B), as (inputs, transposes) pairs: Caffe2's
+    GetMatMulGradient / GetBatchMatMulGradient case table."""
+    if trans_a and trans_b:    # Y = A'B': dA = B'G', dB = G'A'
+        return ([b, go], (1, 1)), ([go, a], (1, 1))
+    if trans_a:                # Y = A'B: dA = BG', dB = AG
+        return ([b, go], (0, 1)), ([a, go], (0, 0))
+    if trans_b:                # Y = AB': dA = GB, dB = G'A
+        return ([go, b], (0, 0)), ([go, a], (1, 0))
+    return ([go, b], (0, 1)), ([a, go], (1, 0))   # Y = AB: dA = GB', dB = A'G
+
+
+def _trans_args(trans) -> dict:
+    return {name: 1 for name, t in zip(("trans_a", "trans_b"), trans, strict=True) if t}
+
+
+def _matmul_gradient(g):
+    """Two MatMul ops, each given the input it differentiates as a third input so that its result takes that
+    input's shape. As in Caffe2, forward args are not copied: each op gets the transposes it needs and, under
+    the name of the slot the forward input it reads sits in, that input's forward axis. Caffe2 keeps those
+    axes in a C++ bool, so any axis other than 0 becomes 1 there (wrong gradients for an axis > 1); stepnet
+    passes the real axis, which is the same for the usual axes 0 and 1."""
+    trans_a, trans_b = bool(g.arg("trans_a", 0)), bool(g.arg("trans_b", 0))
+    axis_a, axis_b = g.arg("axis_a", 1), g.arg("axis_b", 1)
+    A, B = g.I(0), g.I(1)
+    (ins_a, t_a), (ins_b, t_b) = _product_gradients(A, B, g.GO(0), trans_a, trans_b)
+    # dA reads B, in slot 0 when trans_a; dB reads A, in slot 0 unless trans_b
+    axes_a = {"axis_a" if trans_a else "axis_b": axis_b}
+    axes_b = {"axis_b" if trans_b else "axis_a": axis_a}
+    g.op("MatMul", ins_a + [A], [g.GI(0)], copy_args=False, **_trans_args(t_a), **axes_a)
+    g.op("MatMul", ins_b + [B], [g.GI(1)], copy_args=False, **_trans_args(t_b), **axes_b)
+
+
+@op("MatMul", inputs=(2, 3), args={"axis_a": 1, "axis_b": 1, "trans_a": 0, "trans_b": 0}, inplace=(),
+    shape=_matmul_shape, gradient=_matmul_gradient)
 def matmul(xp, A, B, like=None, axis_a=1, axis_b=1, trans_a=0, trans_b=0):
     """Y = op(A)·op(B) on the 2-D views of A (at axis_a) and B (at axis_b), op = transpose when trans_*.
 
     A third input (used by MatMul's gradient) gives the shape Y is reshaped to.
     """
-    _need_float("MatMul", A=A, B=B)
-    A2, _ = _view2d(A, axis_a, "axis_a")
-    B2, _ = _view2d(B, axis_b, "axis_b")
-    A2 = A2.T if trans_a else A2
-    B2 = B2.T if trans_b else B2
-    if A2.shape[1] != B2.shape[0]:
-        raise ShapeError(
-            f"MatMul: {'trans(A)' if trans_a else 'A'} is {A2.shape[0]} x {A2.shape[1]} (A {A.shape}, axis_a="
-            f"{axis_a}) but {'trans(B)' if trans_b else 'B'} is {B2.shape[0]} x {B2.shape[1]} (B {B.shape}, "
-            f"axis_b={axis_b}); the inner sizes must match: check trans_a/trans_b and the axes")
-    Y = xp.matmul(A2, B2)
-    if like is not None:
-        if like.size != Y.size:
-            raise ShapeError(f"MatMul: the result ({Y.shape}) cannot take the shape of input 2 {like.shape}")
-        Y = Y.reshape(like.shape)
-    return Y
+    out, a2, b2 = matmul_shape(A, B, like, axis_a, axis_b, trans_a, trans_b)
+    A2, B2 = A.reshape(a2), B.reshape(b2)
+    Y = xp.matmul(A2.T if trans_a else A2, B2.T if trans_b else B2)
+    return Y.reshape(out)
 
 
 def _check_batch(a_batch, b_batch, broadcast) -> None:
@@ -118,7 +197,7 @@ def _check_batch(a_batch, b_batch, broadcast) -> None:
     pb = (1,) * (n - len(b_batch)) + tuple(b_batch)
     if pa == pb:
         return
-    bad = [i for i, (x, y) in enumerate(zip(pa, pb)) if x != y and 1 not in (x, y)]
+    bad = [i for i, (x, y) in enumerate(zip(pa, pb, strict=True)) if x != y and 1 not in (x, y)]
     if bad:
         raise ShapeError(f"BatchMatMul: batch dims {tuple(a_batch)} of A and {tuple(b_batch)} of B do not "
                          f"broadcast (aligned from the right, dim {bad[0]} is {pa[bad[0]]} vs {pb[bad[0]]})")
@@ -127,7 +206,51 @@ def _check_batch(a_batch, b_batch, broadcast) -> None:
                          "pass broadcast=1 to broadcast them (numpy.matmul rules)")
 
 
-@op("BatchMatMul", inputs=2, args={"trans_a": 0, "trans_b": 0, "broadcast": 0, "use_scratch": 0}, inplace=())
+def batch_matmul_shape(A, B, trans_a, trans_b, broadcast) -> tuple[int, ...]:
+    """BatchMatMul's checks on arrays or TensorSpecs; the output shape (numpy.matmul's)."""
+    need_float("BatchMatMul", A=A, B=B)
+    a, b = tuple(A.shape), tuple(B.shape)
+    if not a or not b:
+        raise ShapeError(f"BatchMatMul needs inputs of rank >= 1, got A {a} and B {b}")
+    if len(a) == 1 and len(b) == 1:
+        if a != b:
+            raise ShapeError(f"BatchMatMul: vectors A {a} and B {b} must have the same length")
+        return (1,)
+    am = a[:-2] + (a[-1], a[-2]) if trans_a and len(a) >= 2 else a
+    bm = b[:-2] + (b[-1], b[-2]) if trans_b and len(b) >= 2 else b
+    k_a = am[-1]
+    k_b = bm[0] if len(bm) == 1 else bm[-2]
+    if k_a != k_b:
+        raise ShapeError(
+            f"BatchMatMul: A {a} (trans_a={int(bool(trans_a))}) has K = {k_a} but B {b} "
+            f"(trans_b={int(bool(trans_b))}) has K = {k_b}; the contracted dims must match")
+    if len(a) == 1:
+        return bm[:-2] + bm[-1:]
+    if len(b) == 1:
+        return am[:-1]
+    _check_batch(a[:-2], b[:-2], broadcast)
+    return tuple(np.broadcast_shapes(am[:-2], bm[:-2])) + (am[-2], bm[-1])
+
+
+def _batch_matmul_shape(specs, trans_a=0, trans_b=0, broadcast=0, use_scratch=0):
+    A, B = specs
+    return [out_spec(batch_matmul_shape(A, B, trans_a, trans_b, broadcast), A.dtype)]
+
+
+def _batch_matmul_gradient(g):
+    """Two BatchMatMul ops with Caffe2's transposes (no forward args copied); Caffe2 refuses broadcast=1."""
+    if g.arg("broadcast", 0):
+        from ..gradients import GradientError
+        raise GradientError(f"{g.label}: the gradient of BatchMatMul is not supported with broadcast=1 (as "
+                            "in Caffe2); give both inputs the same batch dims and drop broadcast")
+    trans_a, trans_b = bool(g.arg("trans_a", 0)), bool(g.arg("trans_b", 0))
+    (ins_a, t_a), (ins_b, t_b) = _product_gradients(g.I(0), g.I(1), g.GO(0), trans_a, trans_b)
+    g.op("BatchMatMul", ins_a, [g.GI(0)], copy_args=False, **_trans_args(t_a))
+    g.op("BatchMatMul", ins_b, [g.GI(1)], copy_args=False, **_trans_args(t_b))
+
+
+@op("BatchMatMul", inputs=2, args={"trans_a": 0, "trans_b": 0, "broadcast": 0, "use_scratch": 0}, inplace=(),
+    shape=_batch_matmul_shape, gradient=_batch_matmul_gradient)
 def batch_matmul(xp, A, B, trans_a=0, trans_b=0, broadcast=0, use_scratch=0):
     """Y[i] = op(A[i])·op(B[i]) over the leading (batch) dims; op transposes the last two dims when trans_*.
 
@@ -135,32 +258,31 @@ def batch_matmul(xp, A, B, trans_a=0, trans_b=0, broadcast=0, use_scratch=0):
     broadcast=1. A 1-D A is a row vector, a 1-D B a column vector, and that dim is dropped from Y; two 1-D
     inputs give their dot product with shape (1,).
     """
-    _need_float("BatchMatMul", A=A, B=B)
-    if A.ndim == 0 or B.ndim == 0:
-        raise ShapeError(f"BatchMatMul needs inputs of rank >= 1, got A {A.shape} and B {B.shape}")
+    out = batch_matmul_shape(A, B, trans_a, trans_b, broadcast)
     if A.ndim == 1 and B.ndim == 1:
-        if A.size != B.size:
-            raise ShapeError(f"BatchMatMul: vectors A {A.shape} and B {B.shape} must have the same length")
-        return xp.matmul(A.reshape(1, -1), B.reshape(-1, 1)).reshape(1)
+        return xp.matmul(A.reshape(1, -1), B.reshape(-1, 1)).reshape(out)
     Am = xp.swapaxes(A, -1, -2) if trans_a and A.ndim >= 2 else A
     Bm = xp.swapaxes(B, -1, -2) if trans_b and B.ndim >= 2 else B
-    K_a = Am.shape[-1]
-    K_b = Bm.shape[0] if Bm.ndim == 1 else Bm.shape[-2]
-    if K_a != K_b:
-        raise ShapeError(
-            f"BatchMatMul: A {A.shape} (trans_a={int(bool(trans_a))}) has K = {K_a} but B {B.shape} "
-            f"(trans_b={int(bool(trans_b))}) has K = {K_b}; the contracted dims must match")
-    if A.ndim >= 2 and B.ndim >= 2:
-        _check_batch(A.shape[:-2], B.shape[:-2], broadcast)
     return xp.matmul(Am, Bm)
 
 
 # --------------------------------------------------------------------------------------------- Softmax
-@op("Softmax", args={"axis": 1}, inplace=())
+def _softmax_shape(specs, axis=1):
+    need_float("Softmax", X=specs[0])
+    view2d_shape(specs[0].shape, axis)
+    return [like(specs[0])]
+
+
+def _softmax_gradient(g):
+    """SoftmaxGradient(Y, dY) -> dX, forward args (axis) copied."""
+    g.op("SoftmaxGradient", [g.O(0), g.GO(0)], [g.GI(0)])
+
+
+@op("Softmax", args={"axis": 1}, inplace=(), shape=_softmax_shape, gradient=_softmax_gradient)
 def softmax(xp, X, axis=1):
     """Softmax over each row of X's 2-D view at axis (all trailing dims together), shifted by the row max."""
-    _need_float("Softmax", X=X)
-    X2, _ = _view2d(X, axis)
+    need_float("Softmax", X=X)
+    X2, _ = view2d(X, axis)
     if X2.size == 0:
         return xp.zeros(X.shape, dtype=X.dtype)
     with _quiet(xp):  # rows spanning more than the float range shift to -inf, whose exp is an exact 0
@@ -168,115 +290,3 @@ def softmax(xp, X, axis=1):
     return (e / e.sum(axis=1, keepdims=True)).reshape(X.shape)
 
 
-# --------------------------------------------------------------------------------------------- sums
-def _sum(xp, op_type, inputs, allowed):
-    X0 = inputs[0]
-    if X0.dtype not in allowed:
-        names = ", ".join(str(d) for d in allowed)
-        raise DTypeError(f"{op_type} supports {names}, but input 0 is {X0.dtype}")
-    for i, x in enumerate(inputs[1:], 1):
-        if x.dtype != X0.dtype:
-            raise DTypeError(f"{op_type} needs inputs of one dtype: input 0 is {X0.dtype} but input {i} is "
-                             f"{x.dtype}; Cast them to the same type")
-        if x.shape != X0.shape:
-            raise ShapeError(f"{op_type} does not broadcast: input {i} has shape {x.shape} but input 0 has "
-                             f"{X0.shape}; give every input the same shape (or use Add with broadcast=1)")
-    out = X0.copy()
-    for x in inputs[1:]:
-        out += x
-    return out
-
-
-@op("Sum", inputs=(1, None), inplace=[(0, 0)])
-def sum_(xp, *inputs):
-    """Elementwise sum of any number of same-shape, same-dtype tensors (one input: a copy)."""
-    return _sum(xp, "Sum", inputs, _SUM_DTYPES)
-
-
-@op("SumInt", inputs=(1, None), inplace=[(0, 0)])
-def sum_int(xp, *inputs):
-    """Sum for integer tensors."""
-    return _sum(xp, "SumInt", inputs, _INT_DTYPES)
-
-
-@op("WeightedSum", inputs=(2, None), args={"grad_on_w": False}, inplace=[(0, 0)])
-def weighted_sum(xp, *inputs, grad_on_w=False):
-    """Y = Σ w_i·X_i over pairs X0, w0, X1, w1, ...; each w_i holds one number, each X_i as many elements as
-    X0 (Caffe2 compares sizes, not shapes). grad_on_w only tells the gradient to also produce dw_i."""
-    if len(inputs) % 2:
-        raise ArityError(f"WeightedSum takes pairs (X0, w0, X1, w1, ...), got {len(inputs)} inputs")
-    X0 = inputs[0]
-    _need_float("WeightedSum", X0=X0)
-    out = None
-    for k in range(0, len(inputs), 2):
-        x, w = inputs[k], inputs[k + 1]
-        if w.size != 1:
-            raise ShapeError(f"WeightedSum: weight w{k // 2} (input {k + 1}) must hold 1 element, got {w.shape}")
-        if x.size != X0.size:
-            raise ShapeError(f"WeightedSum: X{k // 2} {x.shape} must have as many elements as X0 {X0.shape}")
-        if x.dtype != X0.dtype:
-            raise DTypeError(f"WeightedSum: X{k // 2} is {x.dtype} but X0 is {X0.dtype}; Cast them to one type")
-        term = x.reshape(X0.shape) * xp.asarray(w).reshape(()).astype(X0.dtype)
-        out = term if out is None else out + term
-    return xp.asarray(out)  # numpy gives a scalar for 0-D inputs
-
-
-@op("Scale", args={"scale": 1.0}, inplace=[(0, 0)])
-def scale(xp, X, scale=1.0):
-    """Y = scale · X."""
-    _need_float("Scale", X=X)
-    return xp.asarray(X * X.dtype.type(scale))  # numpy gives a scalar for 0-D inputs
-
-
-@op("ElementwiseLinear", inputs=3, args={"axis": 1}, inplace=())
-def elementwise_linear(xp, X, a, b, axis=1):
-    """Y = X ⊙ a + b on X's 2-D view N x D at axis, with a and b 1-D of length D (per-column scale and shift)."""
-    _need_float("ElementwiseLinear", X=X, a=a, b=b)
-    X2, _ = _view2d(X, axis)
-    D = X2.shape[1]
-    for name, v in (("a", a), ("b", b)):
-        if v.ndim != 1 or v.shape[0] != D:
-            raise ShapeError(f"ElementwiseLinear: X {X.shape} at axis={axis} has D = {D} columns, so {name} must "
-                             f"be 1-D of length {D}, got {name} {v.shape}")
-    return (X2 * a + b).reshape(X.shape)
-
-
-# --------------------------------------------------------------------------------------------- Cast
-_NO_CAST = {DataType.UNDEFINED: "UNDEFINED is not a type", DataType.BYTE: "BYTE is deprecated (use UINT8)",
-            DataType.STRING: "casts to and from strings are not supported"}
-
-
-def cast_dtype(value, name: str = "to") -> np.dtype:
-    """The numpy dtype of a Cast type argument: a TensorProto.DataType number or its name in any case."""
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise ArgumentError(f"Cast: argument {name!r} must be a DataType number or name, got {value!r}")
-    return _cast_dtype(value, name)
-
-
-@functools.cache
-def _cast_dtype(value, name):
-    if isinstance(value, str):
-        try:
-            code = DataType.Value(value.upper())
-        except ValueError:
-            valid = ", ".join(n for n, v in DataType.items() if v in NUMPY_OF and v not in _NO_CAST)
-            raise ArgumentError(f"Cast: unknown {name}={value!r}; use one of {valid} (any case)") from None
-    else:
-        code = value
-    if code in _NO_CAST:
-        raise ArgumentError(f"Cast: {name}={value!r}: {_NO_CAST[code]}")
-    if code not in NUMPY_OF:
-        raise ArgumentError(f"Cast: {name}={value!r} is not a castable TensorProto.DataType")
-    return np.dtype(NUMPY_OF[code])
-
-
-@op("Cast", args={"to": Arg("any"), "from_type": Arg("any", None)}, inplace=())
-def cast(xp, X, to, from_type=None):
-    """Elementwise static_cast to the type `to` (number, or name such as "float", "INT64"); a cast to bool is
-    x != 0. `from_type` names the source type for the gradient only (it is checked, not used)."""
-    dtype = cast_dtype(to, "to")
-    if from_type is not None:
-        cast_dtype(from_type, "from_type")
-    if X.dtype.kind not in "biuf":
-        raise DTypeError(f"Cast: cannot cast from {X.dtype}; casting from strings is not supported")
-    return X.astype(dtype)

@@ -2,7 +2,8 @@
 
 Iter and AtomicIter keep the counter on the host as a 1-element int64 tensor, as Caffe2 does whatever
 the op's device (LearningRate reads it there). Accumulate and the 0-input Iter read their own previous
-output through the op context; Print counts its runs in the context's state.
+output through the op context; Print counts its runs in the context's state. ZeroGradient is here too:
+a no-op whose gradient gives its input zeros.
 """
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ import numpy as np
 
 from .. import backend
 from ..errors import ArgumentError, DTypeError, MissingBlobError, OpError, ShapeError, StepnetWarning
+from ..shapes import TensorSpec
+from .elementwise import like, out_spec, size_of
 from .registry import NO_GRADIENT, SHOULD_NOT_DO_GRADIENT, op
 
 PRINT_LIMIT_DEFAULT = 1000  # Caffe2's TensorPrinter prints at most this many values unless `limit` is set
@@ -42,14 +45,23 @@ def format_tensor(name: str, value, limit: int) -> str:
     return meta + ",".join(_format_value(v) for v in flat.tolist())
 
 
+def _check_every_n(every_n) -> None:
+    if every_n < 1:
+        raise ArgumentError(f"every_n must be >= 1, got {every_n}")
+
+
+def _print_shape(specs, to_file=0, limit=0, every_n=1):
+    _check_every_n(every_n)
+    return []
+
+
 @op("Print", inputs=1, outputs=0, context=True, devices="any", gradient=SHOULD_NOT_DO_GRADIENT,
-    args={"to_file": 0, "limit": 0, "every_n": 1})
+    args={"to_file": 0, "limit": 0, "every_n": 1}, shape=_print_shape)
 def print_op(ctx, xp, x, *, to_file, limit, every_n):
     """Print the input blob's name, type, dims and first `limit` values (default 1000) to stdout, on runs
     1, 1+every_n, 1+2*every_n, ... Limitation: `to_file` (Caffe2 writes <root folder>/<blob>.log) is not
     supported; stepnet warns once per op and prints to stdout instead."""
-    if every_n < 1:
-        raise ArgumentError(f"every_n must be >= 1, got {every_n}")
+    _check_every_n(every_n)
     state = ctx.state
     if to_file and not state.get("warned"):
         state["warned"] = True
@@ -84,17 +96,23 @@ class Mutex:
         return f"Mutex({'locked' if self.locked() else 'unlocked'})"
 
 
-def next_iter(counter, name: str):
-    """counter + 1 as a fresh host int64 tensor of the same shape, with Caffe2's checks."""
+def check_counter(counter, name: str) -> None:
+    """Caffe2's checks of an iteration counter (an array or a TensorSpec): one int64 element."""
     if counter is None:
         raise MissingBlobError(f"the iteration counter {name!r} holds no value; create it in the init net, "
                                "e.g. ConstantFill([], [iter], shape=[1], value=0, dtype=10)")
-    if not hasattr(counter, "dtype") or counter.dtype.kind not in "iu":
+    if not hasattr(counter, "dtype") or (counter.dtype is not None and counter.dtype.kind not in "iu"):
         what = getattr(counter, "dtype", type(counter).__name__)
         raise DTypeError(f"the iteration counter {name!r} must be an int64 tensor, got {what}")
+    if size_of(counter) != 1:
+        raise ShapeError(f"the iteration counter {name!r} must hold one element, got shape "
+                         f"{tuple(counter.shape)}")
+
+
+def next_iter(counter, name: str):
+    """counter + 1 as a fresh host int64 tensor of the same shape, with Caffe2's checks."""
+    check_counter(counter, name)
     host = np.asarray(backend.to_host(counter))
-    if host.size != 1:
-        raise ShapeError(f"the iteration counter {name!r} must hold one element, got shape {host.shape}")
     value = int(host.reshape(-1)[0])
     if value < 0:
         raise OpError(f"the iteration counter {name!r} is negative ({value})")
@@ -103,7 +121,27 @@ def next_iter(counter, name: str):
     return np.full(host.shape, value + 1, dtype=np.int64)
 
 
-@op("Iter", inputs=(0, 1), enforce_inplace=[(0, 0)], context=True, devices="any", gradient=NO_GRADIENT)
+def _check_mutex(mutex) -> None:
+    if not isinstance(mutex, Mutex):
+        what = f"a tensor ({mutex})" if isinstance(mutex, TensorSpec) else type(mutex).__name__
+        raise DTypeError(f"input 0 must be a mutex made by CreateMutex, got {what}")
+
+
+def _counter_shape(index):
+    """Shape function of Iter (counter = input 0) and AtomicIter (input 1): the counter's shape in int64.
+    The 0-input Iter has none: its output takes the shape of whatever the blob held before the op ran."""
+    def shape(specs):
+        if len(specs) <= index:
+            return []
+        if index == 1:  # AtomicIter: a TensorSpec describes a tensor, so input 0 is not a mutex
+            _check_mutex(specs[0])
+        check_counter(specs[index], "iter")
+        return [out_spec(specs[index].shape, np.int64)]
+    return shape
+
+
+@op("Iter", inputs=(0, 1), enforce_inplace=[(0, 0)], context=True, devices="any", gradient=NO_GRADIENT,
+    shape=_counter_shape(0))
 def iter_op(ctx, xp, *counter):
     """Add 1 to the int64 counter in place (on the host). The legacy 0-input form creates the counter at 0
     when its output does not hold one yet, then increments it, so its first run gives 1."""
@@ -116,13 +154,16 @@ def iter_op(ctx, xp, *counter):
     return next_iter(previous, name)
 
 
-@op("AtomicIter", inputs=2, enforce_inplace=[(1, 0)], devices="any", gradient=NO_GRADIENT)
-def atomic_iter(xp, mutex, counter):
-    """Iter holding `mutex` (made by CreateMutex) while it increments, for concurrent (Hogwild) nets."""
-    if not isinstance(mutex, Mutex):
-        raise DTypeError(f"input 0 must be a mutex made by CreateMutex, got {type(mutex).__name__}")
+@op("AtomicIter", inputs=2, enforce_inplace=[(1, 0)], context=True, devices="any", gradient=NO_GRADIENT,
+    shape=_counter_shape(1))
+def atomic_iter(ctx, xp, mutex, counter):
+    """Iter holding `mutex` (made by CreateMutex) while it increments, for concurrent (Hogwild) nets. The
+    counter is read and written back under the lock (the run loop reads inputs before the call and stores
+    results after it, both outside any lock, which would lose increments between threads)."""
+    _check_mutex(mutex)
     with mutex:
-        return next_iter(counter, "iter")
+        ctx.outputs[0].set(next_iter(ctx.inputs[1].value, "iter"))
+    return None
 
 
 @op("CreateMutex", inputs=0, context=True, gradient=SHOULD_NOT_DO_GRADIENT)
@@ -133,12 +174,22 @@ def create_mutex(ctx, xp):
 
 
 # --------------------------------------------------------------------------------------------- Accumulate
-@op("Accumulate", inputs=1, inplace=(), context=True, gradient=SHOULD_NOT_DO_GRADIENT, args={"gamma": 1.0})
+def _check_accumulate(x) -> None:
+    if x.dtype is not None and x.dtype != np.float32:
+        raise DTypeError(f"Accumulate takes float32 input, got {x.dtype}; Cast it to float first")
+
+
+def _accumulate_shape(specs, gamma=1.0):
+    _check_accumulate(specs[0])
+    return [like(specs[0])]
+
+
+@op("Accumulate", inputs=1, inplace=(), context=True, gradient=SHOULD_NOT_DO_GRADIENT, args={"gamma": 1.0},
+    shape=_accumulate_shape)
 def accumulate(ctx, xp, x, *, gamma):
     """Y = X + gamma * Y, reading Y from the previous run; Y starts at zero whenever it does not hold a
     float32 tensor of X's shape (Caffe2 reshapes and zero-fills it)."""
-    if x.dtype != np.float32:
-        raise DTypeError(f"Accumulate takes float32 input, got {x.dtype}; Cast it to float first")
+    _check_accumulate(x)
     previous = ctx.outputs[0].value
     if (previous is None or not hasattr(previous, "dtype") or previous.dtype != np.float32
             or tuple(previous.shape) != tuple(x.shape)):
@@ -150,11 +201,21 @@ def accumulate(ctx, xp, x, *, gamma):
 ASSERT_KINDS = "biu"  # Caffe2 accepts bool, int32 and int64 tensors
 
 
-@op("Assert", inputs=1, outputs=0, devices="any", args={"error_msg": ""})
+def _check_assert(x) -> None:
+    if x.dtype is not None and x.dtype.kind not in ASSERT_KINDS:
+        raise DTypeError(f"Assert takes a bool or integer tensor, got {x.dtype}; compare it first (e.g. GT)")
+
+
+def _assert_shape(specs, error_msg=""):
+    """No outputs; the dtype check only (whether the values hold is known when the op runs)."""
+    _check_assert(specs[0])
+    return []
+
+
+@op("Assert", inputs=1, outputs=0, devices="any", args={"error_msg": ""}, shape=_assert_shape)
 def assert_op(xp, x, *, error_msg):
     """Fail unless every element of X (bool or integer) is true / non-zero."""
-    if x.dtype.kind not in ASSERT_KINDS:
-        raise DTypeError(f"Assert takes a bool or integer tensor, got {x.dtype}; compare it first (e.g. GT)")
+    _check_assert(x)
     host = np.asarray(backend.to_host(x)).reshape(-1)
     bad = np.flatnonzero(host == 0)
     if bad.size:
@@ -164,11 +225,26 @@ def assert_op(xp, x, *, error_msg):
                       f"{first}, value {_format_value(host[first].item())})")
 
 
-@op("NanCheck", inputs=(1, None), inplace=[(0, 0)], context=True)
+def _check_nan_check(x) -> None:
+    if x.dtype is not None and x.dtype.kind != "f":
+        raise DTypeError(f"NanCheck takes a float tensor, got {x.dtype}")
+
+
+def _nan_check_shape(specs):
+    _check_nan_check(specs[0])
+    return [like(specs[0])]
+
+
+def _nan_check_gradient(g):
+    """NanCheck([dY]) -> dX: the gradient passes through, checked for NaN/Inf too."""
+    g.op("NanCheck", [g.GO(0)], [g.GI(0)])
+
+
+@op("NanCheck", inputs=(1, None), inplace=[(0, 0)], context=True, shape=_nan_check_shape,
+    gradient=_nan_check_gradient)
 def nan_check(ctx, xp, x, *others):
     """Y = X, failing with the blob's name when X holds NaN or Inf (further inputs are only named)."""
-    if x.dtype.kind != "f":
-        raise DTypeError(f"NanCheck takes a float tensor, got {x.dtype}")
+    _check_nan_check(x)
     finite = xp.isfinite(x)
     if not bool(finite.all()):
         host = np.asarray(backend.to_host(x)).reshape(-1)
@@ -178,3 +254,21 @@ def nan_check(ctx, xp, x, *others):
         found = " and ".join(parts)
         raise OpError(f"blob {ctx.opdef.input[0]!r} contains {found} among {host.size} elements")
     return x.copy()
+
+
+# --------------------------------------------------------------------------------------------- ZeroGradient
+def _zero_gradient_gradient(g):
+    """ConstantFill([X], [dX], value=0.0): X's gradient is zeros of its shape. The backward pass calls this
+    maker even though the op has no outputs (and so no output gradients)."""
+    g.op("ConstantFill", [g.I(0)], [g.GI(0)], value=0.0)
+
+
+def _no_outputs(specs):
+    return []
+
+
+@op("ZeroGradient", inputs=1, outputs=0, devices="any", gradient=_zero_gradient_gradient, shape=_no_outputs)
+def zero_gradient(xp, x):
+    """Does nothing when run; in a backward pass it gives X a zero gradient (e.g. for a blob that reaches the
+    loss only through ops without gradients)."""
+    return None

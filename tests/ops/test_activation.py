@@ -4,9 +4,11 @@ import math
 import numpy as np
 import pytest
 
+from stepnet import NetDef
 from stepnet.errors import ArgumentError, DTypeError, ShapeError
 from stepnet.ops import REGISTRY
-from stepnet.testing import DEVICES, run_op
+from stepnet.shapes import TensorSpec, infer_net
+from stepnet.testing import DEVICES, make_op, run_op
 
 rng = np.random.default_rng(11)
 
@@ -185,6 +187,34 @@ def test_bad_input(device, cid, op_type, inputs, args, err, match):
         run_op(op_type, inputs, device=device, **args)
 
 
+def infer_static(op_type, inputs, n_out=1, **args):
+    """The output specs of one op from its shape function alone (nothing runs)."""
+    names = {f"in{i}": v for i, v in enumerate(inputs)}
+    net = NetDef(name="static")
+    net.op.add().CopyFrom(make_op(op_type, list(names), [f"out{i}" for i in range(n_out)], **args))
+    specs = infer_net(net, {n: TensorSpec.of(v) for n, v in names.items()})
+    return [specs[f"out{i}"] for i in range(n_out)]
+
+
+@pytest.mark.parametrize("cid,op_type,inputs,args,err,match", BAD, ids=[c[0] for c in BAD])
+def test_bad_input_caught_statically(cid, op_type, inputs, args, err, match):
+    """Every bad input is refused by the shape function too, with the kernel's error, before anything runs."""
+    with pytest.raises(err, match=match):
+        infer_static(op_type, inputs, **args)
+
+
+@pytest.mark.parametrize("op_type", ["Sqr", "Abs", "Negative", "Sign"])
+def test_static_values_of_integer_inputs(op_type):
+    """The integer-capable ops carry a small integer input's value through (shape arithmetic)."""
+    x = np.array([3, -2, 0, 5], np.int64)
+    fn = {"Sqr": lambda v: v * v, "Abs": abs, "Negative": lambda v: -v, "Sign": lambda v: (v > 0) - (v < 0)}
+    (spec,) = infer_static(op_type, [x])
+    assert spec.shape == (4,) and spec.dtype == np.int64
+    assert spec.value.tolist() == [fn[op_type](v) for v in x.tolist()]
+    (spec,) = infer_static(op_type, [F])
+    assert spec.shape == F.shape and spec.dtype == np.float32 and spec.value is None
+
+
 @pytest.mark.parametrize("op_type", ["Abs", "Sin", "Cos", "Swish", "Sign"])
 def test_in_place_refused_where_caffe2_refuses(op_type):
     with pytest.raises(ArgumentError, match="in place"):
@@ -197,7 +227,7 @@ def test_in_place_allowed(op_type):
     assert run_op(op_type, {"x": x}, ["x"]).shape == x.shape
 
 
-# --------------------------------------------------------------------------------------------- test the tester
+# -------------------------------------------------------------------------------------------- test the tester
 
 def test_reference_check_catches_broken_kernels():
     original = REGISTRY.get("Sigmoid").kernel

@@ -6,11 +6,12 @@ import operator
 import numpy as np
 import pytest
 
-from stepnet import backend
+from stepnet import NetDef, backend
 from stepnet.errors import ArgumentError, DTypeError, ShapeError
 from stepnet.ops import REGISTRY
 from stepnet.ops.elementwise import broadcast_b_shape, broadcast_result_shape, sum_to_shape
-from stepnet.testing import DEVICES, run_op
+from stepnet.shapes import TensorSpec, infer_net
+from stepnet.testing import DEVICES, make_op, run_op
 
 rng = np.random.default_rng(7)
 
@@ -43,7 +44,7 @@ def ref_legacy(fn, a, b, axis=-1, dtype=None):
 def ref_numpy(fn, a, b, dtype=None):
     nd = max(a.ndim, b.ndim)
     pa, pb = (1,) * (nd - a.ndim) + a.shape, (1,) * (nd - b.ndim) + b.shape
-    shape = tuple(x if y == 1 else y for x, y in zip(pa, pb))
+    shape = tuple(x if y == 1 else y for x, y in zip(pa, pb, strict=True))
     out = np.empty(shape, dtype=dtype or a.dtype)
     for idx in np.ndindex(*shape):
         ia = tuple(0 if pa[k] == 1 else idx[k] for k in range(nd))[nd - a.ndim:]
@@ -115,7 +116,8 @@ ARITH_CASES += [
     ("Sub-int32-numpy", "Sub", i32(2, 1), i32(1, 3), {}),
     ("Div-int32-trunc", "Div", np.array([7, -7, 7, -7, 6, -1], np.int32),
      np.array([2, 2, -2, -2, 3, 4], np.int32), {}),
-    ("Div-int64-legacy", "Div", i32(3, 4, dtype=np.int64), np.array([3, -2, 5, -7], np.int64), {"broadcast": 1}),
+    ("Div-int64-legacy", "Div", i32(3, 4, dtype=np.int64), np.array([3, -2, 5, -7], np.int64),
+     {"broadcast": 1}),
 ]
 
 ti, tj = i32(3, 4, lo=0, hi=3), i32(3, 4, lo=0, hi=3)
@@ -144,7 +146,8 @@ POW_CASES = [
     ("numpy", f32(2, 1, lo=0.1), f32(3), {}),
 ]
 
-BINARY_CASES = ARITH_CASES + COMPARE_CASES + LOGIC_CASES + [(f"Pow-{c}", "Pow", a, b, g) for c, a, b, g in POW_CASES]
+BINARY_CASES = (ARITH_CASES + COMPARE_CASES + LOGIC_CASES
+                + [(f"Pow-{c}", "Pow", a, b, g) for c, a, b, g in POW_CASES])
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -174,7 +177,8 @@ def test_pow_exponent_arg(device, exponent):
 @pytest.mark.parametrize("n", [1, 2, 4])
 def test_max_min(device, op_type, pick, n):
     xs = [f32(3, 4) for _ in range(n)]
-    want = np.array([pick(vals) for vals in zip(*(x.ravel().tolist() for x in xs))], np.float32).reshape(3, 4)
+    columns = zip(*(x.ravel().tolist() for x in xs), strict=True)
+    want = np.array([pick(vals) for vals in columns], np.float32).reshape(3, 4)
     check(run_op(op_type, xs, device=device), want)
 
 
@@ -271,7 +275,8 @@ BAD = [
     ("pow-no-exponent", "Pow", [f32(3)], {}, ArgumentError, "exponent"),
     ("pow-int", "Pow", [i32(3), i32(3)], {}, DTypeError, "int32"),
     ("max-shapes", "Max", [f32(2, 3), f32(3, 2)], {}, ShapeError, r"\(3, 2\).*\(2, 3\)"),
-    ("srl-mismatch", "SumReduceLike", [A4, f32(5)], {"axis": 1}, ShapeError, r"B \(5,\) onto A \(2, 3, 4, 5\)"),
+    ("srl-mismatch", "SumReduceLike", [A4, f32(5)], {"axis": 1}, ShapeError,
+     r"B \(5,\) onto A \(2, 3, 4, 5\)"),
 ]
 
 
@@ -280,6 +285,47 @@ BAD = [
 def test_bad_input(device, cid, op_type, inputs, args, err, match):
     with pytest.raises(err, match=match):
         run_op(op_type, inputs, device=device, **args)
+
+
+def infer_static(op_type, inputs, n_out=1, **args):
+    """The output specs of one op from its shape function alone (nothing runs)."""
+    names = {f"in{i}": v for i, v in enumerate(inputs)}
+    net = NetDef(name="static")
+    net.op.add().CopyFrom(make_op(op_type, list(names), [f"out{i}" for i in range(n_out)], **args))
+    specs = infer_net(net, {n: TensorSpec.of(v) for n, v in names.items()})
+    return [specs[f"out{i}"] for i in range(n_out)]
+
+
+@pytest.mark.parametrize("cid,op_type,inputs,args,err,match", BAD, ids=[c[0] for c in BAD])
+def test_bad_input_caught_statically(cid, op_type, inputs, args, err, match):
+    """Every bad input is refused by the shape function too, with the kernel's error, before anything runs."""
+    with pytest.raises(err, match=match):
+        infer_static(op_type, inputs, **args)
+
+
+FOLD_CASES = [  # small integer/bool results carry their values, so shape arithmetic can be followed
+    ("Add", np.array([2, 3, 4], np.int64), np.array([1], np.int64), {"broadcast": 1}),
+    ("Mul", np.array([[2], [3]], np.int32), np.array([1, -2, 5], np.int32), {}),
+    ("Div", np.array([7, -7, 6], np.int64), np.array([2, 2, -4], np.int64), {}),
+    ("GE", np.array([1, 5, 3], np.int64), np.array([3, 3, 3], np.int64), {}),
+    ("Xor", np.array([True, False]), np.array([True, True]), {}),
+]
+
+
+@pytest.mark.parametrize("op_type,a,b,args", FOLD_CASES, ids=[c[0] for c in FOLD_CASES])
+def test_static_values_of_small_integer_results(op_type, a, b, args):
+    (spec,) = infer_static(op_type, [a, b], **args)
+    want = expected(op_type, a, b, args)
+    assert spec.shape == want.shape and spec.dtype == want.dtype
+    assert spec.value is not None and spec.value.tolist() == want.tolist()
+
+
+def test_static_values_only_for_small_integers():
+    (floats,) = infer_static("Add", [f32(3), f32(3)])
+    (big,) = infer_static("Add", [np.ones(65, np.int32), np.ones(1, np.int32)], broadcast=1)
+    (unknown,) = infer_static("Max", [np.ones(65, np.int32), np.ones(65, np.int32)])
+    assert floats.value is None and big.value is None and unknown.value is None
+    assert big.shape == (65,) and big.dtype == np.int32
 
 
 @pytest.mark.parametrize("op_type,in_place_on", [("EQ", "a"), ("Div", "b"), ("SumReduceLike", "a"),
@@ -297,7 +343,7 @@ def test_in_place_allowed(op_type, out):
     check(got, ref_numpy(max if op_type == "Max" else FNS[op_type], a, b), 1e-6)
 
 
-# --------------------------------------------------------------------------------------------- test the tester
+# -------------------------------------------------------------------------------------------- test the tester
 
 def test_reference_check_catches_broken_kernels():
     schema = REGISTRY.get("Add")

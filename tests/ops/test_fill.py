@@ -11,6 +11,7 @@ from stepnet import NetDef, Workspace, load
 from stepnet.errors import ArgumentError, ArityError, DTypeError, ShapeError
 from stepnet.ops import REGISTRY
 from stepnet.proto import DeviceOption
+from stepnet.shapes import TensorSpec, infer_net
 from stepnet.testing import DEVICES, make_op, run_op
 
 FLOAT, INT32, STRING, BOOL, UINT8, INT8 = 1, 2, 4, 5, 6, 7
@@ -207,6 +208,51 @@ BAD = [
 def test_bad_input(op_type, inputs, args, error, match):
     with pytest.raises(error, match=match):
         run_op(op_type, inputs, 1, **args)
+
+
+def infer_static(op_type, inputs, n_out=1, **args):
+    """The output specs of one op from its shape function alone (nothing runs)."""
+    names = {f"in{i}": v for i, v in enumerate(inputs)}
+    net = NetDef(name="static")
+    net.op.add().CopyFrom(make_op(op_type, list(names), [f"out{i}" for i in range(n_out)], **args))
+    specs = infer_net(net, {n: TensorSpec.of(v) for n, v in names.items()})
+    return [specs[f"out{i}"] for i in range(n_out)]
+
+
+@pytest.mark.parametrize("op_type,inputs,args,error,match", BAD,
+                         ids=[f"{b[0]}-{i}" for i, b in enumerate(BAD)])
+def test_bad_input_caught_statically(op_type, inputs, args, error, match):
+    """Every bad input is refused by the shape function too, with the kernel's error, before anything runs."""
+    with pytest.raises(error, match=match):
+        infer_static(op_type, inputs, **args)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_static_specs_and_values(case):
+    """The inferred spec of every deterministic fill; small integer results carry their values statically."""
+    _, op_type, inputs, args, shape, dtype, values = case
+    (got,) = infer_static(op_type, inputs, **args)
+    assert got.shape == shape and got.dtype == np.dtype(dtype)
+    if got.value is not None:
+        assert got.value.reshape(-1).tolist() == list(values)
+    small_int = np.dtype(dtype).kind in "iub" and math.prod(shape) <= 64
+    assert (got.value is not None) == small_int
+
+
+def test_static_value_dependent_shapes():
+    """Dims that depend on values the specs do not carry stay unknown; known values give exact shapes."""
+    big = np.ones(100, np.int32)  # too long to carry its values: LengthsRangeFill's length is unknown
+    (spec,) = infer_static("LengthsRangeFill", [big])
+    assert spec.shape is None and spec.dtype == np.int32
+    # float bounds are never carried: min > max (first dim 0) cannot be told from min <= max
+    (spec,) = infer_static("UniformFill", [np.zeros((5, 2)), np.float32([1.0]), np.float32([0.0])])
+    assert spec.shape is None and spec.dtype == np.float32
+    (spec,) = infer_static("UniformIntFill", [np.zeros((5, 2)), np.int32([1]), np.int32([0])])
+    assert spec.shape == (0, 2) and spec.dtype == np.int32
+    (spec,) = infer_static("ConstantFill", [np.array([3, 4], np.int64)], input_as_shape=1, extra_shape=[2])
+    assert spec.shape == (3, 4, 2) and spec.dtype == np.float32
+    with pytest.raises(ShapeError, match="min > max makes the first dim 0"):
+        infer_static("UniformIntFill", [np.zeros(()), np.int32([1]), np.int32([0])])
 
 
 def test_in_place_rules():

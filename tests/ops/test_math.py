@@ -5,9 +5,11 @@ import math
 import numpy as np
 import pytest
 
+from stepnet import NetDef
 from stepnet.errors import ArgumentError, ArityError, DTypeError, ShapeError
 from stepnet.ops import REGISTRY
-from stepnet.testing import DEVICES, run_op
+from stepnet.shapes import TensorSpec, infer_net
+from stepnet.testing import DEVICES, make_op, run_op
 
 rng = np.random.default_rng(11)
 
@@ -62,14 +64,14 @@ def ref_matmul(A, B, axis_a=1, axis_b=1, trans_a=0, trans_b=0):
 def ref_bmm(A, B, trans_a=0, trans_b=0):
     """Loop over the broadcast batch index; 1-D A is a row, 1-D B a column, and that dim is dropped."""
     if A.ndim == 1 and B.ndim == 1:
-        return np.array([sum(float(x) * float(y) for x, y in zip(A, B))])
+        return np.array([sum(float(x) * float(y) for x, y in zip(A, B, strict=True))])
     a_vec, b_vec = A.ndim == 1, B.ndim == 1
     A_ = A[None, :] if a_vec else (np.swapaxes(A, -1, -2) if trans_a else A)
     B_ = B[:, None] if b_vec else (np.swapaxes(B, -1, -2) if trans_b else B)
     nb = max(A_.ndim, B_.ndim) - 2
     pa = (1,) * (nb - (A_.ndim - 2)) + A_.shape[:-2]
     pb = (1,) * (nb - (B_.ndim - 2)) + B_.shape[:-2]
-    batch = tuple(max(x, y) for x, y in zip(pa, pb))
+    batch = tuple(max(x, y) for x, y in zip(pa, pb, strict=True))
     M, N = A_.shape[-2], B_.shape[-1]
     out = np.zeros(batch + (M, N))
     for idx in np.ndindex(*batch):
@@ -128,7 +130,8 @@ CASES = [
     ("fc_axis0", "FC", [X234, f32(5, 24), b5], {"axis": 0}, None, 1e-5),
     ("fc_axis_w2", "FC", [X234, f32(5, 3, 4), b5], {"axis_w": 1}, None, 1e-5),
     ("fc_w3d_axis_w2", "FC", [X234, f32(5, 1, 12), b5], {"axis_w": 2, "axis": 1}, None, 1e-5),
-    ("fc_f64", "FC", [X234.astype(np.float64), W5_12.astype(np.float64), b5.astype(np.float64)], {}, None, 1e-12),
+    ("fc_f64", "FC", [X234.astype(np.float64), W5_12.astype(np.float64), b5.astype(np.float64)], {}, None,
+     1e-12),
     ("fc_empty", "FC", [np.zeros((0, 12), np.float32), W5_12, b5], {}, None, 0),
     ("fct", "FCTransposed", [X234, f32(12, 5), b5], {}, None, 1e-5),
     ("fct_axis2", "FCTransposed", [X234, f32(4, 5), b5], {"axis": 2}, None, 1e-5),
@@ -140,7 +143,8 @@ CASES = [
     ("mm_like", "MatMul", [A34, B45, np.zeros((5, 3), np.float32)], {}, None, 1e-5),
     ("bmm_3d", "BatchMatMul", [f32(2, 3, 4), f32(2, 4, 5)], {}, None, 1e-5),
     ("bmm_2d", "BatchMatMul", [A34, B45], {}, None, 1e-5),
-    ("bmm_4d_trans", "BatchMatMul", [f32(2, 2, 4, 3), f32(2, 2, 5, 4)], {"trans_a": 1, "trans_b": 1}, None, 1e-5),
+    ("bmm_4d_trans", "BatchMatMul", [f32(2, 2, 4, 3), f32(2, 2, 5, 4)], {"trans_a": 1, "trans_b": 1}, None,
+     1e-5),
     ("bmm_suffix_bc", "BatchMatMul", [f32(2, 3, 3, 4), f32(3, 4, 5)], {"broadcast": 1}, None, 1e-5),
     ("bmm_ones_bc", "BatchMatMul", [f32(2, 1, 3, 4), f32(1, 3, 4, 2)], {"broadcast": 1}, None, 1e-5),
     ("bmm_2d_vs_3d", "BatchMatMul", [A34, f32(2, 4, 5)], {"broadcast": 1}, None, 1e-5),
@@ -240,7 +244,8 @@ def test_cast_from_type_is_accepted():
 
 # --------------------------------------------------------------------------------------------- bad input
 BAD = [
-    ("FC", [X234, f32(5, 11), b5], {}, ShapeError, r"X \(2, 3, 4\).*K = 2 x 12.*W \(5, 11\).*N = 5.*b \(5,\)"),
+    ("FC", [X234, f32(5, 11), b5], {}, ShapeError,
+     r"X \(2, 3, 4\).*K = 2 x 12.*W \(5, 11\).*N = 5.*b \(5,\)"),
     ("FC", [X234, W5_12, f32(4)], {}, ShapeError, r"b must have N = 5"),
     ("FC", [X234, W5_12, f32(1, 5)], {}, ShapeError, r"b must be 1-D"),
     ("FC", [X234, W5_12, b5], {"axis": 3}, ArgumentError, r"axis=3 is out of range"),
@@ -283,8 +288,36 @@ def test_bad_input(op_type, inputs, args, error, pattern, device):
         run_op(op_type, inputs, device=device, **args)
 
 
+def infer_static(op_type, inputs, n_out=1, **args):
+    """The output specs of one op from its shape function alone (nothing runs)."""
+    names = {f"in{i}": v for i, v in enumerate(inputs)}
+    net = NetDef(name="static")
+    net.op.add().CopyFrom(make_op(op_type, list(names), [f"out{i}" for i in range(n_out)], **args))
+    specs = infer_net(net, {n: TensorSpec.of(v) for n, v in names.items()})
+    return [specs[f"out{i}"] for i in range(n_out)]
+
+
+@pytest.mark.parametrize("op_type, inputs, args, error, pattern", BAD,
+                         ids=[f"{b[0]}-{i}" for i, b in enumerate(BAD)])
+def test_bad_input_caught_statically(op_type, inputs, args, error, pattern):
+    """Every bad input is refused by the shape function too, with the kernel's error, before anything runs."""
+    with pytest.raises(error, match=pattern):
+        infer_static(op_type, inputs, **args)
+
+
+def test_static_cast_and_sum_follow_small_integer_values():
+    shape = np.array([2, 3, 4], np.int64)
+    (as_int32,) = infer_static("Cast", [shape], to="int32")
+    assert as_int32.dtype == np.int32 and as_int32.value.tolist() == [2, 3, 4]
+    (as_float,) = infer_static("Cast", [shape], to=1)
+    assert as_float.dtype == np.float32 and as_float.shape == (3,) and as_float.value is None
+    (total,) = infer_static("Sum", [shape, shape, np.array([1, 0, -1], np.int64)])
+    assert total.value.tolist() == [5, 6, 7]
+
+
 @pytest.mark.parametrize("op_type, inputs, args", [("FC", [X234, W5_12, b5], {}), ("Softmax", [SOFT], {}),
-                                                   ("Cast", [CAST_X], {"to": 1}), ("BatchMatMul", [A34, B45], {})])
+                                                   ("Cast", [CAST_X], {"to": 1}),
+                                                   ("BatchMatMul", [A34, B45], {})])
 def test_in_place_refused_where_caffe2_refuses(op_type, inputs, args):
     names = {f"in{i}": v for i, v in enumerate(inputs)}
     with pytest.raises(ArgumentError, match="in place"):
@@ -313,7 +346,8 @@ def _broken(op_type, wrong, case):
 def test_reference_catches_broken_kernels():
     # FC without the bias, FC with W used untransposed in the wrong order, Softmax without the shift's
     # normalisation, BatchMatMul ignoring trans_b: each must fail the same comparison the table uses.
-    _broken("FC", lambda xp, X, W, b, **a: (X.reshape(2, 12) @ W.T), ("FC", [X234, W5_12, b5], {}, None, 1e-5))
+    _broken("FC", lambda xp, X, W, b, **a: (X.reshape(2, 12) @ W.T),
+            ("FC", [X234, W5_12, b5], {}, None, 1e-5))
     _broken("FC", lambda xp, X, W, b, **a: X.reshape(2, 12) @ W.reshape(12, 5) + b,
             ("FC", [X234, W5_12, b5], {}, None, 1e-5))
     _broken("Softmax", lambda xp, X, **a: xp.exp(X - X.max()),

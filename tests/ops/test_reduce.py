@@ -5,9 +5,11 @@ import math
 import numpy as np
 import pytest
 
+from stepnet import NetDef
 from stepnet.errors import ArgumentError, DTypeError, ShapeError
 from stepnet.ops import REGISTRY
-from stepnet.testing import DEVICES, run_op
+from stepnet.shapes import TensorSpec, infer_net
+from stepnet.testing import DEVICES, make_op, run_op
 
 rng = np.random.default_rng(5)
 F32_LOW, F32_HIGH = float(np.finfo(np.float32).min), float(np.finfo(np.float32).max)
@@ -106,7 +108,8 @@ CASES = []
 for _op in REDUCERS:
     CASES += [
         (f"{_op}-axis1", _op, [X], {"axes": [1]}, lambda o=_op: ref_reduce(o, X, [1])),
-        (f"{_op}-axes02-flat", _op, [X], {"axes": [0, 2], "keepdims": 0}, lambda o=_op: ref_reduce(o, X, [0, 2], 0)),
+        (f"{_op}-axes02-flat", _op, [X], {"axes": [0, 2], "keepdims": 0},
+         lambda o=_op: ref_reduce(o, X, [0, 2], 0)),
         (f"{_op}-neg-dup", _op, [X], {"axes": [-1, 2, 0]}, lambda o=_op: ref_reduce(o, X, [-1, 2, 0])),
         (f"{_op}-all", _op, [X], {}, lambda o=_op: ref_reduce(o, X)),
         (f"{_op}-all-0d", _op, [X], {"keepdims": 0}, lambda o=_op: ref_reduce(o, X, (), 0)),
@@ -119,14 +122,16 @@ for _op in REDUCERS:
 for _op in ("ReduceSum", "ReduceMax", "ReduceMin"):
     CASES += [
         (f"{_op}-int32", _op, [XI], {"axes": [2]}, lambda o=_op: ref_reduce(o, XI, [2])),
-        (f"{_op}-int64-flat", _op, [XL], {"axes": [0], "keepdims": 0}, lambda o=_op: ref_reduce(o, XL, [0], 0)),
+        (f"{_op}-int64-flat", _op, [XL], {"axes": [0], "keepdims": 0},
+         lambda o=_op: ref_reduce(o, XL, [0], 0)),
     ]
 CASES.append(("ReduceMax-int-empty", "ReduceMax", [np.zeros((2, 0), np.int32)], {"axes": [1]},
               lambda: ref_reduce("ReduceMax", np.zeros((2, 0), np.int32), [1])))
 
 LF = rng.integers(0, 3, 12).astype(np.int32)            # per column of X's 2 x 12 view (front)
 LB = np.array([4, 0, 1, 3, 2, 4], np.int32)             # per row of X's 6 x 4 view (back)
-FB = ("ReduceFrontSum", "ReduceBackSum", "ReduceFrontMean", "ReduceBackMean", "ReduceFrontMax", "ReduceBackMax")
+FB = ("ReduceFrontSum", "ReduceBackSum", "ReduceFrontMean", "ReduceBackMean", "ReduceFrontMax",
+      "ReduceBackMax")
 for _op in FB:
     L = LF if "Front" in _op else LB
     CASES += [(f"{_op}-n{n}", _op, [X], {"num_reduce_dim": n}, lambda o=_op, n=n: ref_front_back(o, X, n))
@@ -134,7 +139,8 @@ for _op in FB:
     CASES += [
         (f"{_op}-default", _op, [X], {}, lambda o=_op: ref_front_back(o, X)),
         (f"{_op}-lengths", _op, [X, L], {}, lambda o=_op, L=L: ref_front_back(o, X, 1, L)),
-        (f"{_op}-empty", _op, [np.zeros((0, 3), np.float32)], {}, lambda o=_op: ref_front_back(o, np.zeros((0, 3)))),
+        (f"{_op}-empty", _op, [np.zeros((0, 3), np.float32)], {},
+         lambda o=_op: ref_front_back(o, np.zeros((0, 3)))),
         (f"{_op}-f64", _op, [X.astype(np.float64)], {"num_reduce_dim": 2},
          lambda o=_op: ref_front_back(o, X.astype(np.float64), 2)),
     ]
@@ -217,6 +223,36 @@ BAD = [
 def test_bad_input(op_type, inputs, args, error, pattern, device):
     with pytest.raises(error, match=pattern):
         run_op(op_type, inputs, device=device, **args)
+
+
+def infer_static(op_type, inputs, n_out=1, **args):
+    """The output specs of one op from its shape function alone (nothing runs)."""
+    names = {f"in{i}": v for i, v in enumerate(inputs)}
+    net = NetDef(name="static")
+    net.op.add().CopyFrom(make_op(op_type, list(names), [f"out{i}" for i in range(n_out)], **args))
+    specs = infer_net(net, {n: TensorSpec.of(v) for n, v in names.items()})
+    return [specs[f"out{i}"] for i in range(n_out)]
+
+
+@pytest.mark.parametrize("op_type, inputs, args, error, pattern", BAD,
+                         ids=[f"{b[0]}-{i}" for i, b in enumerate(BAD)])
+def test_bad_input_caught_statically(op_type, inputs, args, error, pattern):
+    """Every bad input is refused by the shape function too, with the kernel's error, before anything runs.
+    (The range of the lengths is a value check: it is made statically because small int tensors carry
+    their values.)"""
+    with pytest.raises(error, match=pattern):
+        infer_static(op_type, inputs, **args)
+
+
+def test_static_lengths_range_needs_values():
+    """Lengths too long to carry their values: the range check waits for the run, the shape is still known."""
+    x, lengths = np.zeros((70, 3), np.float32), np.full(70, 9, np.int32)
+    (spec,) = infer_static("ReduceBackSum", [x, lengths])
+    assert spec.shape == (70,) and spec.dtype == np.float32
+    with pytest.raises(ShapeError, match=r"in \[0, 3\]"):
+        run_op("ReduceBackSum", [x, lengths])
+    (total,) = infer_static("SumElementsInt", [np.array([[1, 2], [3, 4]], np.int32)])
+    assert total.shape == () and total.dtype == np.int32 and total.value.tolist() == 10
 
 
 @pytest.mark.parametrize("op_type", ["ReduceSum", "ReduceFrontSum", "SumElements", "RowwiseMax"])

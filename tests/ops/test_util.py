@@ -1,5 +1,6 @@
 """Utility operators: Print's output, the state-carrying Iter/AtomicIter/Accumulate over several runs of
 one created net, CreateMutex, and the Assert/NanCheck run-time checks."""
+import sys
 import threading
 
 import numpy as np
@@ -9,8 +10,9 @@ from stepnet import NetDef, Workspace
 from stepnet.backend import DeviceArray
 from stepnet.errors import ArgumentError, DTypeError, MissingBlobError, OpError, ShapeError, StepnetWarning
 from stepnet.ops import REGISTRY
-from stepnet.ops.util import Mutex
+from stepnet.ops.util import Mutex, next_iter
 from stepnet.proto import DeviceOption
+from stepnet.shapes import TensorSpec, infer_net
 from stepnet.testing import DEVICES, make_op, run_op
 
 INT64 = 10
@@ -156,18 +158,29 @@ def test_atomic_iter_with_mutex(device):
     assert not mutex.locked()
 
 
-def test_atomic_iter_from_threads():
+def count_from_threads(workers=4, runs=250):
+    """The counter after `workers` threads each ran a net of one AtomicIter `runs` times. Threads switch
+    every microsecond, so an increment that is not atomic is lost with near certainty."""
     ws = Workspace()
     init_counter(ws)
     ws.run_operator_once(make_op("CreateMutex", [], ["mutex"]))
     nets = [ws.create_net(make_net(f"worker{k}", make_op("AtomicIter", ["mutex", "iter"], ["iter"])))
-            for k in range(4)]
-    threads = [threading.Thread(target=lambda n=n: [n.run() for _ in range(250)]) for n in nets]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert ws.fetch("iter").tolist() == [1000]
+            for k in range(workers)]
+    threads = [threading.Thread(target=lambda n=n: [n.run() for _ in range(runs)]) for n in nets]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    return ws.fetch("iter").tolist()
+
+
+def test_atomic_iter_from_threads():
+    assert count_from_threads() == [1000]
 
 
 def test_atomic_iter_bad_inputs():
@@ -276,6 +289,61 @@ def test_nan_check_fails(device):
         run_op("NanCheck", [np.ones(2, np.int32)], 1, device=device)
 
 
+# --------------------------------------------------------------------------------------------- static shapes
+def infer_static(op_type, inputs, n_out=1, **args):
+    """The output specs of one op from its shape function alone (nothing runs)."""
+    names = {f"in{i}": v for i, v in enumerate(inputs)}
+    net = NetDef(name="static")
+    net.op.add().CopyFrom(make_op(op_type, list(names), [f"out{i}" for i in range(n_out)], **args))
+    specs = infer_net(net, {n: TensorSpec.of(v) for n, v in names.items()})
+    return [specs[f"out{i}"] for i in range(n_out)]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("op_type,inputs,n_out,want", [
+    ("Iter", [np.array([4], np.int64)], 1, [((1,), np.int64)]),
+    ("Iter", [np.array(4, np.int32)], 1, [((), np.int64)]),
+    ("Accumulate", [np.ones((2, 3), np.float32)], 1, [((2, 3), np.float32)]),
+    ("NanCheck", [np.ones((2, 3)), np.zeros(4, np.float32)], 1, [((2, 3), np.float64)]),
+    ("Assert", [np.array([1, 2], np.int32)], 0, []),
+    ("Print", [np.ones(2, np.float16)], 0, []),
+])
+def test_static_specs(device, op_type, inputs, n_out, want, capsys):
+    """The inferred specs, written out by hand; run_op then checks them against the real outputs too."""
+    got = infer_static(op_type, inputs, n_out)
+    assert [(s.shape, s.dtype) for s in got] == [(shape, np.dtype(d)) for shape, d in want]
+    assert all(s.value is None for s in got)  # a counter's value changes on every run: never carried
+    if op_type == "Iter":  # in place, and the counter stays on the host (run_op expects device outputs)
+        out = run_op(op_type, inputs, ["in0"])
+    else:
+        out = run_op(op_type, inputs, n_out, device=device)
+    for spec, value in zip(got, out if n_out != 1 else [out], strict=True):
+        assert value.shape == spec.shape and value.dtype == spec.dtype
+
+
+def test_static_unknown_outputs():
+    """The legacy 0-input Iter takes the shape of whatever its output blob held; CreateMutex makes no
+    tensor."""
+    assert infer_static("Iter", [])[0].shape is None
+    assert infer_static("CreateMutex", [])[0].shape is None
+
+
+@pytest.mark.parametrize("op_type,inputs,n_out,args,error,match", [
+    ("Iter", [np.zeros(2, np.int64)], 1, {}, ShapeError, "one element, got shape"),
+    ("Iter", [np.zeros(1, np.float32)], 1, {}, DTypeError, "must be an int64 tensor, got float32"),
+    ("AtomicIter", [np.zeros(1), np.zeros(1, np.int64)], 1, {}, DTypeError,
+     "must be a mutex made by CreateMutex"),
+    ("Accumulate", [np.ones(2, np.int32)], 1, {}, DTypeError, "float32 input, got int32; Cast"),
+    ("Assert", [np.ones(2, np.float32)], 0, {}, DTypeError, "bool or integer tensor, got float32"),
+    ("NanCheck", [np.ones(2, np.int32)], 1, {}, DTypeError, "float tensor, got int32"),
+    ("Print", [np.ones(1)], 0, {"every_n": 0}, ArgumentError, "every_n must be >= 1, got 0"),
+])
+def test_bad_input_caught_statically(op_type, inputs, n_out, args, error, match):
+    """The kernels' shape and dtype errors, raised by the shape functions before anything runs."""
+    with pytest.raises(error, match=match):
+        infer_static(op_type, inputs, n_out, **args)
+
+
 # --------------------------------------------------------------------------------------------- the testers
 def test_checkers_detect_broken_kernels():
     acc = REGISTRY.get("Accumulate")
@@ -286,6 +354,18 @@ def test_checkers_detect_broken_kernels():
     finally:
         REGISTRY.update("Accumulate", kernel=acc.kernel)
     check_accumulate("cpu", gamma=0.5)
+
+    atomic = REGISTRY.get("AtomicIter")
+
+    def racy(ctx, xp, mutex, counter):  # increments under the lock a counter read before taking it
+        with mutex:
+            return next_iter(counter, "iter")
+
+    REGISTRY.update("AtomicIter", kernel=racy)
+    try:
+        assert count_from_threads() != [1000]
+    finally:
+        REGISTRY.update("AtomicIter", kernel=atomic.kernel)
 
     it = REGISTRY.get("Iter")
     REGISTRY.update("Iter", kernel=lambda ctx, xp, *c: it.kernel(ctx, xp, *c) + 1)

@@ -129,3 +129,18 @@ def test_layout_matches_caffe2():
                                     "c0_grad"]
     assert ops[-1].type == "FCGradient" and list(ops[-1].output) == ["LSTM/i2h_w_grad", "LSTM/i2h_b_grad",
                                                                       "X_grad"]
+
+
+def test_the_reference_comparison_catches_a_wrong_cell_gradient():
+    from stepnet.ops import REGISTRY
+    schema = REGISTRY.get("LSTMUnitGradient")
+
+    def off_by_one_percent(xp, *args, **kw):
+        dh, dc, dg = schema.kernel(xp, *args, **kw)
+        return dh, dc, dg * 1.01
+    REGISTRY.update("LSTMUnitGradient", kernel=off_by_one_percent)
+    try:
+        with pytest.raises(AssertionError, match="Not equal to tolerance"):
+            test_lstm_outputs_and_every_gradient((0,), False, 0.0, False, False, 2)
+    finally:
+        REGISTRY.update("LSTMUnitGradient", kernel=schema.kernel)

@@ -1,0 +1,205 @@
+"""Gradients of the unary math and activation ops, as Caffe2 registers them (pytorch/pytorch
+caffe2/operators/<op>_op.cc, the latest input order).
+
+Most ops have a <Op>Gradient op reading the forward output Y (Relu, Sigmoid, Tanh, Elu, ...) or the input X
+(Softsign, Abs, Sin, Cos, Logit) with dY. Where Caffe2 builds the gradient out of other ops, the same ops are
+emitted: Exp -> Mul(Y, dY); Log -> Div(dY, X); Sqrt -> Scale(0.5) and Div by Y; Sqr -> Scale(2) and Mul by X;
+Negative -> Negative(dY). Sign has none (SHOULD_NOT_DO_GRADIENT).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import ShapeError
+from .activation import SELU_ALPHA, SELU_SCALE, _sigmoid, prelu_view
+from .elementwise import FLOAT, check_dtypes, like
+from .registry import REGISTRY, SHOULD_NOT_DO_GRADIENT, Arg, op
+
+
+def _gradient_error(message: str):
+    from ..gradients import GradientError  # imported late: gradients imports this package
+    return GradientError(message)
+
+
+def _check_same(type_, names, specs) -> None:
+    """One float dtype and one shape for all inputs (arrays or TensorSpecs)."""
+    check_dtypes(specs, FLOAT, f"the inputs of {type_}")
+    for name, s in zip(names[1:], specs[1:], strict=True):
+        if tuple(s.shape) != tuple(specs[0].shape):
+            raise ShapeError(f"{type_}: {name} has shape {tuple(s.shape)} but {names[0]} has "
+                             f"{tuple(specs[0].shape)}; they must match (both come from one forward op)")
+
+
+def _register(type_, names, fn, args=None, inplace=((1, 0),), doc=""):
+    """A gradient op computing fn(xp, <inputs by name>, **args) -> dX, inputs of one shape and float dtype."""
+    def shape(specs, **_):
+        _check_same(type_, names, specs)
+        return [like(specs[names.index("dY")])]
+
+    def kernel(xp, *ins, **kw):
+        _check_same(type_, names, ins)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            return fn(xp, *ins, **kw)
+
+    kernel.__name__ = kernel.__qualname__ = type_.lower()
+    op(type_, inputs=len(names), outputs=1, args=args, inplace=inplace, shape=shape,
+       doc=f"{', '.join(names)} -> dX: {doc}")(kernel)
+
+
+def _clip_bounds(dtype, lo, hi):
+    info = np.finfo(dtype)
+    with np.errstate(over="ignore"):
+        return dtype.type(info.min if lo is None else lo), dtype.type(info.max if hi is None else hi)
+
+
+def _clip_grad(xp, Y, dY, min=None, max=None):
+    lo, hi = _clip_bounds(Y.dtype, min, max)
+    return xp.where((Y > lo) & (Y < hi), dY, dY.dtype.type(0))
+
+
+def _logit_grad(xp, X, dY, eps=1e-6):
+    t = X.dtype.type
+    outside = (X < t(eps)) | (X > t(1.0 - eps))
+    return xp.where(outside, t(0), dY / ((1 - X) * X))
+
+
+def _abs_grad(xp, X, dY):
+    return xp.where(X == 0, dY.dtype.type(0), xp.where(X > 0, dY, -dY))
+
+
+YD, XD = ("Y", "dY"), ("X", "dY")
+# type: (input names, dX = fn(xp, *inputs, **args), args, in-place pairs, what dX is)
+_GRADIENTS = {
+    "ReluGradient": (YD, lambda xp, Y, dY: xp.where(Y > 0, dY, dY.dtype.type(0)), None, [(1, 0)],
+                     "dY where Y > 0, else 0."),
+    "SigmoidGradient": (YD, lambda xp, Y, dY: dY * Y * (1 - Y), None, [(1, 0)], "dY * Y * (1 - Y)."),
+    "TanhGradient": (YD, lambda xp, Y, dY: dY * (1 - Y * Y), None, [(1, 0)], "dY * (1 - Y^2)."),
+    "SoftplusGradient": (YD, lambda xp, Y, dY: dY * -xp.expm1(-Y), None, [(1, 0)], "dY * (1 - exp(-Y))."),
+    "EluGradient": (YD, lambda xp, Y, dY, alpha=1.0: xp.where(Y < 0, dY * (Y + Y.dtype.type(alpha)), dY),
+                    {"alpha": 1.0}, [(1, 0)], "dY * (Y + alpha) where Y < 0, else dY."),
+    "LeakyReluGradient": (YD, lambda xp, Y, dY, alpha=0.01: xp.where(Y >= 0, dY, dY * Y.dtype.type(alpha)),
+                          {"alpha": 0.01}, [(1, 0)], "dY where Y >= 0, else alpha * dY."),
+    "SeluGradient": (YD, lambda xp, Y, dY, alpha=SELU_ALPHA, scale=SELU_SCALE: xp.where(
+        Y > 0, dY * Y.dtype.type(scale), dY * (Y + Y.dtype.type(scale * alpha))),
+        {"alpha": SELU_ALPHA, "scale": SELU_SCALE}, [(1, 0)],
+        "scale * dY where Y > 0, else dY * (Y + scale * alpha)."),
+    "HardSigmoidGradient": (YD, lambda xp, Y, dY, alpha=0.2, beta=0.5: xp.where(
+        (Y > 0) & (Y < 1), dY * Y.dtype.type(alpha), dY.dtype.type(0)),
+        {"alpha": 0.2, "beta": 0.5}, [(1, 0)], "alpha * dY where 0 < Y < 1, else 0 (beta is not used)."),
+    "ClipGradient": (YD, _clip_grad, {"min": Arg("float", None), "max": Arg("float", None)}, [(1, 0)],
+                     "dY where min < Y < max (strictly), else 0."),
+    "ReciprocalGradient": (YD, lambda xp, Y, dY: dY * -(Y * Y), None, [(1, 0)], "-dY * Y^2."),
+    "RsqrtGradient": (("dY", "Y"), lambda xp, dY, Y: dY * (Y * Y * Y) * Y.dtype.type(-0.5), None, [(0, 0)],
+                      "-0.5 * dY * Y^3."),
+    "CbrtGradient": (("dY", "Y"), lambda xp, dY, Y: dY / (Y * Y) / Y.dtype.type(3), None, [(0, 0)],
+                     "dY / (3 * Y^2)."),
+    "SoftsignGradient": (XD, lambda xp, X, dY: dY / ((1 + xp.abs(X)) * (1 + xp.abs(X))), None, [(1, 0)],
+                         "dY / (1 + |X|)^2."),
+    "AbsGradient": (XD, _abs_grad, None, (), "dY where X > 0, -dY where X < 0, 0 at 0."),
+    "SinGradient": (XD, lambda xp, X, dY: dY * xp.cos(X), None, (), "dY * cos(X)."),
+    "CosGradient": (XD, lambda xp, X, dY: -dY * xp.sin(X), None, (), "-dY * sin(X)."),
+    "LogitGradient": (XD, _logit_grad, {"eps": 1e-6}, (), "dY / (X (1 - X)) inside [eps, 1 - eps], else 0."),
+    "SwishGradient": (("X", "Y", "dY"), lambda xp, X, Y, dY: dY * (Y + _sigmoid(xp, X) * (1 - Y)), None,
+                      [(2, 0)], "dY * (Y + sigmoid(X) * (1 - Y))."),
+}
+for _type, (_names, _fn, _args, _inplace, _doc) in _GRADIENTS.items():
+    _register(_type, list(_names), _fn, _args, _inplace, _doc)
+
+
+# --------------------------------------------------------------------------------------------- PRelu
+def _prelu_grad_check(Y, dY, X, W, order):
+    _check_same("PReluGradient", ["Y", "dY", "X"], [Y, dY, X])
+    return prelu_view(X.shape, X.dtype, W.shape, W.dtype, order)
+
+
+def _prelu_grad_shape(specs, order="NCHW"):
+    _prelu_grad_check(*specs, order)
+    return [like(specs[2]), like(specs[3])]
+
+
+@op("PReluGradient", inputs=4, outputs=2, inplace=(), args={"order": "NCHW"}, shape=_prelu_grad_shape)
+def prelu_gradient(xp, Y, dY, X, W, order="NCHW"):
+    """Y, dY, X, Slope -> dX (dY where X > 0, else slope * dY) and dSlope (the sum of dY * X over X <= 0, per
+    channel or over everything for a shared slope)."""
+    view = _prelu_grad_check(Y, dY, X, W, order)
+    w = W.reshape(()) if view is None else W.reshape(view)
+    positive = X > 0
+    dX = xp.where(positive, dY, dY * w)
+    contrib = xp.where(positive, dY.dtype.type(0), dY * X)
+    axes = tuple(range(X.ndim)) if view is None else tuple(i for i, d in enumerate(view) if d == 1)
+    return dX, xp.sum(contrib, axis=axes, dtype=contrib.dtype, keepdims=True).reshape(W.shape)
+
+
+# --------------------------------------------------------------------------------------------- makers
+def _single(grad_type, inputs):
+    """A maker emitting grad_type(<inputs>) -> dX; inputs name X = I(0), Y = O(0), dY = GO(0)."""
+    def maker(g):
+        if "X" in inputs:
+            _not_in_place(g)
+        names = {"X": g.I(0), "Y": g.O(0), "dY": g.GO(0)}
+        g.op(grad_type, [names[t] for t in inputs], [g.GI(0)])
+    maker.__name__ = f"{grad_type[:-8].lower()}_gradient"
+    return maker
+
+
+def _not_in_place(g) -> None:
+    """A gradient that reads X cannot be taken when the forward op overwrote X with Y."""
+    if g.I(0) == g.O(0):
+        raise _gradient_error(f"{g.label}: cannot compute the gradient of {g.def_.type} run in place "
+                              f"({g.I(0)!r} is both input and output, and the gradient needs the input); "
+                              "give the output another name")
+
+
+def _exp_gradient(g):
+    g.op("Mul", [g.O(0), g.GO(0)], [g.GI(0)])
+
+
+def _log_gradient(g):
+    _not_in_place(g)
+    g.op("Div", [g.GO(0), g.I(0)], [g.GI(0)])
+
+
+def _sqrt_gradient(g):
+    """Scale(dY, 0.5) then Div by Y, as Caffe2 (which writes both into dX; the scaled value gets its own name
+    here so that gradient accumulation can rename dX safely)."""
+    pre = g.I(0) + "_grad_autogen_pre"
+    g.op("Scale", [g.GO(0)], [pre], scale=0.5)
+    g.op("Div", [pre, g.O(0)], [g.GI(0)])
+
+
+def _sqr_gradient(g):
+    """Scale(dY, 2) then Mul by X. Caffe2 scales dY in place, which corrupts dY when another op shares that
+    gradient blob (a pass-through from Sum or a legacy Add); the scaled value gets its own name here."""
+    _not_in_place(g)
+    pre = g.I(0) + "_grad_autogen_pre"
+    g.op("Scale", [g.GO(0)], [pre], scale=2.0)
+    g.op("Mul", [pre, g.I(0)], [g.GI(0)])
+
+
+def _negative_gradient(g):
+    g.op("Negative", [g.GO(0)], [g.GI(0)])
+
+
+def _prelu_gradient(g):
+    _not_in_place(g)
+    g.op("PReluGradient", [g.O(0), g.GO(0), g.I(0), g.I(1)], [g.GI(0), g.GI(1)])
+
+
+_READ_Y = ("Relu", "Sigmoid", "Tanh", "Softplus", "Elu", "LeakyRelu", "Selu", "HardSigmoid", "Clip",
+           "Reciprocal")
+_MAKERS = {
+    **{fwd: _single(f"{fwd}Gradient", YD) for fwd in _READ_Y},
+    **{fwd: _single(f"{fwd}Gradient", XD) for fwd in ("Softsign", "Abs", "Sin", "Cos", "Logit")},
+    "Rsqrt": _single("RsqrtGradient", ("dY", "Y")),
+    "Cbrt": _single("CbrtGradient", ("dY", "Y")),
+    "Swish": _single("SwishGradient", ("X", "Y", "dY")),
+    "PRelu": _prelu_gradient,
+    "Exp": _exp_gradient,
+    "Log": _log_gradient,
+    "Sqrt": _sqrt_gradient,
+    "Sqr": _sqr_gradient,
+    "Negative": _negative_gradient,
+    "Sign": SHOULD_NOT_DO_GRADIENT,
+}
+for _fwd, _maker in _MAKERS.items():
+    REGISTRY.update(_fwd, gradient=_maker)

@@ -1,0 +1,169 @@
+"""Gradient kernels of the matrix and sum ops: FCGradient, FCTransposedGradient, SoftmaxGradient,
+WeightedSumGradient and ElementwiseLinearGradient, with Caffe2's inputs and outputs (their makers live next to
+the forward ops in math.py and sums.py). None of them runs in place, and none has a gradient of its own.
+"""
+from __future__ import annotations
+
+import math
+
+from ..errors import ArityError, ShapeError
+from .elementwise import like, out_spec, size_of
+from .math import canonical_axis, need_float, view2d, view2d_shape
+from .registry import op
+
+_FC_ARGS = {"axis": 1, "axis_w": 1, "float16_compute": False}
+
+
+# --------------------------------------------------------------------------------------------- FC
+def fc_grad_dims(op_type, X, W, dY, axis, axis_w, transposed) -> tuple[int, int, int]:
+    """FC*Gradient's checks on arrays or TensorSpecs; (M, K, N) of X (M x K), W and dY (M x N)."""
+    need_float(op_type, X=X, W=W, dY=dY)
+    M, K, _ = view2d_shape(tuple(X.shape), axis)
+    aw = canonical_axis(axis_w, len(W.shape), "axis_w")
+    N = math.prod(W.shape[aw:]) if transposed else math.prod(W.shape[:aw])
+    if size_of(W) != N * K:
+        raise ShapeError(f"{op_type}: X {tuple(X.shape)} at axis={axis} has K = {K} columns, but W "
+                         f"{tuple(W.shape)} at axis_w={axis_w} holds {size_of(W)} elements, not N x K = "
+                         f"{N * K}; use the X and W of the forward FC and its axis/axis_w")
+    if size_of(dY) != M * N:
+        raise ShapeError(f"{op_type}: dY {tuple(dY.shape)} must hold M x N = {M} x {N} = {M * N} elements "
+                         f"(the forward output's), from X {tuple(X.shape)} and W {tuple(W.shape)}")
+    return M, K, N
+
+
+def _fc_gradient(xp, op_type, X, W, dY, axis, axis_w, transposed):
+    M, K, N = fc_grad_dims(op_type, X, W, dY, axis, axis_w, transposed)
+    dY = xp.asarray(dY)  # a 1-element gradient may sit on the host
+    if X.size == 0:  # Caffe2 zero-fills dW and db; dX is empty then anyway
+        return xp.zeros(W.shape, W.dtype), xp.zeros((N,), dY.dtype), xp.zeros(X.shape, X.dtype)
+    X2, G = X.reshape(M, K), dY.reshape(M, N)
+    if transposed:      # W is K x N: Y = X·W
+        W2 = W.reshape(K, N)
+        dW, dX = xp.matmul(X2.T, G), xp.matmul(G, W2.T)
+    else:               # W is N x K: Y = X·Wᵀ
+        W2 = W.reshape(N, K)
+        dW, dX = xp.matmul(G.T, X2), xp.matmul(G, W2)
+    return dW.reshape(W.shape), G.sum(axis=0), dX.reshape(X.shape)
+
+
+def _fc_gradient_shape(op_type, transposed):
+    def shape(specs, axis=1, axis_w=1, float16_compute=False):
+        X, W, dY = specs
+        _, _, N = fc_grad_dims(op_type, X, W, dY, axis, axis_w, transposed)
+        return [like(W), out_spec((N,), dY.dtype), like(X)]
+    return shape
+
+
+@op("FCGradient", inputs=3, outputs=(2, 3), args=_FC_ARGS, inplace=(),
+    shape=_fc_gradient_shape("FCGradient", False))
+def fc_gradient(xp, X, W, dY, axis=1, axis_w=1, float16_compute=False):
+    """(X, W, dY) -> (dW = dYᵀ·X, db = Σ_rows dY, dX = dY·W) on the 2-D views of FC; dX is optional."""
+    return _fc_gradient(xp, "FCGradient", X, W, dY, axis, axis_w, False)
+
+
+@op("FCTransposedGradient", inputs=3, outputs=(2, 3), args=_FC_ARGS, inplace=(),
+    shape=_fc_gradient_shape("FCTransposedGradient", True))
+def fc_transposed_gradient(xp, X, W, dY, axis=1, axis_w=1, float16_compute=False):
+    """(X, W, dY) -> (dW = Xᵀ·dY, db = Σ_rows dY, dX = dY·Wᵀ) for FCTransposed's K x N weight."""
+    return _fc_gradient(xp, "FCTransposedGradient", X, W, dY, axis, axis_w, True)
+
+
+# --------------------------------------------------------------------------------------------- Softmax
+def _check_softmax_grad(Y, dY, axis) -> None:
+    need_float("SoftmaxGradient", Y=Y, dY=dY)
+    if tuple(Y.shape) != tuple(dY.shape):
+        raise ShapeError(f"SoftmaxGradient: Y {tuple(Y.shape)} and dY {tuple(dY.shape)} must have one shape "
+                         "(the forward Softmax's output and its gradient)")
+    view2d_shape(tuple(Y.shape), axis)
+
+
+def _softmax_gradient_shape(specs, axis=1):
+    _check_softmax_grad(*specs, axis)
+    return [like(specs[0])]
+
+
+@op("SoftmaxGradient", inputs=2, args={"axis": 1}, inplace=(), shape=_softmax_gradient_shape)
+def softmax_gradient(xp, Y, dY, axis=1):
+    """(Y, dY) -> dX = Y ⊙ (dY − Σ_row dY ⊙ Y), rows of the 2-D view at axis (Y is Softmax's output)."""
+    _check_softmax_grad(Y, dY, axis)
+    Y, dY = xp.asarray(Y), xp.asarray(dY)
+    Y2, _ = view2d(Y, axis)
+    G2, _ = view2d(dY, axis)
+    return (Y2 * (G2 - (G2 * Y2).sum(axis=1, keepdims=True))).reshape(Y.shape)
+
+
+# --------------------------------------------------------------------------------------------- WeightedSum
+def _check_weighted_sum_grad(inputs, grad_on_w, n_outputs=None) -> None:
+    """WeightedSumGradient's checks on arrays or TensorSpecs: (dY, X0, w0, X1, w1, ...)."""
+    if len(inputs) % 2 != 1:
+        raise ArityError(f"WeightedSumGradient takes dY then pairs (X_i, w_i), got {len(inputs)} inputs")
+    pairs = len(inputs) // 2
+    want = 2 * pairs if grad_on_w else pairs
+    if n_outputs is not None and n_outputs != want:
+        raise ArityError(f"WeightedSumGradient with {pairs} pairs and grad_on_w={int(bool(grad_on_w))} "
+                         f"writes {want} outputs, got {n_outputs}")
+    dY = inputs[0]
+    need_float("WeightedSumGradient", dY=dY)
+    for i in range(pairs):
+        x, w = inputs[1 + 2 * i], inputs[2 + 2 * i]
+        if size_of(w) != 1:
+            raise ShapeError(f"WeightedSumGradient: weight w{i} must hold 1 element, got {tuple(w.shape)}")
+        if size_of(x) != size_of(dY):
+            raise ShapeError(f"WeightedSumGradient: X{i} {tuple(x.shape)} must have as many elements as dY "
+                             f"{tuple(dY.shape)}")
+
+
+def _weighted_sum_gradient_shape(specs, grad_on_w=False):
+    _check_weighted_sum_grad(specs, grad_on_w)
+    dY, pairs = specs[0], len(specs) // 2
+    dxs = [out_spec(specs[1 + 2 * i].shape, dY.dtype) for i in range(pairs)]
+    dws = [like(specs[2 + 2 * i]) for i in range(pairs)] if grad_on_w else []
+    return dxs + dws
+
+
+@op("WeightedSumGradient", inputs=(3, None), outputs=(1, None), args={"grad_on_w": False}, inplace=(),
+    context=True, shape=_weighted_sum_gradient_shape)
+def weighted_sum_gradient(ctx, xp, *inputs, grad_on_w=False):
+    """(dY, X0, w0, X1, w1, ...) -> dX_i = w_i·dY for every pair, then dw_i = Σ dY ⊙ X_i when grad_on_w.
+
+    dX_i takes X_i's shape (Caffe2 gives it dY's; the elements are the same) and dw_i w_i's.
+    """
+    _check_weighted_sum_grad(inputs, grad_on_w, len(ctx.opdef.output))
+    dY, xs, ws = xp.asarray(inputs[0]), inputs[1::2], [xp.asarray(w) for w in inputs[2::2]]
+    dxs = [(dY.reshape(-1) * w.reshape(1).astype(dY.dtype)).reshape(x.shape)
+           for x, w in zip(xs, ws, strict=True)]
+    if not grad_on_w:
+        return tuple(dxs)
+    dws = [(dY.reshape(-1) * x.reshape(-1)).sum(keepdims=True).astype(w.dtype).reshape(w.shape)
+           for x, w in zip(xs, ws, strict=True)]
+    return tuple(dxs + dws)
+
+
+# ----------------------------------------------------------------------------------------- ElementwiseLinear
+def _check_elementwise_linear_grad(dY, X, a, axis) -> int:
+    """ElementwiseLinearGradient's checks on arrays or TensorSpecs; D, the columns of X's 2-D view."""
+    need_float("ElementwiseLinearGradient", dY=dY, X=X, a=a)
+    _, D, _ = view2d_shape(tuple(X.shape), axis)
+    if len(a.shape) != 1 or a.shape[0] != D:
+        raise ShapeError(f"ElementwiseLinearGradient: X {tuple(X.shape)} at axis={axis} has D = {D} columns, "
+                         f"so a must be 1-D of length {D}, got a {tuple(a.shape)}")
+    if size_of(dY) != size_of(X):
+        raise ShapeError(f"ElementwiseLinearGradient: dY {tuple(dY.shape)} must have X's {size_of(X)} "
+                         f"elements (X {tuple(X.shape)})")
+    return D
+
+
+def _elementwise_linear_gradient_shape(specs, axis=1):
+    dY, X, a = specs
+    _check_elementwise_linear_grad(dY, X, a, axis)
+    return [like(X), like(a), like(a)]
+
+
+@op("ElementwiseLinearGradient", inputs=3, outputs=3, args={"axis": 1}, inplace=(),
+    shape=_elementwise_linear_gradient_shape)
+def elementwise_linear_gradient(xp, dY, X, a, axis=1):
+    """(dY, X, a) -> (dX = dY ⊙ a, da = Σ_rows dY ⊙ X, db = Σ_rows dY) on X's 2-D view N x D at axis."""
+    _check_elementwise_linear_grad(dY, X, a, axis)
+    X2, _ = view2d(X, axis)
+    G = xp.asarray(dY).reshape(X2.shape)
+    return (G * a).reshape(X.shape), (G * X2).sum(axis=0), G.sum(axis=0)
