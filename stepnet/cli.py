@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import images, proto
+from . import backend, images, proto
 from .errors import ArgumentError, FileFormatError, MissingBlobError, StepnetError, did_you_mean
 from .ops import REGISTRY
 from .ops.registry import REQUIRED
@@ -143,6 +143,7 @@ def cmd_run(a) -> int:
     if isinstance(model, proto.PlanDef):
         if a.predict_net:
             raise ArgumentError(f"{a.model} is a PlanDef; give a second file only after an init NetDef")
+        load_checkpoint(ws, a.load)
         for name, value in feeds.items():
             ws.feed(name, value)
         ws.run_plan(model, progress=ProgressBar(), iterations=a.iterations)
@@ -152,6 +153,7 @@ def cmd_run(a) -> int:
             ws.run_net_once(init)
         else:
             init, predict = None, model
+        load_checkpoint(ws, a.load)
         for name, value in feeds.items():
             ws.feed(name, value)
         _check_inputs(ws, predict, init, a)
@@ -161,6 +163,10 @@ def cmd_run(a) -> int:
         for _ in range(a.iterations or 1):
             net.run()
         outputs = list(predict.external_output)
+    if a.checkpoint:
+        saved = save_checkpoint(ws, a.checkpoint)
+        if not a.quiet:
+            print(f"checkpoint: {saved} blob(s) saved to {a.checkpoint}")
     names = a.fetch or outputs
     fetched = {n: ws.fetch(n) for n in names}
     if not a.quiet:
@@ -179,6 +185,27 @@ def cmd_run(a) -> int:
         if not a.quiet:
             print(f"saved {name} as image {path}")
     return 0
+
+
+def load_checkpoint(ws, path) -> None:
+    """Feed every blob of a minidb checkpoint (written by --checkpoint or Caffe2's Save) into ws."""
+    if not path:
+        return
+    from .minidb import load_blobs
+    for name, value in load_blobs(path).items():
+        ws.feed(name, value)
+
+
+def save_checkpoint(ws, path) -> int:
+    """Save every tensor and string blob of the workspace (not opaque objects) as a minidb, atomically."""
+    from .minidb import save_blobs
+    blobs = {}
+    for name in ws.blobs():
+        value = ws.find(name).value
+        if isinstance(value, (str, bytes)) or (hasattr(value, "dtype") and hasattr(value, "shape")):
+            blobs[name] = backend.to_host(value) if hasattr(value, "dtype") else value
+    save_blobs(path, blobs)
+    return len(blobs)
 
 
 def _first_input(model, a) -> str:
@@ -383,6 +410,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write the first fetched blob (an N×H×W×C uint8 image) as a picture; layout rgb, bgr, "
                         "rgba, bgra or gray (default rgb)")
     r.add_argument("--seed", type=int, default=0, help="seed of the random fill ops (default 0)")
+    r.add_argument("--load", metavar="CHECKPOINT", help="feed every blob of a minidb checkpoint before running "
+                                                          "(after the init net, for an init/predict pair)")
+    r.add_argument("--checkpoint", metavar="PATH", help="save every tensor blob as a minidb after the run")
     r.add_argument("--device", choices=("auto", "cpu", "cuda", "emulate"), default="auto",
                    help="where CUDA ops run: auto (GPU if CuPy has one, else CPU), cpu, cuda, emulate")
     r.add_argument("--strict", action="store_true", help="unknown op arguments are errors, not warnings")

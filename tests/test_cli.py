@@ -164,3 +164,14 @@ def test_static_shape_mismatch_is_reported_before_running(capsys):
     assert "op #2 (PadImage" in capsys.readouterr().err
     assert main(["inspect", str(st / "crayon_predict.pb"), "--shapes", "--input", "x=1,a"]) == 1
     assert "dims must be integers" in capsys.readouterr().err
+
+
+def test_checkpoint_then_load(tmp_path, capsys):
+    ck = tmp_path / "ck.minidb"
+    assert main(["run", str(XOR / "plan.pbtxt"), "--checkpoint", str(ck)]) == 0
+    assert "checkpoint:" in capsys.readouterr().out
+    # the checkpoint holds X, so the predict net needs no --feed
+    assert main(["run", str(XOR / "init_net.pbtxt"), str(XOR / "predict_net.pbtxt"), "--load", str(ck)]) == 0
+    assert "y: shape (4, 1) float32 [0., 1., 1., 0.]" in capsys.readouterr().out
+    assert main(["run", str(XOR / "plan.pbtxt"), "--load", str(tmp_path / "missing.minidb")]) == 1
+    assert "missing.minidb" in capsys.readouterr().err
