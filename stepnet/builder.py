@@ -4,18 +4,20 @@ Every registered operator is a method (checked against the registry when the op 
 did-you-mean, wrong arity and argument types are errors right away). Scopes belong to the builder (no global
 state): `with net.name_scope("LSTM"):` prefixes string blob names, `with net.device_scope(option):` stamps a
 DeviceOption on new ops. Outputs left out are named as Caffe2 names them (`<net>/<OpType>`, `_2`, ...).
+As in Caffe2's CreateOperator, keyword arguments whose value is None are left out and `random_seed=` goes to
+the op's device_option.
 """
 from __future__ import annotations
 
 import contextlib
 import warnings
 
-from .errors import StepnetError, did_you_mean
+from .errors import ArgumentError, StepnetError, did_you_mean
 from .executor import check_arity, check_inplace, parse_args
 from .ops import REGISTRY
 from .proto import DeviceOption, NetDef, OperatorDef, make_argument, to_text
 
-SPECIAL = ("name", "control_input", "device_option", "engine", "arg")
+SPECIAL = ("name", "control_input", "device_option", "engine", "arg", "random_seed")
 
 
 class BlobRef(str):
@@ -36,11 +38,15 @@ class Scope:
 
     @contextlib.contextmanager
     def name_scope(self, prefix: str):
-        self.names.append(prefix.rstrip("/"))
+        """Nested scopes join with '/'; an empty prefix adds nothing (Caffe2's NameScope(''))."""
+        prefix = prefix.rstrip("/")
+        if prefix:
+            self.names.append(prefix)
         try:
             yield
         finally:
-            self.names.pop()
+            if prefix:
+                self.names.pop()
 
     @contextlib.contextmanager
     def device_scope(self, option: DeviceOption | None):
@@ -61,7 +67,8 @@ class NetBuilder:
         else:
             self._net.name = name
         self.scope = scope or Scope()
-        self._defined: set[str] = set(self._net.external_input) | {o for op in self._net.op for o in op.output}
+        self._defined: set[str] = set(self._net.external_input) | {o for op in self._net.op
+                                                                    for o in op.output}
         self._blob_counter = 0
 
     # ------------------------------------------------------------------------------------ naming
@@ -95,20 +102,26 @@ class NetBuilder:
         if op_type.startswith("_") or op_type not in REGISTRY:
             raise AttributeError(f"{type(self).__name__} has no operator or attribute {op_type!r}"
                                  f"{did_you_mean(op_type, list(REGISTRY))}")
-        return lambda inputs=(), outputs=None, **kwargs: self.add_op(op_type, inputs, outputs, **kwargs)
+        def add(inputs=(), outputs=None, **kwargs):
+            return self.add_op(op_type, inputs, outputs, **kwargs)
+        add.__name__, add.__doc__ = op_type, REGISTRY.get(op_type).doc
+        return add
 
     def __dir__(self):
         return sorted(set(super().__dir__()) | set(REGISTRY))
 
     def add_op(self, op_type: str, inputs=(), outputs=None, **kwargs):
-        """Add an op; returns its output BlobRef (or a list of them for several outputs)."""
+        """Add an op; returns its output BlobRef (or a list of them for several or no outputs). outputs=None
+        names one output (none for an op that has no outputs, e.g. Print); an int k names k outputs."""
+        schema = REGISTRY.get(op_type)
         inputs = [inputs] if isinstance(inputs, str) else list(inputs)
         inputs = [BlobRef(self.scope.scoped(x)) for x in inputs]
         if outputs is None or isinstance(outputs, int):
-            count = 1 if outputs is None else outputs
+            count = (0 if schema.outputs[1] == 0 else 1) if outputs is None else outputs
             outs = [self.next_name(op_type, None if outputs is None else i) for i in range(count)]
         else:
-            outs = [BlobRef(self.scope.scoped(o)) for o in ([outputs] if isinstance(outputs, str) else outputs)]
+            outputs = [outputs] if isinstance(outputs, str) else outputs
+            outs = [BlobRef(self.scope.scoped(o)) for o in outputs]
         opdef = OperatorDef(type=op_type, input=inputs, output=outs)
         if kwargs.get("name"):
             opdef.name = kwargs.pop("name")
@@ -120,9 +133,13 @@ class NetBuilder:
         device = kwargs.pop("device_option", None) or self.scope.device
         if device is not None:
             opdef.device_option.CopyFrom(device)
+        seed = kwargs.pop("random_seed", None)
+        if seed is not None:
+            opdef.device_option.random_seed = int(seed)
         opdef.arg.extend(kwargs.pop("arg", []) or [])
         for key, value in kwargs.items():
-            opdef.arg.append(make_argument(key, value))
+            if value is not None:
+                opdef.arg.append(make_argument(key, value))
         self._check(opdef)
         for name in inputs:
             if name not in self._defined:
@@ -141,7 +158,7 @@ class NetBuilder:
             try:
                 parse_args(schema, opdef, label, strict=False)
             except Warning as w:
-                raise StepnetError(str(w)) from None
+                raise ArgumentError(str(w)) from None
 
     # ------------------------------------------------------------------------------------ net
     def add_external_inputs(self, *names) -> None:
@@ -153,7 +170,8 @@ class NetBuilder:
     def add_external_outputs(self, *names) -> None:
         for name in names:
             if name not in self._defined:
-                raise StepnetError(f"net {self.name!r}: external output {name!r} is produced by no op of the net")
+                raise StepnetError(f"net {self.name!r}: external output {name!r} is produced by no op of the "
+                                   "net")
             if name not in self._net.external_output:
                 self._net.external_output.append(str(name))
 
@@ -175,8 +193,11 @@ class NetBuilder:
     def add_gradient_ops(self, losses):
         """Append the backward pass of losses; returns {blob: gradient}."""
         from .gradients import add_gradient_ops
+        if isinstance(losses, str):
+            losses = [losses]
         if isinstance(losses, dict):  # given output gradients are fed: they are inputs of the net
-            self.add_external_inputs(*(g for g in losses.values() if isinstance(g, str) and not self.is_defined(g)))
+            self.add_external_inputs(*(g for g in losses.values()
+                                       if isinstance(g, str) and not self.is_defined(g)))
         grads = add_gradient_ops(self._net, losses)
         for op in self._net.op:
             self._defined.update(op.output)

@@ -153,6 +153,18 @@ def _empty_like(like, shape):
     return out
 
 
+def _create_step_net(step_ws: Workspace, net: NetDef, timestep: str):
+    """Bind a step net in its step workspace; a missing input is reported with the timestep blob's name,
+    since a step net reading another timestep name than the op's `timestep` argument is the usual cause
+    (Caffe2 fails the same way: "Encountered a non-existing input blob")."""
+    try:
+        return step_ws.create_net(net)
+    except MissingBlobError as e:
+        raise MissingBlobError(f"{e}. The step net's inputs must be op inputs, link internals, blobs made by "
+                               f"earlier step ops, or the timestep blob, which argument 'timestep' names "
+                               f"{timestep!r}") from None
+
+
 # ------------------------------------------------------------------------------------------- forward op
 class _Forward:
     """The forward op's configuration, parsed and checked once (Caffe2 does this at op construction)."""
@@ -222,7 +234,7 @@ class _Forward:
             step_ws.create_blob(self.timestep).value = np.array([t], dtype=np.int32)
             net = step_ws._nets.get(self.step_net.name)
             if net is None:
-                net = step_ws.create_net(self.step_net)
+                net = _create_step_net(step_ws, self.step_net, self.timestep)
             net.run()
         for src, dst, offset in self.aliases:
             state = ws.find(src).value
@@ -376,7 +388,7 @@ class _Backward:
             step_ws = scratch.steps[t]
             net = step_ws._nets.get(self.net.name)
             if net is None:
-                net = step_ws.create_net(self.net)
+                net = _create_step_net(step_ws, self.net, self.timestep)
             net.run()
         results = []
         for (s, rg, _), r in zip(self.state_grads, self.init_ids):

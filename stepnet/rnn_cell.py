@@ -1,12 +1,15 @@
 """Recurrent nets from Python: `recurrent_net` (Caffe2's recurrent.py, spec §5.1) turns a step net into a
 RecurrentNetwork op — links, aliases, references and params computed, the backward step net derived with the
-backward pass (never written by hand) — and `lstm` builds the exact layout and blob names of spec §3.16."""
+backward pass (never written by hand) — and `lstm` / `gru` / `basic_rnn` build the exact layouts and blob names
+of Caffe2's rnn_cell.LSTM (one or several layers, spec §3.16, §5.2), gru_cell.GRU and rnn_cell.BasicRNN,
+either as one RecurrentNetwork op or statically unrolled (`static_rnn_unroll_size`, see rnn_unroll.py)."""
 from __future__ import annotations
 
-from .builder import BlobRef, NetBuilder
+from .builder import BlobRef, NetBuilder, Scope
 from .errors import ArgumentError
 from .gradients import backward_ops
-from .proto import NetDef, OperatorDef
+from .proto import NetDef, OperatorDef, make_argument
+from .rnn_cells import BasicRNNCell, GRUCell, LSTMCell, MultiRNNCell
 
 
 def _versions(ops, external_input=()):
@@ -130,29 +133,112 @@ def _accumulate_external_gradients(backward: NetDef) -> None:
                 backward.op.append(OperatorDef(type="Sum", input=[out, accum], output=[out]))
 
 
-def lstm(model, input_blob, seq_lengths, initial_states, dim_in: int, dim_out: int, scope: str = "LSTM",
+def retrieve_step_blobs(ws, net, prefix: str = "rnn") -> list[str]:
+    """recurrent.retrieve_step_blobs: copy every step workspace's blobs of each RecurrentNetwork op of `net`
+    (a NetDef or NetBuilder, already run in `ws`) into `ws` as `<prefix>_<blob><t>`; returns their names."""
+    proto = net.proto() if isinstance(net, NetBuilder) else net
+    names, count = [], 1
+    for op in proto.op:
+        if op.type != "RecurrentNetwork":
+            continue
+        out = f"{prefix}_{count}"
+        count += 1
+        ws.run_operator_once(OperatorDef(type="RecurrentNetworkBlobFetcher", input=[op.output[-1]], output=[out],
+                                         arg=[make_argument("prefix", prefix)]))
+        names += [str(n) for n in ws.fetch(out).tolist()]
+    return names
+
+
+def apply_over_sequence(model, cell, inputs, seq_lengths=None, initial_states=None, outputs_with_grads=None,
+                        forward_only: bool = False, unroll: int | None = None) -> list:
+    """RNNCell.apply_over_sequence: the input projection over all steps, the step net (`input_t`, `timestep`
+    and `<state>_prev` as its inputs, scoped by the model's current name scope), then one RecurrentNetwork op
+    (or `unroll` static copies of the step). Returns (state_1_all, state_1_last, state_2_all, ...)."""
+    outer = model.scope.scoped
+    if initial_states is None:
+        initial_states = cell.initial_states(model, outer(f"{cell.name}/" if cell.name else ""))
+    states_prev = [BlobRef(outer(s + "_prev")) for s in cell.get_state_names()]
+    if len(initial_states) != len(states_prev):
+        raise ArgumentError(f"{len(initial_states)} initial states given for the {len(states_prev)} recurrent "
+                            f"states {[str(s) for s in states_prev]}")
+    initial_states = [BlobRef(str(b)) for b in initial_states]
+    prepared = cell.prepare_input(model, model.net, BlobRef(str(inputs)))
+    step_scope = Scope()
+    step_scope.names = list(model.scope.names)
+    step = NetBuilder(cell.name or "step", step_scope)
+    input_t, timestep = BlobRef(outer("input_t")), BlobRef(outer("timestep"))
+    step.add_external_inputs(input_t, timestep, *states_prev)
+    states = cell.apply(model, step, input_t, seq_lengths, states_prev, timestep)
+    step.add_external_outputs(*(s for s in states if s not in step.external_outputs))
+    if outputs_with_grads is None:
+        outputs_with_grads = [2 * cell.output_index]
+    links = dict(zip(states_prev, states, strict=True))
+    initial = list(zip(states_prev, initial_states, strict=True))
+    if unroll is not None:
+        from .rnn_unroll import unroll_step_net
+        return unroll_step_net(model, step, [(input_t, prepared)], initial, links,
+                               unroll, timestep=timestep, outputs_with_grads=outputs_with_grads)
+    return recurrent_net(model.net, step, [(input_t, prepared)], initial, links,
+                         timestep=timestep, scope=cell.name, outputs_with_grads=outputs_with_grads,
+                         recompute_blobs_on_backward=cell.recompute_blobs, forward_only=forward_only)
+
+
+def _layers(cell_class, dim_in, dim_out, scope, **kwargs):
+    dims = list(dim_out) if isinstance(dim_out, (list, tuple)) else [dim_out]
+    if not dims:
+        raise ArgumentError("dim_out is empty: give the hidden size of each layer")
+    cells = [cell_class(dim_in if i == 0 else dims[i - 1], d, name=scope if len(dims) == 1 else None, **kwargs)
+             for i, d in enumerate(dims)]
+    return (cells[0] if len(dims) == 1 else MultiRNNCell(cells, scope)), len(dims)
+
+
+def _run(model, cell, layers, per_layer, input_blob, seq_lengths, initial_states, outputs_with_grads,
+         forward_only, return_last_layer_only, static_rnn_unroll_size):
+    """rnn_cell._LSTM's tail: outputs_with_grads index the last layer's outputs."""
+    first = per_layer * (layers - 1)
+    result = apply_over_sequence(model, cell, input_blob, seq_lengths, initial_states,
+                                 [first + i for i in outputs_with_grads], forward_only, static_rnn_unroll_size)
+    return list(result[first:] if return_last_layer_only else result)
+
+
+def lstm(model, input_blob, seq_lengths, initial_states, dim_in: int, dim_out, scope: str = "LSTM",
          outputs_with_grads=(0,), memory_optimization: bool = False, forget_bias: float = 0.0,
-         forward_only: bool = False, drop_states: bool = False):
-    """An LSTM over a T x N x dim_in sequence (Caffe2's rnn_cell.LSTM with one layer): the i2h FC over all
-    timesteps, then a RecurrentNetwork whose step net is FC(hidden_t_prev) + input_t -> LSTMUnit. Returns
-    (hidden_all, hidden_last, cell_all, cell_last). model is a ModelBuilder; parameters go in its init net."""
-    hidden_init, cell_init = (BlobRef(str(x)) for x in initial_states)
-    i2h = model.fc(BlobRef(str(input_blob)), BlobRef(f"{scope}/i2h"), dim_in, 4 * dim_out, axis=2)
-    h_prev, c_prev = BlobRef(f"{scope}/hidden_t_prev"), BlobRef(f"{scope}/cell_t_prev")
-    step = NetBuilder(scope)
-    step.add_external_inputs("input_t", "timestep", h_prev, c_prev)
-    w = model.create_param(f"{scope}/gates_t_w", [4 * dim_out, dim_out])
-    b = model.create_param(f"{scope}/gates_t_b", [4 * dim_out], ("ConstantFill", {"value": 0.0}))
-    gates = step.FC([h_prev, w, b], BlobRef(f"{scope}/gates_t"), axis=2)
-    step.Sum([gates, BlobRef("input_t")], gates)
-    unit_inputs = [h_prev, c_prev, gates] + ([BlobRef(str(seq_lengths))] if seq_lengths is not None else [])
-    h, c = step.LSTMUnit(unit_inputs + [BlobRef("timestep")],
-                         [BlobRef(f"{scope}/hidden_state"), BlobRef(f"{scope}/cell_state")],
-                         forget_bias=float(forget_bias), drop_states=int(drop_states),
-                         sequence_lengths=int(seq_lengths is not None))
-    step.add_external_outputs(h, c)
-    return recurrent_net(model.net, step, [(BlobRef("input_t"), i2h)], [(h_prev, hidden_init), (c_prev, cell_init)],
-                         {h_prev: h, c_prev: c}, timestep=BlobRef("timestep"), scope=scope,
-                         outputs_with_grads=outputs_with_grads,
-                         recompute_blobs_on_backward=[gates] if memory_optimization else None,
-                         forward_only=forward_only)
+         forward_only: bool = False, drop_states: bool = False, return_last_layer_only: bool = True,
+         static_rnn_unroll_size: int | None = None):
+    """rnn_cell.LSTM over a T x N x dim_in sequence: the i2h FC over all timesteps, then one RecurrentNetwork
+    whose step net is FC(hidden_t_prev) + input_t -> LSTMUnit per layer. dim_out: the hidden size, or a list
+    (one per layer: Caffe2's MultiRNNCell layout, one op for all layers). initial_states: (h0, c0) per layer,
+    or None for trainable zero states. Returns (hidden_all, hidden_last, cell_all, cell_last) of the last layer
+    (of every layer, in order, with return_last_layer_only=False). model is a ModelBuilder."""
+    cell, layers = _layers(LSTMCell, dim_in, dim_out, scope, forget_bias=forget_bias,
+                           memory_optimization=memory_optimization, drop_states=drop_states)
+    return _run(model, cell, layers, 4, input_blob, seq_lengths, initial_states, outputs_with_grads,
+                forward_only, return_last_layer_only, static_rnn_unroll_size)
+
+
+def gru(model, input_blob, seq_lengths, initial_states, dim_in: int, dim_out: int, scope: str = "GRU",
+        outputs_with_grads=(0,), forward_only: bool = False, drop_states: bool = False,
+        linear_before_reset: bool = False, static_rnn_unroll_size: int | None = None):
+    """gru_cell.GRU (one layer): i2h FC to 3H over all timesteps, then a RecurrentNetwork whose step computes
+    the reset, update and output gates and GRUUnit. initial_states: (h0,) or None. Returns (h_all, h_last)."""
+    if isinstance(dim_out, (list, tuple)):
+        raise ArgumentError("gru builds one layer (Caffe2's GRU indexes outputs as if each layer had 4); "
+                            "give dim_out as an int")
+    cell = GRUCell(dim_in, dim_out, drop_states=drop_states, linear_before_reset=linear_before_reset, name=scope)
+    return _run(model, cell, 1, 2, input_blob, seq_lengths, initial_states, outputs_with_grads, forward_only,
+                True, static_rnn_unroll_size)
+
+
+def basic_rnn(model, input_blob, seq_lengths, initial_states, dim_in: int, dim_out: int,
+              scope: str = "BasicRNN", activation: str = "tanh", outputs_with_grads=(0,),
+              forward_only: bool = False, drop_states: bool = False, static_rnn_unroll_size: int | None = None):
+    """rnn_cell.BasicRNN (one layer): h_t = tanh or relu(FC(h_{t-1}) + i2h(x_t)), rows past seq_lengths masked.
+    With seq_lengths the net is forward-only, as in Caffe2 (see BasicRNNCell). Returns (h_all, h_last)."""
+    if seq_lengths is not None and not forward_only:
+        raise ArgumentError("basic_rnn with seq_lengths has no backward pass (Caffe2 builds its masking with "
+                            "Casts that have no gradient); pass forward_only=True, or seq_lengths=None")
+    if initial_states is None:
+        raise ArgumentError("basic_rnn needs initial_states (Caffe2's BasicRNNCell has no initializer)")
+    cell = BasicRNNCell(dim_in, dim_out, activation=activation, drop_states=drop_states, name=scope)
+    return _run(model, cell, 1, 2, input_blob, seq_lengths, initial_states, outputs_with_grads, forward_only,
+                True, static_rnn_unroll_size)

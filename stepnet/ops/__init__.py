@@ -4,8 +4,10 @@ import importlib
 from .registry import REGISTRY, Arg, op
 
 FAMILIES = ("fill", "random_fill", "elementwise", "elementwise_grad", "activation", "activation_grad", "math",
-            "sums", "math_grad", "reduce", "reduce_grad", "shape", "index", "util", "device", "conv", "pool",
-            "norm", "image", "loss", "optim", "sparse_optim", "lr", "clipping", "db", "rnn", "sampling")
+            "sums", "math_grad", "reduce", "reduce_grad", "shape", "layout", "shape_grad", "index",
+            "segments", "index_grad", "segment_grad", "util", "device", "conv", "pool", "norm", "image",
+            "conv_grad", "pool_grad", "norm_grad", "image_grad", "loss", "optim", "sparse_optim", "lr",
+            "clipping", "db", "rnn", "sampling", "metrics")
 
 for _family in FAMILIES:
     try:

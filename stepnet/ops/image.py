@@ -1,7 +1,8 @@
 """Image-layout operators: PadImage, ResizeNearest, ChannelShuffle and the two pixel-format ops of Caffe2's
 mobile style-transfer nets (uint8 BGRA NHWC in, float NCHW through the net, uint8 BGRA NHWC out).
 
-NCHW2NHWC / NHWC2NCHW live in shape.py. Kernels and shape functions share each op's checks and size rules.
+NCHW2NHWC / NHWC2NCHW live in shape.py. Kernels and shape functions share each op's checks and size rules;
+image_grad.py reuses them for the gradients.
 """
 from __future__ import annotations
 
@@ -59,7 +60,7 @@ def source_index(size: int, before: int, after: int, mode: str):
     return idx, inside
 
 
-def _pad_plan(x, *, pad, pad_t, pad_l, pad_b, pad_r, pads, mode, value, order, legacy_pad, stride):
+def pad_plan(x, *, pad, pad_t, pad_l, pad_b, pad_r, pads, mode, value, order, legacy_pad, stride):
     """PadImage's checks; the row and column plans (source index, inside mask) and the height axis."""
     check_order(order)
     check_float("X", x)
@@ -78,7 +79,7 @@ def _pad_plan(x, *, pad, pad_t, pad_l, pad_b, pad_r, pads, mode, value, order, l
 
 
 def _pad_shape(specs, **args):
-    (rows, _), (cols, _), h_axis = _pad_plan(Meta(specs[0]), **args)
+    (rows, _), (cols, _), h_axis = pad_plan(Meta(specs[0]), **args)
     shape = list(specs[0].shape)
     shape[h_axis:h_axis + 2] = [rows.size, cols.size]
     return [out_spec(shape, specs[0].dtype)]
@@ -94,7 +95,7 @@ def pad_image(xp, x, *, pad, pad_t, pad_l, pad_b, pad_r, pads, mode, value, orde
     mode "constant" fills with `value`; "reflect" mirrors about the edge sample without repeating it
     (numpy's "reflect"); "edge" repeats the edge sample.
     """
-    (hi, h_in), (wi, w_in), _ = _pad_plan(x, pad=pad, pad_t=pad_t, pad_l=pad_l, pad_b=pad_b, pad_r=pad_r,
+    (hi, h_in), (wi, w_in), _ = pad_plan(x, pad=pad, pad_t=pad_t, pad_l=pad_l, pad_b=pad_b, pad_r=pad_r,
                                           pads=pads, mode=mode, value=value, order=order,
                                           legacy_pad=legacy_pad, stride=stride)
     rows = xp.asarray(hi)[:, None]
@@ -108,7 +109,7 @@ def pad_image(xp, x, *, pad, pad_t, pad_l, pad_b, pad_r, pads, mode, value, orde
 
 
 # ------------------------------------------------------------------------------------------- ResizeNearest
-def _resize_plan(x, scales, width_scale, height_scale, order):
+def resize_plan(x, scales, width_scale, height_scale, order):
     """ResizeNearest's checks; (height axis, height scale, width scale). `scales` is None or (shape of the
     scales input, its float32 values or None when unknown: TensorSpecs carry no float values)."""
     check_order(order)
@@ -125,13 +126,13 @@ def _resize_plan(x, scales, width_scale, height_scale, order):
     return (2 if order == "NCHW" else 1), height_scale, width_scale
 
 
-def _floats(v):
+def host_floats(v):
     return None if v is None else np.asarray(v, dtype=np.float32).reshape(-1)
 
 
 def _resize_shape(specs, *, width_scale, height_scale, order):
-    scales = (specs[1].shape, _floats(specs[1].value)) if len(specs) > 1 else None
-    h_axis, hs, ws = _resize_plan(Meta(specs[0]), scales, width_scale, height_scale, order)
+    scales = (specs[1].shape, host_floats(specs[1].value)) if len(specs) > 1 else None
+    h_axis, hs, ws = resize_plan(Meta(specs[0]), scales, width_scale, height_scale, order)
     if hs is None:   # float scales from an input: their values are never known statically
         return []
     shape = list(specs[0].shape)
@@ -146,8 +147,8 @@ def resize_nearest(xp, x, *scales, width_scale, height_scale, order):
     """Nearest-neighbour resize of a 4-d image: out size = floor(in·scale); output pixel i reads input pixel
     min(floor(i / scale), in − 1), all in float32 as Caffe2 computes it. An optional second input
     [height_scale, width_scale] overrides the arguments (the ONNX Upsample form)."""
-    scales = (scales[0].shape, _floats(backend.to_host(scales[0]))) if scales else None
-    h_axis, height_scale, width_scale = _resize_plan(x, scales, width_scale, height_scale, order)
+    scales = (scales[0].shape, host_floats(backend.to_host(scales[0]))) if scales else None
+    h_axis, height_scale, width_scale = resize_plan(x, scales, width_scale, height_scale, order)
     rows = nearest_index(x.shape[h_axis], height_scale)
     cols = nearest_index(x.shape[h_axis + 1], width_scale)
     rows, cols = xp.asarray(rows)[:, None], xp.asarray(cols)[None, :]
@@ -164,7 +165,7 @@ def nearest_index(size: int, scale: float):
 
 
 # ------------------------------------------------------------------------------------------- ChannelShuffle
-def _shuffle_layout(x, group, order):
+def shuffle_layout(x, group, order):
     n, c, hxw, _ = channel_layout(x, order)
     if group <= 0 or c % group:
         raise ShapeError(f"group={group} must divide the {c} channels of X (shape {x.shape})")
@@ -172,7 +173,7 @@ def _shuffle_layout(x, group, order):
 
 
 def _shuffle_shape(specs, *, group, order, kernel):
-    _shuffle_layout(Meta(specs[0]), group, order)
+    shuffle_layout(Meta(specs[0]), group, order)
     return [like(specs[0])]
 
 
@@ -182,7 +183,13 @@ def channel_shuffle(xp, x, *, group, order, kernel):
     """View the C channels as (group, C/group) and transpose to (C/group, group): output channel
     k·group + g is input channel g·(C/group) + k. (`kernel` is accepted, unused, as the ConvPoolOpBase
     form of this op read it.)"""
-    n, c, hxw = _shuffle_layout(x, group, order)
+    shuffle_layout(x, group, order)
+    return shuffle(xp, x, group, order)
+
+
+def shuffle(xp, x, group: int, order: str):
+    """Channels viewed as (group, C/group), transposed; shuffling again with C/group groups undoes it."""
+    n, c, hxw, _ = channel_layout(x, order)
     k = c // group
     if order == "NCHW":
         y = x.reshape(n, group, k, hxw).transpose(0, 2, 1, 3)

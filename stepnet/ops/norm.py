@@ -2,7 +2,7 @@
 
 Training-mode forms return the statistics their gradients consume (saved mean and inverse std, masks), in
 the layouts Caffe2's gradient ops read them. Each op's checks are one function that the kernel runs on arrays
-and the shape function on Meta stand-ins of the input specs.
+and the shape function on Meta stand-ins of the input specs (norm_grad.py reuses them for the gradients).
 """
 from __future__ import annotations
 
@@ -137,7 +137,7 @@ def affine(x, gain, mean, bias, axis):
 
 
 # ----------------------------------------------------------------------------------------------- LayerNorm
-def _ln_checks(x, affine_params, axis, elementwise_affine) -> int:
+def ln_checks(x, affine_params, axis, elementwise_affine) -> int:
     """LayerNorm's checks; the canonical axis."""
     check_float("X", x)
     if x.ndim < 2:
@@ -157,7 +157,7 @@ def _ln_checks(x, affine_params, axis, elementwise_affine) -> int:
 
 def _ln_shape(specs, *, axis, epsilon, elementwise_affine):
     x, *params = map(Meta, specs)
-    axis = _ln_checks(x, params, axis, elementwise_affine)
+    axis = ln_checks(x, params, axis, elementwise_affine)
     y = result_dtype(x.dtype, *(p.dtype for p in params)) if elementwise_affine else x.dtype
     stats = out_spec(x.shape[:axis] + (1,), x.dtype)
     return [like(x, y), stats, stats]
@@ -171,7 +171,7 @@ def layer_norm(xp, x, *affine_params, axis, epsilon, elementwise_affine):
     Outputs Y, mean and std, the statistics shaped x.shape[:axis] + (1,). With elementwise_affine (the
     later Caffe2 form) Y is then scaled by gamma and shifted by beta, both of x.shape[axis:] elements.
     """
-    axis = _ln_checks(x, affine_params, axis, elementwise_affine)
+    axis = ln_checks(x, affine_params, axis, elementwise_affine)
     x2 = x.reshape(math.prod(x.shape[:axis]), -1)
     mean = xp.mean(x2, axis=1, keepdims=True)
     dev = x2 - mean
@@ -185,7 +185,7 @@ def layer_norm(xp, x, *affine_params, axis, epsilon, elementwise_affine):
 
 
 # ----------------------------------------------------------------------------------------------- InstanceNorm
-def _in_checks(x, scale, bias, epsilon, order):
+def in_checks(x, scale, bias, epsilon, order):
     """InstanceNorm's checks; (N, C, spatial size, channel axis)."""
     check_float("X", x)
     if epsilon < 0:
@@ -198,7 +198,7 @@ def _in_checks(x, scale, bias, epsilon, order):
 
 def _in_shape(specs, *, epsilon, order):
     x, scale, bias = map(Meta, specs)
-    n, c, _, _ = _in_checks(x, scale, bias, epsilon, order)
+    n, c, _, _ = in_checks(x, scale, bias, epsilon, order)
     stats = out_spec((n, c), x.dtype)
     return [like(x, result_dtype(x.dtype, scale.dtype, bias.dtype)), stats, stats]
 
@@ -210,7 +210,7 @@ def instance_norm(xp, x, scale, bias, *, epsilon, order):
 
     Optional outputs: the saved mean and saved inverse std, both of shape (N, C).
     """
-    n, c, _, axis = _in_checks(x, scale, bias, epsilon, order)
+    n, c, _, axis = in_checks(x, scale, bias, epsilon, order)
     spatial = tuple(a for a in range(1, x.ndim) if a != axis)
     mean = xp.mean(x, axis=spatial, keepdims=True)
     dev = x - mean
@@ -220,7 +220,7 @@ def instance_norm(xp, x, scale, bias, *, epsilon, order):
 
 
 # ----------------------------------------------------------------------------------------------- GroupNorm
-def _gn_checks(x, gamma, beta, group, order):
+def gn_checks(x, gamma, beta, group, order):
     """GroupNorm's type and shape checks; (N, C, spatial size, channel axis)."""
     check_float("X", x)
     layout = channel_layout(x, order)
@@ -234,7 +234,7 @@ def _gn_checks(x, gamma, beta, group, order):
 
 def _gn_shape(specs, *, group, epsilon, order, is_test):
     x, gamma, beta = map(Meta, specs)
-    n = _gn_checks(x, gamma, beta, group, order)[0]
+    n = gn_checks(x, gamma, beta, group, order)[0]
     stats = out_spec((n, group), x.dtype)
     return [like(x, result_dtype(x.dtype, gamma.dtype, beta.dtype)), stats, stats]
 
@@ -251,7 +251,7 @@ def group_norm(ctx, xp, x, gamma, beta, *, group, epsilon, order, is_test):
     if not is_test and n_outputs(ctx) != 3:
         raise ArgumentError(f"with is_test=0 GroupNorm takes 3 outputs (Y, mean, inv_std), "
                             f"got {n_outputs(ctx)}")
-    n, c, hxw, axis = _gn_checks(x, gamma, beta, group, order)
+    n, c, hxw, axis = gn_checks(x, gamma, beta, group, order)
     k = c // group
     xc = x.reshape(n, group, k * hxw) if order == "NCHW" else x.reshape(n, hxw, group, k)
     axes = (2,) if order == "NCHW" else (1, 3)
@@ -264,7 +264,7 @@ def group_norm(ctx, xp, x, gamma, beta, *, group, epsilon, order, is_test):
 
 
 # ----------------------------------------------------------------------------------------------- Dropout
-def _dropout_checks(x, ratio) -> None:
+def dropout_checks(x, ratio) -> None:
     check_float("X", x)
     if not 0 <= ratio < 1:
         raise ArgumentError(f"ratio must lie in [0, 1), got {ratio}")
@@ -272,7 +272,7 @@ def _dropout_checks(x, ratio) -> None:
 
 def _dropout_shape(specs, *, ratio, is_test, rng):
     """Y like X; in training also the bool mask (in test mode the mask output is left untouched)."""
-    _dropout_checks(specs[0], ratio)
+    dropout_checks(specs[0], ratio)
     return [like(specs[0])] if is_test else [like(specs[0]), like(specs[0], np.bool_)]
 
 
@@ -282,7 +282,7 @@ def dropout(ctx, xp, x, *, ratio, is_test, rng):
     """Training: keep each element with probability 1−ratio (bool mask, True = kept) and scale the kept
     ones: Y = X·(1/(1−ratio))·mask. Test: Y is a copy of X; the mask output is left untouched.
     The mask is drawn on the host."""
-    _dropout_checks(x, ratio)
+    dropout_checks(x, ratio)
     if is_test:
         return xp.array(x, copy=True), None
     if n_outputs(ctx) != 2:
@@ -294,19 +294,19 @@ def dropout(ctx, xp, x, *, ratio, is_test, rng):
 
 
 # ----------------------------------------------------------------------------------------------- Normalize
-def _lp_checks(x, axis) -> None:
+def lp_checks(x, axis) -> None:
     check_float("X", x)
     if x.ndim == 0 or not -x.ndim <= axis < x.ndim:
         raise ArgumentError(f"axis {axis} is out of range for input of shape {x.shape}")
 
 
 def _lp_shape(specs, *, axis):
-    _lp_checks(Meta(specs[0]), axis)
+    lp_checks(Meta(specs[0]), axis)
     return [like(specs[0])]
 
 
 def _lp_normalize(xp, x, axis, p):
-    _lp_checks(x, axis)
+    lp_checks(x, axis)
     if p == 2:
         norm = xp.sqrt(xp.sum(x * x, axis=axis, keepdims=True))
         return x / xp.maximum(norm, x.dtype.type(1e-12))

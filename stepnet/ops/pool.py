@@ -1,10 +1,10 @@
 """Pooling: MaxPool, AveragePool (+ 1D/2D/3D aliases), LpPool, and LRN (local response normalization).
 
-Windows come from conv.window_view (the same geometry as Conv, see conv_pool_op_base.h); only the reduction
+Windows come from window.window_view (the same geometry as Conv, see conv_pool_op_base.h); only the reduction
 differs. Caffe2 pools over the valid pixels of a window only: padding never wins a max, and an average
 divides by the number of valid pixels unless count_include_pad=1 (pool_op.cc; the argument appeared in the
 PyTorch era, before it the count always excluded padding). Pooling rejects dilation and pads >= kernel, as
-Caffe2 does. Shape functions run the same checks and geometry on the input's shape.
+Caffe2 does. Shape functions run the same checks and geometry on the input's shape. Gradients: pool_grad.py.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from ..errors import ArgumentError
-from .conv import (channels_first, check_float, check_order, from_channels_first, geometry, image_dims,
+from .window import (channels_first, check_float, check_order, from_channels_first, geometry, image_dims,
                    in_order, window_args, window_view)
 from .registry import op
 from .shape import like, out_spec
@@ -22,7 +22,7 @@ from .shape import like, out_spec
 POOL_ARGS = window_args("kernel", "stride", "pad", "dilation", global_pooling=True)
 
 
-def _pool_geometry(X, name, args):
+def pool_geometry(X, name, args):
     """The argument and dtype checks of a pooling op on an array or a spec; (order, N, C, window geometry).
     Takes `order` out of args."""
     order = check_order(args.pop("order"))
@@ -33,14 +33,14 @@ def _pool_geometry(X, name, args):
 
 def _pool_shape(name):
     def shape(specs, *, count_include_pad=None, p=None, **args):
-        order, n, c, g = _pool_geometry(specs[0], name, args)
+        order, n, c, g = pool_geometry(specs[0], name, args)
         return [out_spec(in_order(n, c, g.out, order), specs[0].dtype)]
     return shape
 
 
 def _windows(xp, X, name, args):
     """(X viewed channels-first, its window geometry, the order), after the argument and dtype checks."""
-    order, _, _, g = _pool_geometry(X, name, args)
+    order, _, _, g = pool_geometry(X, name, args)
     return channels_first(xp, X, order), g, order
 
 
@@ -62,7 +62,7 @@ def _reduce(xp, v, g, how):
     return acc
 
 
-def _valid_counts(xp, g, spatial, dtype):
+def valid_counts(xp, g, spatial, dtype):
     """Per output position, the number of window pixels inside the image (outer product of per-dim counts)."""
     count = np.ones((), dtype=np.int64)
     for i in range(g.ndim):
@@ -92,7 +92,7 @@ def average_pool(xp, X, *, count_include_pad, **args):
     if count_include_pad:
         y = y / float(np.prod(g.kernel))
     else:
-        y = y / _valid_counts(xp, g, xc.shape[2:], X.dtype)
+        y = y / valid_counts(xp, g, xc.shape[2:], X.dtype)
     return from_channels_first(xp, y, order)
 
 
@@ -104,7 +104,7 @@ def lp_pool(xp, X, *, p, **args):
     return from_channels_first(xp, y, order)
 
 
-def _lrn_axis(X, size, order) -> int:
+def lrn_axis(X, size, order) -> int:
     """LRN's checks on an array or a spec; the channel axis."""
     order = check_order(order)
     check_float("LRN", X)
@@ -116,7 +116,7 @@ def _lrn_axis(X, size, order) -> int:
 
 
 def _lrn_shape(specs, *, size, alpha, beta, bias, order):
-    _lrn_axis(specs[0], size, order)
+    lrn_axis(specs[0], size, order)
     return [like(specs[0]), like(specs[0])]
 
 
@@ -125,15 +125,21 @@ def _lrn_shape(specs, *, size, alpha, beta, bias, order):
 def lrn(xp, X, *, size, alpha, beta, bias, order):
     """Across-channel LRN (local_response_normalization_op.cc): scale = bias + alpha/size * (sum of x^2 over
     `size` channels starting (size-1)/2 before c, zeros outside), Y = X * scale^-beta. Outputs Y and scale."""
-    axis = _lrn_axis(X, size, order)
-    channels, before = X.shape[axis], (size - 1) // 2
-    widths = [(0, 0)] * X.ndim
-    widths[axis] = (before, size - 1 - before)
-    sq = xp.pad(X * X, widths, mode="constant")
-    total = xp.zeros_like(X)
-    for j in range(size):
-        index = [slice(None)] * X.ndim
-        index[axis] = slice(j, j + channels)
-        total += sq[tuple(index)]
-    scale = total * (alpha / size) + bias
+    axis = lrn_axis(X, size, order)
+    scale = channel_window_sum(xp, X * X, axis, size, (size - 1) // 2) * (alpha / size) + bias
     return X * scale ** -beta, scale
+
+
+def channel_window_sum(xp, a, axis: int, size: int, before: int):
+    """For each channel c, the sum of a over channels c-before .. c-before+size-1 (zero outside): one
+    shifted add per window position."""
+    channels = a.shape[axis]
+    widths = [(0, 0)] * a.ndim
+    widths[axis] = (before, size - 1 - before)
+    padded = xp.pad(a, widths, mode="constant")
+    total = xp.zeros_like(a)
+    for j in range(size):
+        index = [slice(None)] * a.ndim
+        index[axis] = slice(j, j + channels)
+        total += padded[tuple(index)]
+    return total

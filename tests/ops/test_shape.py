@@ -292,8 +292,8 @@ def test_bad_inputs_found_statically(op_type, inputs, args, error, message):
 
 # ------------------------------------------------------------------------------------------ test the tester
 @pytest.mark.parametrize("op_type,wrong", [
-    ("Concat", lambda xp, *xs, axis, order, add_axis: (xp.concatenate(xs[::-1], axis=1),
-                                                       xp.asarray(np.array([3, 1, 2], np.int32)))),
+    ("Concat", lambda xp, *xs, axis, order, add_axis, **_: (xp.concatenate(xs[::-1], axis=1),
+                                                            xp.asarray(np.array([3, 1, 2], np.int32)))),
     ("Slice", lambda xp, x, *b, starts, ends: x[1:2].copy()),          # off by one on the start
     ("Reshape", lambda xp, x, *s,
      shape: (xp.transpose(x).reshape(4, 6).copy(), xp.asarray(np.array([2, 3, 4])))),

@@ -1,0 +1,309 @@
+"""Gradients of the gathers and the lengths/segment operators: float64 finite differences on every device
+(sparse gradients densified), the ops and GradientSlices Caffe2's makers give, a net where one embedding
+feeds two sparse consumers, the gradient kernels against loop references, the refused cases and the
+no-gradient kinds, and broken gradient kernels caught."""
+import numpy as np
+import pytest
+
+from stepnet import backend
+from stepnet.errors import ShapeError
+from stepnet.gradients import GradientError, GradientSlice, backward_ops
+from stepnet.ops import REGISTRY
+from stepnet.ops.registry import NO_GRADIENT, SHOULD_NOT_DO_GRADIENT
+from stepnet.proto import DeviceOption, NetDef, argument_value
+from stepnet.testing import DEVICES, check_gradient, make_op, run_op
+from stepnet.workspace import Workspace
+
+rng = np.random.default_rng(5)
+
+
+def f64(*shape):
+    return rng.standard_normal(shape)
+
+
+def f32(*shape):
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def i32(*values):
+    return np.array(values, dtype=np.int32)
+
+
+def sig(ops):
+    return [(o.type, list(o.input), list(o.output), {a.name: argument_value(a) for a in o.arg}) for o in ops]
+
+
+@pytest.fixture
+def broken():
+    saved = {}
+
+    def replace(op_type, kernel):
+        saved.setdefault(op_type, REGISTRY.get(op_type).kernel)
+        REGISTRY.update(op_type, kernel=kernel)
+    yield replace
+    for op_type, kernel in saved.items():
+        REGISTRY.update(op_type, kernel=kernel)
+
+
+# ----------------------------------------------------------------------------------------- finite differences
+IDX = i32(0, 2, 2, 4, 1, 0)          # repeats, and rows of DATA (5 rows) never picked
+LENS = i32(2, 0, 3, 1)               # an empty segment
+CASES = [   # (op, inputs, args, wrt)
+    ("Gather", [f64(5, 3), i32(0, 2, 2, 4)], {}, None),                           # sparse, repeated rows
+    ("Gather", [f64(5, 3), np.array([[0, -1], [2, 2]], dtype=np.int64)], {}, None),  # 2-D, wrapped negative
+    ("Gather", [f64(5, 3), i32(0, 2, 2, 4)], {"dense_gradient": 1}, None),
+    ("Gather", [f64(3, 5, 2), i32(0, 4, 4)], {"axis": 1}, None),
+    ("Gather", [f64(3, 5, 2), i32(0, 4, 4)], {"axis": 1, "dense_gradient": 1}, None),
+    ("Gather", [f64(2, 3, 4), i32(3, 0)], {"axis": -1}, None),
+    ("Gather", [f64(3, 5, 2), np.array([[0, 4], [1, 1], [3, 2]])], {"axis": 1, "match_outer": 1}, None),
+    ("BatchGather", [f64(3, 5, 2), i32(0, 4, 4)], {}, None),
+    ("BatchGather", [f64(2, 4), np.array([[1, 1], [3, 0]])], {}, None),
+    ("LengthsSum", [f64(6, 2), LENS], {}, None),
+    ("LengthsMean", [f64(6, 2), LENS], {}, None),
+    ("LengthsMax", [f64(6, 2), LENS], {}, None),
+    ("LengthsSum", [f64(6), LENS], {}, None),
+    ("SparseLengthsSum", [f64(5, 2), IDX, LENS], {}, None),
+    ("SparseLengthsMean", [f64(5, 2), IDX, LENS], {}, None),
+    ("SparseLengthsWeightedSum", [f64(5, 2), f64(6), IDX, LENS], {}, [0]),
+    ("SparseLengthsWeightedSum", [f64(5, 2), f64(6), IDX, LENS], {"grad_on_weights": 1}, None),
+    ("SparseLengthsSum", [f64(4, 2, 2), i32(3, 3, 0), i32(1, 2)], {}, None),
+    ("LengthsTile", [f64(3, 2), i32(2, 0, 3)], {}, None),
+    ("SparseToDense", [i32(0, 2, 2), f64(3, 2), f64(4, 1)], {}, [1]),
+    ("SparseToDense", [i32(4, 1), f64(2)], {"output_first_dim": 6}, [1]),
+]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("op_type, inputs, args, wrt", CASES,
+                         ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
+def test_gradients_match_finite_differences(op_type, inputs, args, wrt, device):
+    check_gradient(op_type, inputs, wrt=wrt, device=device, **args)
+
+
+# ------------------------------------------------------------------------------------------- emitted ops
+def test_gather_gives_a_gradient_slice_of_its_indices_and_dy_without_ops():
+    ops, grads = backward_ops([make_op("Gather", ["w", "idx"], ["e"])], {"e": "e_grad"})
+    assert ops == [] and grads["w"] == GradientSlice("idx", "e_grad") and "idx" not in grads
+
+
+def test_gather_dense_gradient_emits_sparse_to_dense_with_gathers_arguments():
+    ops, grads = backward_ops([make_op("Gather", ["w", "idx"], ["e"], dense_gradient=1)], {"e": "e_grad"})
+    assert sig(ops) == [("SparseToDense", ["idx", "e_grad", "w"], ["w_grad"], {"dense_gradient": 1})]
+    assert grads["w"] == "w_grad"
+
+
+def test_gather_along_axis_one_emits_batch_gather_gradient():
+    fwd = make_op("Gather", ["w", "idx"], ["e"], axis=1, match_outer=1)
+    ops, grads = backward_ops([fwd], {"e": "e_grad"})
+    assert sig(ops) == [("BatchGatherGradient", ["w", "idx", "e_grad"], ["w_grad"],
+                         {"axis": 1, "match_outer": 1})]
+    ops, _ = backward_ops([make_op("BatchGather", ["w", "idx"], ["e"])], {"e": "e_grad"})
+    assert sig(ops) == [("BatchGatherGradient", ["w", "idx", "e_grad"], ["w_grad"], {})]
+
+
+def test_gather_along_axis_one_refuses_an_explicit_sparse_gradient():
+    with pytest.raises(GradientError, match="axis 1 has only a dense gradient.*dense_gradient=0"):
+        backward_ops([make_op("Gather", ["w", "idx"], ["e"], axis=1, dense_gradient=0)], {"e": "e_grad"})
+
+
+@pytest.mark.parametrize("op_type, inputs, args, want, slice_", [
+    ("LengthsSum", ["d", "len"], {}, [("LengthsIndicesInGradientSumGradient", ["y_grad", "len", "d"],
+                                       ["d_grad"], {})], None),
+    ("LengthsMean", ["d", "len"], {}, [("LengthsIndicesInGradientMeanGradient", ["y_grad", "len", "d"],
+                                        ["d_grad"], {})], None),
+    ("LengthsMax", ["d", "len"], {}, [("LengthsMaxWithMainInputAndForwardOutputGradient",
+                                       ["y", "y_grad", "len", "d"], ["d_grad"], {})], None),
+    ("SparseLengthsSum", ["d", "i", "len"], {}, [("SparseLengthsIndicesInGradientSumGradient",
+                                                  ["y_grad", "len", "i"], ["d_grad_values"], {})],
+     GradientSlice("i", "d_grad_values")),
+    ("SparseLengthsMean", ["d", "i", "len"], {}, [("SparseLengthsIndicesInGradientMeanGradient",
+                                                   ["y_grad", "len", "i"], ["d_grad_values"], {})],
+     GradientSlice("i", "d_grad_values")),
+    ("SparseLengthsWeightedSum", ["d", "w", "i", "len"], {},
+     [("SparseLengthsIndicesInGradientWeightedSumGradient", ["w", "y_grad", "len", "i"], ["d_grad_values"],
+       {})],
+     GradientSlice("i", "d_grad_values")),
+    ("SparseLengthsWeightedSum", ["d", "w", "i", "len"], {"grad_on_weights": 1},
+     [("SparseLengthsIndicesInGradientWeightedSumWithMainInputGradient", ["w", "y_grad", "len", "d", "i"],
+       ["d_grad_values", "w_grad"], {"grad_on_weights": 1})], GradientSlice("i", "d_grad_values")),
+    ("LengthsTile", ["d", "len"], {}, [("LengthsSum", ["y_grad", "len"], ["d_grad"], {})], None),
+])
+def test_segment_makers_emit_caffe2s_ops(op_type, inputs, args, want, slice_):
+    ops, grads = backward_ops([make_op(op_type, inputs, ["y"], **args)], {"y": "y_grad"})
+    assert sig(ops) == want
+    assert grads["d"] == (slice_ or "d_grad")
+    assert ("w_grad" in grads.values()) == bool(args.get("grad_on_weights"))
+
+
+def test_sparse_to_dense_gradient_is_a_gather_of_dy():
+    ops, grads = backward_ops([make_op("SparseToDense", ["i", "v", "like"], ["y"])], {"y": "y_grad"})
+    assert sig(ops) == [("Gather", ["y_grad", "i"], ["v_grad"], {})]
+    assert grads["v"] == "v_grad" and "like" not in grads
+
+
+@pytest.mark.parametrize("kind, op_type", [
+    (NO_GRADIENT, "OneHot"), (NO_GRADIENT, "BatchOneHot"), (SHOULD_NOT_DO_GRADIENT, "ArgMax"),
+    (SHOULD_NOT_DO_GRADIENT, "ArgMin"), (SHOULD_NOT_DO_GRADIENT, "LengthsToSegmentIds"),
+    (SHOULD_NOT_DO_GRADIENT, "SegmentIdsToLengths"), (None, "GatherRanges"), (None, "LengthsToRanges")])
+def test_no_gradient_kinds_are_caffe2s(kind, op_type):
+    assert REGISTRY.get(op_type).gradient == kind
+
+
+def test_asking_for_the_gradient_of_gather_ranges_is_an_error():
+    with pytest.raises(GradientError, match=r"\(GatherRanges\) has no gradient registered"):
+        backward_ops([make_op("GatherRanges", ["d", "r"], ["y", "len"])], {"y": "y_grad"})
+
+
+# ------------------------------------------------------------------- one embedding, two sparse consumers
+def _run(net, feeds, device, fetch):
+    ws = Workspace(gpu="emulate" if device == "emulated" else None)
+    do = DeviceOption(device_type=1) if device != "cpu" else None
+    for name, value in feeds.items():
+        ws.feed(name, value, device_option=do)
+    ws.run_net_once(net)
+    return [np.asarray(backend.to_host(ws.get_blob(n).value)) for n in fetch]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_an_embedding_feeding_two_sparse_consumers_gets_concatenated_slices(device):
+    """W is gathered twice (Gather and SparseLengthsSum); its two GradientSlices become two Concats, and the
+    densified result matches central differences of sum(y * c) over the forward net."""
+    w, i1, i2, lens = f64(6, 3), i32(5, 1, 1), i32(0, 5, 3, 3), i32(3, 1)
+    c = f64(5, 3)
+    fwd = [make_op("Gather", ["W", "I1"], ["e1"], device=device),
+           make_op("SparseLengthsSum", ["W", "I2", "L"], ["e2"], device=device),
+           make_op("Concat", ["e1", "e2"], ["y", "y_info"], axis=0, device=device)]
+    ops, grads = backward_ops(fwd, {"y": "y_grad"})
+    assert grads["W"] == GradientSlice("W_grad_indices_concat", "W_grad_values_concat")
+    assert [(o.type, list(o.input)) for o in ops[-2:]] == [
+        ("Concat", ["I2", "I1"]), ("Concat", ["W_grad_values", "e1_grad"])]
+    net = NetDef(name="embedding")
+    net.op.extend(fwd + ops)
+    feeds = {"W": w, "I1": i1, "I2": i2, "L": lens, "y_grad": c}
+    idx, vals = _run(net, feeds, device, ["W_grad_indices_concat", "W_grad_values_concat"])
+    dense = np.zeros_like(w)
+    for k, row in enumerate(idx):
+        dense[row] += vals[k]
+    forward = NetDef(name="forward")
+    forward.op.extend(fwd)
+    eps = 1e-5
+    for r, col in np.ndindex(*w.shape):
+        plus, minus = w.copy(), w.copy()
+        plus[r, col] += eps
+        minus[r, col] -= eps
+        lp = (_run(forward, dict(feeds, W=plus), device, ["y"])[0] * c).sum()
+        lm = (_run(forward, dict(feeds, W=minus), device, ["y"])[0] * c).sum()
+        assert abs((lp - lm) / (2 * eps) - dense[r, col]) < 1e-6, (r, col)
+    assert not dense[2].any() and not dense[4].any()   # rows no consumer picked get nothing
+
+
+# --------------------------------------------------------------------------------------- gradient kernels
+def ref_batch_gather_gradient(data, indices, grad, axis, match_outer):
+    out = np.zeros_like(data)
+    axis %= data.ndim
+    outer = int(np.prod(data.shape[:axis]))
+    d3 = out.reshape(outer, data.shape[axis], -1)
+    ids = indices.reshape(outer, -1) if match_outer else np.tile(indices.reshape(1, -1), (outer, 1))
+    g3 = grad.reshape(outer, ids.shape[1], -1)
+    for o in range(outer):
+        for n, j in enumerate(ids[o]):
+            d3[o, j] += g3[o, n]
+    return out
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("shape, indices, axis, match_outer", [
+    ((3, 5, 2), i32(0, 4, 4, 1), 1, False), ((2, 3, 4), np.array([[3, 3], [0, 2]]), 2, False),
+    ((3, 4), np.array([[1, 1], [0, 3], [2, 2]]), 1, True), ((4, 2), i32(3, 3, 0), 0, False)])
+def test_batch_gather_gradient_kernel_against_a_loop(shape, indices, axis, match_outer, device):
+    data = f32(*shape)
+    y = run_op("Gather", [data, indices], axis=axis, match_outer=match_outer, device=device)
+    grad = f32(*y.shape)
+    got = run_op("BatchGatherGradient", [data, indices, grad], axis=axis, match_outer=match_outer,
+                 device=device)
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, ref_batch_gather_gradient(data, indices, grad, axis, match_outer),
+                               rtol=1e-5, atol=1e-6)
+
+
+def segments_of(lens):
+    return [s for s, n in enumerate(lens) for _ in range(n)]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_lengths_gradient_kernels_against_loops(device):
+    lens = [2, 0, 3, 1]
+    go = f32(4, 2)
+    seg = segments_of(lens)
+    sums = np.stack([go[s] for s in seg])
+    means = np.stack([go[s] / lens[s] for s in seg])
+    for name, want, extra in (("LengthsSumGradient", sums, []), ("LengthsMeanGradient", means, []),
+                              ("LengthsIndicesInGradientSumGradient", sums, [f32(6, 2)]),
+                              ("SparseLengthsIndicesInGradientMeanGradient", means, [i32(0, 1, 2, 3, 4, 5)]),
+                              ("SparseLengthsSumGradient", sums, [])):
+        got = run_op(name, [go, i32(*lens), *extra], device=device)
+        np.testing.assert_allclose(got, want, rtol=1e-6, err_msg=name)
+    weights = f32(6)
+    got = run_op("SparseLengthsIndicesInGradientWeightedSumGradient",
+                 [weights, go, i32(*lens), i32(*range(6))], device=device)
+    np.testing.assert_allclose(got, np.stack([weights[k] * go[s] for k, s in enumerate(seg)]), rtol=1e-6)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_weighted_sum_with_main_input_gives_the_weights_gradient(device):
+    data, weights, idx, lens = f32(5, 3), f32(4), i32(4, 0, 4, 2), [3, 1]
+    go = f32(2, 3)
+    values, dw = run_op("SparseLengthsIndicesInGradientWeightedSumWithMainInputGradient",
+                        [weights, go, i32(*lens), data, idx], outputs=2, device=device)
+    seg = segments_of(lens)
+    np.testing.assert_allclose(values, np.stack([weights[k] * go[s] for k, s in enumerate(seg)]), rtol=1e-6)
+    np.testing.assert_allclose(dw, [float(np.dot(go[s], data[idx[k]])) for k, s in enumerate(seg)], rtol=1e-5)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_lengths_max_gradient_gives_every_tied_element_the_gradient(device):
+    data = np.array([[1, 5], [3, 5], [3, 0], [2, 2]], dtype=np.float32)   # ties in both segments
+    lens = i32(3, 1)
+    y = run_op("LengthsMax", [data, lens], device=device)
+    go = f32(2, 2)
+    got = run_op("LengthsMaxWithMainInputAndForwardOutputGradient", [y, go, lens, data], device=device)
+    want = np.zeros_like(data)
+    for k, s in enumerate(segments_of([3, 1])):
+        for j in range(2):
+            want[k, j] = go[s, j] if data[k, j] == y[s, j] else 0.0
+    np.testing.assert_array_equal(got, want)
+    assert got[1, 0] == got[2, 0] == go[0, 0] and got[0, 1] == got[1, 1] == go[0, 1]
+
+
+@pytest.mark.parametrize("op_type, inputs, args, message", [
+    ("BatchGatherGradient", [np.zeros((2, 3)), i32(-1), np.zeros((2, 1))], {},
+     r"INDICES\[0\] = -1 is out of bounds; valid indices: 0..2"),
+    ("BatchGatherGradient", [np.zeros((2, 3)), i32(0, 1), np.zeros((2, 3))], {},
+     "dY .* must hold 4 elements"),
+    ("BatchGatherGradient", [np.zeros(3), i32(0), np.zeros(1)], {}, "at least 2-D"),
+    ("LengthsSumGradient", [np.zeros((3, 2)), i32(1, 1)], {}, "one row per segment"),
+    ("SparseLengthsWeightedSumGradient", [np.zeros(3), np.zeros((2, 2)), i32(1, 1)], {}, "LENGTHS sum to 2"),
+    ("LengthsMaxWithMainInputAndForwardOutputGradient",
+     [np.zeros((2, 2)), np.zeros((2, 2)), i32(1, 1), np.zeros((3, 2))], {}, "LENGTHS sum to 2"),
+])
+def test_gradient_kernels_reject_bad_inputs(op_type, inputs, args, message):
+    with pytest.raises(ShapeError, match=message):
+        run_op(op_type, inputs, **args)
+
+
+# ------------------------------------------------------------------------------------------ test the tester
+def test_check_gradient_catches_a_mean_gradient_that_forgets_the_length(broken):
+    check_gradient("SparseLengthsMean", [f64(5, 2), IDX, LENS])
+    broken("SparseLengthsIndicesInGradientMeanGradient", REGISTRY.get("SparseLengthsSumGradient").kernel)
+    with pytest.raises(AssertionError, match=r"SparseLengthsMean: gradient of input 0 \(in0\) is wrong"):
+        check_gradient("SparseLengthsMean", [f64(5, 2), IDX, LENS])
+
+
+def test_check_gradient_catches_a_batch_gather_gradient_that_drops_repeats(broken):
+    def last_wins(xp, data, indices, grad, axis, match_outer, **_):
+        out = xp.zeros(data.shape, dtype=data.dtype)
+        out[:, indices] = grad
+        return out
+    broken("BatchGatherGradient", last_wins)
+    with pytest.raises(AssertionError, match="BatchGather: gradient of input 0"):
+        check_gradient("BatchGather", [f64(3, 4), i32(1, 1, 2)])
