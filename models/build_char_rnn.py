@@ -217,7 +217,7 @@ def main(argv=None):
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--seq", type=int, default=25)
     p.add_argument("--hidden", type=int, default=256)
-    p.add_argument("--iterations", type=int, default=3000)
+    p.add_argument("--iterations", type=int, default=2000)
     p.add_argument("--report", type=int, default=250)
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--clip", type=float, default=5.0)
