@@ -470,6 +470,9 @@ def main(argv=None) -> int:
         except KeyboardInterrupt:
             print("stepnet: interrupted", file=sys.stderr)
             return 130
+        except BrokenPipeError:  # e.g. `stepnet run ... | head`: the reader is gone, nothing more to say
+            sys.stdout = None
+            return 0
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None):

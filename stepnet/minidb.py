@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import mmap
 import os
+from pathlib import Path
 import struct
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Mapping
@@ -87,7 +88,8 @@ class MiniDB:
         try:
             f = open(path, "rb")
         except FileNotFoundError:
-            raise FileFormatError(f"{path}: no such file") from None
+            where = "" if Path(path).is_absolute() else f" (relative paths are read from the working directory {os.getcwd()})"
+            raise FileFormatError(f"{path}: no such file{where}") from None
         except OSError as e:
             raise FileFormatError(f"{path}: cannot read ({e.strerror})") from None
         with f:
