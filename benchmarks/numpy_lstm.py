@@ -7,8 +7,8 @@ gradients with one GEMM each after the loop. Softmax + cross entropy use the fus
 
 Parameters are keyed by ROLES, the suffixes of the blob names that stepnet.rnn_cell.lstm and ModelBuilder.fc
 give them, in their layouts (gate order i, f, o, g; FC weights out × in), so the same initial values can be
-loaded into both; the update rules
-are Caffe2's (SGD: param += lr·grad with lr = −base·γ^⌊iter/stepsize⌋; Adam with its bias correction).
+loaded into both. The update rules are Caffe2's (SGD: param += lr·grad with lr = −base·γ^⌊iter/stepsize⌋;
+Adam with its bias correction at t = iteration + 1). All sequences run their full length (no seq_lengths).
 """
 from __future__ import annotations
 

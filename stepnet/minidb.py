@@ -88,7 +88,8 @@ class MiniDB:
         try:
             f = open(path, "rb")
         except FileNotFoundError:
-            where = "" if Path(path).is_absolute() else f" (relative paths are read from the working directory {os.getcwd()})"
+            where = ("" if Path(path).is_absolute()
+                     else f" (relative paths are read from the working directory {os.getcwd()})")
             raise FileFormatError(f"{path}: no such file{where}") from None
         except OSError as e:
             raise FileFormatError(f"{path}: cannot read ({e.strerror})") from None

@@ -319,8 +319,8 @@ def numpy_dtype(data_type: int):
     try:
         return NUMPY_OF[data_type]
     except KeyError:
-        raise FileFormatError(f"TensorProto data_type {DataType.Name(data_type) if data_type in DataType.values() else data_type}"
-                              " cannot be converted to an array") from None
+        name = DataType.Name(data_type) if data_type in DataType.values() else data_type
+        raise FileFormatError(f"TensorProto data_type {name} cannot be converted to an array") from None
 
 
 def tensor_to_array(t: TensorProto) -> np.ndarray:

@@ -345,6 +345,7 @@ class _Backward:
         for _, grad, tmp in self.param_grads:
             bnet.op.append(OperatorDef(type="Sum", input=[grad, tmp], output=[grad]))
             _extend_inputs(bnet, [grad])
+        self.deferred = _defer_fc_parameter_gradients(bnet, self.param_grads)
         self.net = bnet
         self.input_grad = r(opdef.input[self.G] + "_grad")
 
@@ -384,14 +385,18 @@ class _Backward:
             for name in o.output:
                 if first.find(name) is None:
                     scratch.shared.create_local_blob(name)
+        for d in self.deferred:
+            scratch.shared.create_local_blob(d.collector).value = []
         for t in range(T - 1, -1, -1):
             step_ws = scratch.steps[t]
             net = step_ws._nets.get(self.net.name)
             if net is None:
                 net = _create_step_net(step_ws, self.net, self.timestep)
             net.run()
+        for d in self.deferred:
+            d.finish(xp, ws, scratch.shared)
         results = []
-        for (s, rg, _), r in zip(self.state_grads, self.init_ids):
+        for (_, rg, _), r in zip(self.state_grads, self.init_ids):
             init = inputs[G + r]
             grad = ws.get_blob(rg).value
             if init.ndim >= 2:
@@ -400,6 +405,79 @@ class _Backward:
             else:
                 results.append(grad[0].sum(axis=0))
         return results
+
+
+# ------------------------------------------------------------------------------------------- deferred FC
+class _DeferredFC:
+    """An FCGradient of the backward step net whose weight/bias gradients only feed the `_tmpstep`
+    accumulation Sums: per step it computes dX and keeps (X, dY); after the loop one GEMM over all timesteps
+    gives the summed dW and db (the same sum, far fewer and larger matrix products)."""
+
+    def __init__(self, collector: str, grad_w: str, grad_b: str):
+        self.collector, self.grad_w, self.grad_b = collector, grad_w, grad_b
+
+    def finish(self, xp, ws, shared) -> None:
+        pairs = shared.find(self.collector).value
+        if not pairs:
+            return
+        xs = xp.concatenate([x for x, _ in pairs])
+        dys = xp.concatenate([dy for _, dy in pairs])
+        for name, value in ((self.grad_w, dys.T @ xs), (self.grad_b, dys.sum(axis=0))):
+            blob = ws.find(name)
+            blob.value = blob.value + value.reshape(blob.value.shape).astype(blob.value.dtype, copy=False)
+        pairs.clear()
+
+
+def _defer_fc_parameter_gradients(bnet: NetDef, param_grads) -> list:
+    """Rewrite FCGradient ops whose dW and db are parameter `_tmpstep` gradients (used nowhere else) into
+    rnn_internal_fc_gradient_deferred; drop their per-step accumulation Sums."""
+    from .proto import argument_value
+
+    tmp_to_grad = {tmp: grad for _, grad, tmp in param_grads}
+    uses: dict[str, int] = {}
+    for o in bnet.op:
+        for name in list(o.input) + list(o.output):
+            uses[name] = uses.get(name, 0) + 1
+    deferred, drop = [], set()
+    for o in bnet.op:
+        if o.type != "FCGradient" or len(o.output) != 3:
+            continue
+        dw, db = o.output[0], o.output[1]
+        if dw not in tmp_to_grad or db not in tmp_to_grad or uses[dw] != 2 or uses[db] != 2:
+            continue
+        args = {a.name: argument_value(a) for a in o.arg}
+        collector = tmp_to_grad[dw] + "_rnn_deferred"
+        x, w, dy = o.input
+        dx = o.output[2]
+        o.type = "rnn_internal_fc_gradient_deferred"
+        o.input[:] = [x, w, dy, collector]
+        o.output[:] = [dx]
+        del o.arg[:]
+        o.arg.extend([make_argument("axis", int(args.get("axis", 1))),
+                      make_argument("axis_w", int(args.get("axis_w", 1)))])
+        _extend_inputs(bnet, [collector])
+        deferred.append(_DeferredFC(collector, tmp_to_grad[dw], tmp_to_grad[db]))
+        drop.update((dw, db))
+    if drop:
+        keep = [o for o in bnet.op if not (o.type == "Sum" and len(o.input) == 2 and o.input[1] in drop)]
+        del bnet.op[:]
+        bnet.op.extend(keep)
+    return deferred
+
+
+@op("rnn_internal_fc_gradient_deferred", inputs=4, outputs=1, context=True, inplace=(),
+    args={"axis": 1, "axis_w": 1}, gradient=NO_GRADIENT)
+def fc_gradient_deferred(ctx, xp, x, w, dy, collector, *, axis, axis_w):
+    """dX of FCGradient now; (X, dY) kept (copied: views may change later) for the deferred dW, db."""
+    a = axis + x.ndim if axis < 0 else axis
+    aw = axis_w + w.ndim if axis_w < 0 else axis_w
+    n = int(np.prod(w.shape[:aw]))
+    x2 = x.reshape(int(np.prod(x.shape[:a])), -1)
+    dy2 = dy.reshape(-1, n)
+    if dy2.shape[0] != x2.shape[0] or w.size != n * x2.shape[1]:
+        raise ShapeError(f"FCGradient: X {tuple(x.shape)}, W {tuple(w.shape)} and dY {tuple(dy.shape)} do not fit")
+    collector.append((x2.copy(), dy2.copy()))
+    return (dy2 @ w.reshape(n, -1)).reshape(x.shape)
 
 
 @op("RecurrentNetworkGradient", inputs=(1, None), outputs=(1, None), context=True, args=RNN_ARGS,

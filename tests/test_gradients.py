@@ -30,7 +30,8 @@ def sparse_maker(g):
     g.set_sparse(0, g.I(1), g.GO(0))
 
 
-OPS = {"TDense": (dense_maker, (1, 3)), "TIn": (in_maker, 1), "TOut": (out_maker, 1), "TPass": (passthrough_maker, (1, 4)), "TSparse": (sparse_maker, 2),
+OPS = {"TDense": (dense_maker, (1, 3)), "TIn": (in_maker, 1), "TOut": (out_maker, 1),
+       "TPass": (passthrough_maker, (1, 4)), "TSparse": (sparse_maker, 2),
        "TNoGrad": (NO_GRADIENT, 1), "TNever": (SHOULD_NOT_DO_GRADIENT, 1), "TMissing": (None, 1)}
 
 

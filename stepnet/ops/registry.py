@@ -179,7 +179,8 @@ def read_arg(kind: str, argument, where: str) -> Any:
     if kind in ("nums", "floats"):
         return [float(v) for v in value]
     if kind == "net" and got == "s":
-        return parse_text(value if isinstance(value, str) else value.decode(), "net", where=f"{where}, argument {name!r}")
+        text = value if isinstance(value, str) else value.decode()
+        return parse_text(text, "net", where=f"{where}, argument {name!r}")
     return value
 
 

@@ -6,7 +6,7 @@ import numpy as np
 from .. import backend
 from ..errors import DTypeError, ShapeError
 from ..shapes import spec
-from .registry import NO_GRADIENT, Arg, op
+from .registry import NO_GRADIENT, op
 
 
 def _sample_shape(specs, **_):

@@ -159,14 +159,15 @@ def test_memory_optimization_is_ignored_with_several_layers_as_in_caffe2():
 
 def test_the_reference_comparison_catches_a_wrong_layer_gradient():
     from stepnet.ops import REGISTRY
-    schema = REGISTRY.get("FCGradient")
+    # inside step nets, FCGradient runs as rnn_internal_fc_gradient_deferred (dX per step, dW/db at the end)
+    schema = REGISTRY.get("rnn_internal_fc_gradient_deferred")
 
-    def scaled(xp, *args, **kw):
-        dw, db, dx = schema.kernel(xp, *args, **kw)
-        return dw, db, dx * 1.02 if dx.shape[-1] == 3 else dx   # only the FC reading 3-wide inputs
-    REGISTRY.update("FCGradient", kernel=scaled)
+    def scaled(ctx, xp, *args, **kw):
+        dx = schema.kernel(ctx, xp, *args, **kw)
+        return dx * 1.02 if dx.shape[-1] == 3 else dx   # only the FC reading 3-wide inputs
+    REGISTRY.update("rnn_internal_fc_gradient_deferred", kernel=scaled)
     try:
         with pytest.raises(AssertionError, match="Not equal to tolerance"):
             test_outputs_and_every_gradient_match_a_stacked_reference(*CASES[0])
     finally:
-        REGISTRY.update("FCGradient", kernel=schema.kernel)
+        REGISTRY.update("rnn_internal_fc_gradient_deferred", kernel=schema.kernel)
