@@ -386,7 +386,7 @@ class _Backward:
                 if first.find(name) is None:
                     scratch.shared.create_local_blob(name)
         for d in self.deferred:
-            scratch.shared.create_local_blob(d.collector).value = []
+            scratch.shared.create_local_blob(d.collector).value = _Rows(T)
         for t in range(T - 1, -1, -1):
             step_ws = scratch.steps[t]
             net = step_ws._nets.get(self.net.name)
@@ -417,15 +417,31 @@ class _DeferredFC:
         self.collector, self.grad_w, self.grad_b = collector, grad_w, grad_b
 
     def finish(self, xp, ws, shared) -> None:
-        pairs = shared.find(self.collector).value
-        if not pairs:
+        rows = shared.find(self.collector).value
+        if rows.xs is None:
             return
-        xs = xp.concatenate([x for x, _ in pairs])
-        dys = xp.concatenate([dy for _, dy in pairs])
+        xs, dys = rows.xs[:rows.n], rows.dys[:rows.n]
         for name, value in ((self.grad_w, dys.T @ xs), (self.grad_b, dys.sum(axis=0))):
             blob = ws.find(name)
             blob.value = blob.value + value.reshape(blob.value.shape).astype(blob.value.dtype, copy=False)
-        pairs.clear()
+
+
+class _Rows:
+    """The (X, dY) rows of every timestep, written into buffers sized once for T steps."""
+
+    def __init__(self, T: int):
+        self.T, self.n, self.xs, self.dys = T, 0, None, None
+
+    def add(self, xp, x2, dy2) -> None:
+        if self.xs is None or self.n + len(x2) > len(self.xs):
+            capacity = max(self.T * len(x2), self.n + len(x2))
+            xs, dys = xp.empty((capacity, x2.shape[1]), x2.dtype), xp.empty((capacity, dy2.shape[1]), dy2.dtype)
+            if self.xs is not None:
+                xs[:self.n], dys[:self.n] = self.xs[:self.n], self.dys[:self.n]
+            self.xs, self.dys = xs, dys
+        self.xs[self.n:self.n + len(x2)] = x2
+        self.dys[self.n:self.n + len(x2)] = dy2
+        self.n += len(x2)
 
 
 def _defer_fc_parameter_gradients(bnet: NetDef, param_grads) -> list:
@@ -468,7 +484,7 @@ def _defer_fc_parameter_gradients(bnet: NetDef, param_grads) -> list:
 @op("rnn_internal_fc_gradient_deferred", inputs=4, outputs=1, context=True, inplace=(),
     args={"axis": 1, "axis_w": 1}, gradient=NO_GRADIENT)
 def fc_gradient_deferred(ctx, xp, x, w, dy, collector, *, axis, axis_w):
-    """dX of FCGradient now; (X, dY) kept (copied: views may change later) for the deferred dW, db."""
+    """dX of FCGradient now; (X, dY) copied into the collector (views may change later) for dW, db."""
     a = axis + x.ndim if axis < 0 else axis
     aw = axis_w + w.ndim if axis_w < 0 else axis_w
     n = int(np.prod(w.shape[:aw]))
@@ -476,7 +492,7 @@ def fc_gradient_deferred(ctx, xp, x, w, dy, collector, *, axis, axis_w):
     dy2 = dy.reshape(-1, n)
     if dy2.shape[0] != x2.shape[0] or w.size != n * x2.shape[1]:
         raise ShapeError(f"FCGradient: X {tuple(x.shape)}, W {tuple(w.shape)} and dY {tuple(dy.shape)} do not fit")
-    collector.append((x2.copy(), dy2.copy()))
+    collector.add(xp, x2, dy2)
     return (dy2 @ w.reshape(n, -1)).reshape(x.shape)
 
 
