@@ -10,7 +10,9 @@ from .proto import DeviceOption, OperatorDef, make_argument
 from .shapes import TensorSpec, infer_net
 from .workspace import Workspace
 
-DEVICES = ("cpu", "emulated")  # the emulated device stands in for CUDA on machines without a GPU
+# The emulated device stands in for CUDA on machines without a GPU; with CuPy and a GPU, "cuda" runs too.
+DEVICES = ("cpu", "emulated") + (("cuda",) if backend.cupy_module() is not None else ())
+GPU_MODE = {"cpu": None, "emulated": "emulate", "cuda": "cuda"}
 
 
 def make_op(op_type: str, inputs: Sequence[str], outputs: Sequence[str], device: str = "cpu", **args) -> OperatorDef:
@@ -53,7 +55,7 @@ def run_op(op_type: str, inputs, outputs=1, device: str = "cpu", ws: Workspace |
     if not isinstance(inputs, dict):
         inputs = {f"in{i}": v for i, v in enumerate(inputs)}
     names = [f"out{i}" for i in range(outputs)] if isinstance(outputs, int) else list(outputs)
-    ws = ws or Workspace(gpu="emulate" if device == "emulated" else None)
+    ws = ws or Workspace(gpu=GPU_MODE[device])
     do = DeviceOption(device_type=1) if device != "cpu" else None
     for name, value in inputs.items():
         ws.feed(name, value, device_option=do)
@@ -73,7 +75,7 @@ def run_op(op_type: str, inputs, outputs=1, device: str = "cpu", ws: Workspace |
 
 
 def _fresh(device: str, seed: int) -> Workspace:
-    return Workspace(seed=seed, gpu="emulate" if device == "emulated" else None)
+    return Workspace(seed=seed, gpu=GPU_MODE[device])
 
 
 def _host_value(ws: Workspace, name: str):
