@@ -60,11 +60,25 @@ def test_the_committed_plan_is_what_build_py_writes():
     assert proto.to_text(proto.load(DIGITS / "train.pbtxt")) == proto.to_text(built)
 
 
+def test_committed_data_match_sources_md():
+    """The minidb files are the ones SOURCES.md records (make_data.py regenerates them byte for byte from
+    scikit-learn's CSV; that check runs where scikit-learn is installed, see below)."""
+    import hashlib
+    import re
+    text = (DIGITS / "SOURCES.md").read_text()
+    for name in ("train.minidb", "test.minidb"):
+        digest = re.search(rf"^\| `{name}` \|.*\| ([0-9a-f]{{64}}) \|$", text, re.M).group(1)
+        assert hashlib.sha256((DIGITS / name).read_bytes()).hexdigest() == digest, name
+
+
 def test_make_data_is_reproducible(tmp_path):
+    """Regenerate the data when scikit-learn (not a stepnet dependency) is installed; otherwise check that
+    make_data.py says so clearly instead of failing obscurely."""
     make_data = module("make_data")
-    found = importlib.util.find_spec("sklearn")
-    if found is None:
-        pytest.skip("scikit-learn (the source of the CSV) is not installed")
+    if importlib.util.find_spec("sklearn") is None:
+        with pytest.raises(BaseException, match="(?i)scikit-learn|sklearn"):
+            make_data.main(["--out", str(tmp_path)])
+        return
     make_data.main(["--out", str(tmp_path)])
     for name in ("train.minidb", "test.minidb"):
         assert (tmp_path / name).read_bytes() == (DIGITS / name).read_bytes(), name
