@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import ast
 import sys
 import time
 import traceback
@@ -12,79 +11,12 @@ from pathlib import Path
 
 import numpy as np
 
-from . import backend, images, proto
+from . import images, proto
+from .feeds import DTYPES, load_checkpoint, parse_dims, parse_feed, save_checkpoint  # noqa: F401
 from .errors import ArgumentError, FileFormatError, MissingBlobError, StepnetError, did_you_mean
 from .ops import REGISTRY
 from .ops.registry import REQUIRED
 from .workspace import Workspace
-
-DTYPES = ("float32", "float64", "float16", "int32", "int64", "int16", "int8", "uint8", "uint16", "bool")
-
-
-# --------------------------------------------------------------------------------------------- feeds
-def parse_feed(spec: str) -> dict:
-    """NAME=FILE.npy | NAME=FILE.npz | FILE.npz | NAME=VALUE[:dtype] | [NAME=]IMAGE[:layout] -> {name: array}.
-    An image without a name is keyed None: it feeds the predict net's first external input."""
-    name, sep, value = spec.partition("=")
-    if not sep:
-        if spec.endswith(".npz"):
-            return dict(_load_npz(Path(spec)))
-        if images.is_image_path(spec):
-            return {None: images.read_image(*images.split_layout(spec))}
-        raise ArgumentError(f"--feed {spec!r}: expected NAME=FILE.npy, NAME=FILE.npz, FILE.npz, NAME=VALUE "
-                            "or [NAME=]IMAGE.png[:layout]")
-    if not name:
-        raise ArgumentError(f"--feed {spec!r}: the blob name before '=' is empty")
-    if images.is_image_path(value):
-        return {name: images.read_image(*images.split_layout(value))}
-    if value.endswith((".npy", ".npz")) or Path(value).suffix in {".npy", ".npz"}:
-        path = Path(value)
-        if value.endswith(".npz"):
-            arrays = dict(_load_npz(path))
-            if name in arrays:
-                return {name: arrays[name]}
-            if len(arrays) == 1:
-                return {name: next(iter(arrays.values()))}
-            raise ArgumentError(f"--feed {spec!r}: {path} holds {sorted(arrays)}; none is named {name!r}")
-        return {name: _load_npy(path)}
-    return {name: _literal(name, value)}
-
-
-def _load_npy(path: Path) -> np.ndarray:
-    try:
-        return np.load(path, allow_pickle=False)
-    except FileNotFoundError:
-        raise FileFormatError(f"--feed: no such file {str(path)!r}") from None
-    except (OSError, ValueError) as e:
-        raise FileFormatError(f"--feed: {path} is not a readable .npy file ({e})") from None
-
-
-def _load_npz(path: Path):
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            return [(k, z[k]) for k in z.files]
-    except FileNotFoundError:
-        raise FileFormatError(f"--feed: no such file {str(path)!r}") from None
-    except (OSError, ValueError) as e:
-        raise FileFormatError(f"--feed: {path} is not a readable .npz file ({e})") from None
-
-
-def _literal(name: str, text: str) -> np.ndarray:
-    body, _, dtype = text.rpartition(":") if ":" in text else (text, "", "")
-    if dtype and dtype not in DTYPES:
-        raise ArgumentError(f"--feed {name}: unknown dtype {dtype!r}{did_you_mean(dtype, DTYPES)}; "
-                            f"choose one of {', '.join(DTYPES)}")
-    try:
-        value = ast.literal_eval(body)
-    except (ValueError, SyntaxError):
-        raise ArgumentError(f"--feed {name}={text!r}: not a file (.npy/.npz) nor a number or list literal") from None
-    arr = np.asarray(value)
-    if dtype:
-        return arr.astype(dtype)
-    if arr.dtype.kind in "fiu":  # model inputs are float32 unless said otherwise (NAME=[1,2]:int32)
-        return arr.astype(np.float32)
-    return arr
-
 
 # --------------------------------------------------------------------------------------------- output
 def format_blob(name: str, value, count: int = 6) -> str:
@@ -187,27 +119,6 @@ def cmd_run(a) -> int:
     return 0
 
 
-def load_checkpoint(ws, path) -> None:
-    """Feed every blob of a minidb checkpoint (written by --checkpoint or Caffe2's Save) into ws."""
-    if not path:
-        return
-    from .minidb import load_blobs
-    for name, value in load_blobs(path).items():
-        ws.feed(name, value)
-
-
-def save_checkpoint(ws, path) -> int:
-    """Save every tensor and string blob of the workspace (not opaque objects) as a minidb, atomically."""
-    from .minidb import save_blobs
-    blobs = {}
-    for name in ws.blobs():
-        value = ws.find(name).value
-        if isinstance(value, (str, bytes)) or (hasattr(value, "dtype") and hasattr(value, "shape")):
-            blobs[name] = backend.to_host(value) if hasattr(value, "dtype") else value
-    save_blobs(path, blobs)
-    return len(blobs)
-
-
 def _first_input(model, a) -> str:
     """The blob a nameless image feed goes to: the predict net's first external input (Caffe2's Predictor
     feeds inputs by position)."""
@@ -302,23 +213,6 @@ def cmd_inspect(a) -> int:
             raise ArgumentError("--shapes needs every op supported; see the list above")
         print_shapes(nets, a)
     return 1 if (missing and a.strict) else 0
-
-
-def parse_dims(spec: str):
-    """NAME=D1,D2,...[:dtype] -> (name, TensorSpec)."""
-    from .shapes import spec as make_spec
-
-    name, sep, rest = spec.partition("=")
-    dims, _, dtype = rest.partition(":")
-    if not sep or not name:
-        raise ArgumentError(f"--input {spec!r}: expected NAME=D1,D2,...[:dtype], e.g. data=1,3,224,224")
-    if dtype and dtype not in DTYPES:
-        raise ArgumentError(f"--input {name}: unknown dtype {dtype!r}{did_you_mean(dtype, DTYPES)}")
-    try:
-        shape = [int(d) for d in dims.split(",") if d.strip()]
-    except ValueError:
-        raise ArgumentError(f"--input {spec!r}: dims must be integers separated by commas") from None
-    return name, make_spec(shape, dtype or "float32")
 
 
 def print_shapes(nets, a) -> None:

@@ -13,6 +13,7 @@ import numpy as np
 from .errors import ArgumentError, MissingBlobError, ShapeError, StepnetError
 from .ops.registry import NO_GRADIENT, Arg, op
 from .proto import NetDef, OperatorDef, make_argument, parse_text
+from .rnn_internal import _defer_fc_parameter_gradients, _Rows
 from .workspace import Workspace
 
 
@@ -30,40 +31,6 @@ class StepWorkspaces:
 
     def __repr__(self):
         return f"StepWorkspaces({len(self.steps)} steps)"
-
-
-# ------------------------------------------------------------------------------------------- link ops
-@op("rnn_internal_apply_link", inputs=2, outputs=2, enforce_inplace=[(1, 1)], context=True, host_inputs=(0,),
-    args={"offset": Arg("int"), "window": Arg("int")}, gradient=NO_GRADIENT)
-def apply_link(ctx, xp, timestep, external, *, offset, window):
-    """Point `internal` at rows [t + offset, t + offset + window) of `external` (a view: writes land there)."""
-    t = int(timestep.reshape(-1)[0])
-    if offset < 0 or window < 0:
-        raise ArgumentError(f"link offset ({offset}) and window ({window}) must be >= 0")
-    if external.ndim == 0 or external.size == 0:
-        raise ShapeError(f"linked tensor {ctx.opdef.input[1]!r} is empty; a link needs a tensor with rows")
-    start, stop = t + offset, t + offset + window
-    if stop > external.shape[0]:
-        raise ShapeError(f"link {ctx.opdef.output[0]!r} -> {ctx.opdef.input[1]!r}: at timestep {t} the window "
-                         f"rows [{start}, {stop}) (offset {offset}, window {window}) run past the end of its "
-                         f"{external.shape[0]} rows {tuple(external.shape)}")
-    ctx.outputs[0].set_view(external[start:stop])
-    return None, None
-
-
-@op("rnn_internal_accumulate_gradient_input", inputs=3, outputs=1, enforce_inplace=[(2, 0)], context=True,
-    host_inputs=(0,), args={"offset": Arg("int")}, gradient=NO_GRADIENT)
-def accumulate_gradient_input(ctx, xp, timestep, og, g, *, offset):
-    """g[t + offset] += og[t], in place (g is the state-gradient tensor that links view into)."""
-    t = int(timestep.reshape(-1)[0])
-    if offset < 0:
-        raise ArgumentError(f"offset must be >= 0, got {offset}")
-    if t >= og.shape[0] or t + offset >= g.shape[0]:
-        raise ShapeError(f"timestep {t} + offset {offset} is outside the gradient tensors "
-                         f"{tuple(og.shape)} / {tuple(g.shape)}")
-    row = g[t + offset]
-    row += og[t].reshape(row.shape)
-    return None
 
 
 # ------------------------------------------------------------------------------------------- arguments
@@ -405,95 +372,6 @@ class _Backward:
             else:
                 results.append(grad[0].sum(axis=0))
         return results
-
-
-# ------------------------------------------------------------------------------------------- deferred FC
-class _DeferredFC:
-    """An FCGradient of the backward step net whose weight/bias gradients only feed the `_tmpstep`
-    accumulation Sums: per step it computes dX and keeps (X, dY); after the loop one GEMM over all timesteps
-    gives the summed dW and db (the same sum, far fewer and larger matrix products)."""
-
-    def __init__(self, collector: str, grad_w: str, grad_b: str):
-        self.collector, self.grad_w, self.grad_b = collector, grad_w, grad_b
-
-    def finish(self, xp, ws, shared) -> None:
-        rows = shared.find(self.collector).value
-        if rows.xs is None:
-            return
-        xs, dys = rows.xs[:rows.n], rows.dys[:rows.n]
-        for name, value in ((self.grad_w, dys.T @ xs), (self.grad_b, dys.sum(axis=0))):
-            blob = ws.find(name)
-            blob.value = blob.value + value.reshape(blob.value.shape).astype(blob.value.dtype, copy=False)
-
-
-class _Rows:
-    """The (X, dY) rows of every timestep, written into buffers sized once for T steps."""
-
-    def __init__(self, T: int):
-        self.T, self.n, self.xs, self.dys = T, 0, None, None
-
-    def add(self, xp, x2, dy2) -> None:
-        if self.xs is None or self.n + len(x2) > len(self.xs):
-            capacity = max(self.T * len(x2), self.n + len(x2))
-            xs, dys = xp.empty((capacity, x2.shape[1]), x2.dtype), xp.empty((capacity, dy2.shape[1]), dy2.dtype)
-            if self.xs is not None:
-                xs[:self.n], dys[:self.n] = self.xs[:self.n], self.dys[:self.n]
-            self.xs, self.dys = xs, dys
-        self.xs[self.n:self.n + len(x2)] = x2
-        self.dys[self.n:self.n + len(x2)] = dy2
-        self.n += len(x2)
-
-
-def _defer_fc_parameter_gradients(bnet: NetDef, param_grads) -> list:
-    """Rewrite FCGradient ops whose dW and db are parameter `_tmpstep` gradients (used nowhere else) into
-    rnn_internal_fc_gradient_deferred; drop their per-step accumulation Sums."""
-    from .proto import argument_value
-
-    tmp_to_grad = {tmp: grad for _, grad, tmp in param_grads}
-    uses: dict[str, int] = {}
-    for o in bnet.op:
-        for name in list(o.input) + list(o.output):
-            uses[name] = uses.get(name, 0) + 1
-    deferred, drop = [], set()
-    for o in bnet.op:
-        if o.type != "FCGradient" or len(o.output) != 3:
-            continue
-        dw, db = o.output[0], o.output[1]
-        if dw not in tmp_to_grad or db not in tmp_to_grad or uses[dw] != 2 or uses[db] != 2:
-            continue
-        args = {a.name: argument_value(a) for a in o.arg}
-        collector = tmp_to_grad[dw] + "_rnn_deferred"
-        x, w, dy = o.input
-        dx = o.output[2]
-        o.type = "rnn_internal_fc_gradient_deferred"
-        o.input[:] = [x, w, dy, collector]
-        o.output[:] = [dx]
-        del o.arg[:]
-        o.arg.extend([make_argument("axis", int(args.get("axis", 1))),
-                      make_argument("axis_w", int(args.get("axis_w", 1)))])
-        _extend_inputs(bnet, [collector])
-        deferred.append(_DeferredFC(collector, tmp_to_grad[dw], tmp_to_grad[db]))
-        drop.update((dw, db))
-    if drop:
-        keep = [o for o in bnet.op if not (o.type == "Sum" and len(o.input) == 2 and o.input[1] in drop)]
-        del bnet.op[:]
-        bnet.op.extend(keep)
-    return deferred
-
-
-@op("rnn_internal_fc_gradient_deferred", inputs=4, outputs=1, context=True, inplace=(),
-    args={"axis": 1, "axis_w": 1}, gradient=NO_GRADIENT)
-def fc_gradient_deferred(ctx, xp, x, w, dy, collector, *, axis, axis_w):
-    """dX of FCGradient now; (X, dY) copied into the collector (views may change later) for dW, db."""
-    a = axis + x.ndim if axis < 0 else axis
-    aw = axis_w + w.ndim if axis_w < 0 else axis_w
-    n = int(np.prod(w.shape[:aw]))
-    x2 = x.reshape(int(np.prod(x.shape[:a])), -1)
-    dy2 = dy.reshape(-1, n)
-    if dy2.shape[0] != x2.shape[0] or w.size != n * x2.shape[1]:
-        raise ShapeError(f"FCGradient: X {tuple(x.shape)}, W {tuple(w.shape)} and dY {tuple(dy.shape)} do not fit")
-    collector.add(xp, x2, dy2)
-    return (dy2 @ w.reshape(n, -1)).reshape(x.shape)
 
 
 @op("RecurrentNetworkGradient", inputs=(1, None), outputs=(1, None), context=True, args=RNN_ARGS,

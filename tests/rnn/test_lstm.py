@@ -148,14 +148,14 @@ def test_the_reference_comparison_catches_a_wrong_cell_gradient():
 
 def test_the_reference_comparison_catches_a_wrong_deferred_weight_gradient(monkeypatch):
     """The step net's FCGradient dW/db are computed after the loop in one GEMM; a wrong one is caught."""
-    from stepnet import recurrent
+    from stepnet import rnn_internal
 
-    original = recurrent._DeferredFC.finish
+    original = rnn_internal._DeferredFC.finish
 
     def off(self, xp, ws, shared):
         original(self, xp, ws, shared)
         blob = ws.find(self.grad_w)
         blob.value = blob.value * 1.01
-    monkeypatch.setattr(recurrent._DeferredFC, "finish", off)
+    monkeypatch.setattr(rnn_internal._DeferredFC, "finish", off)
     with pytest.raises(AssertionError, match="dLSTM/gates_t_w"):
         test_lstm_outputs_and_every_gradient((0,), False, 0.0, False, False, 2)
