@@ -24,7 +24,8 @@ GRU_HEAD = ("hidden_t_prev", "gates")
 GRU_GRAD_TAIL = ("hidden_t", "hidden_t_grad")
 
 LSTM_ARGS = {"forget_bias": 0.0, "drop_states": False, "sequence_lengths": True}
-GRU_ARGS = {"drop_states": False, "sequence_lengths": True}
+# Caffe2's gru_cell.py puts forget_bias on GRUUnit, whose kernel never reads it: accepted and ignored.
+GRU_ARGS = {"drop_states": False, "sequence_lengths": True, "forget_bias": 0.0}
 
 
 # --------------------------------------------------------------------------------------------- checks
@@ -266,7 +267,7 @@ def lstm_unit_gradient(xp, *inputs, forget_bias=0.0, drop_states=False, sequence
 
 # --------------------------------------------------------------------------------------------- GRUUnit
 
-def _gru_shape(specs, drop_states, sequence_lengths):
+def _gru_shape(specs, drop_states, sequence_lengths, forget_bias=0.0):
     (h_prev, gates), seq, timestep, _ = _unpack(specs, sequence_lengths, GRU_HEAD)
     n, _ = _check_cell({"hidden_t_prev": h_prev}, gates, 3, "reset, update, output")
     _check_steps(seq, timestep, n)
@@ -282,7 +283,7 @@ def gru_unit_gradient_maker(g) -> None:
 
 @op("GRUUnit", inputs=(3, 4), outputs=1, args=GRU_ARGS, inplace=NOT_IN_PLACE, host_inputs=(2, 3),
     gradient=gru_unit_gradient_maker, shape=_gru_shape)
-def gru_unit(xp, *inputs, drop_states=False, sequence_lengths=True):
+def gru_unit(xp, *inputs, drop_states=False, sequence_lengths=True, forget_bias=0.0):
     """One GRU step: h = h_prev·σ(u) + tanh(o)·(1 − σ(u)) -> hidden_t.
 
     Inputs: hidden_t_prev (1×N×D), gates (1×N×3D, order reset, update, output), seq_lengths (int32 N;
@@ -304,7 +305,7 @@ def gru_unit(xp, *inputs, drop_states=False, sequence_lengths=True):
     return h
 
 
-def _gru_grad_shape(specs, drop_states, sequence_lengths):
+def _gru_grad_shape(specs, drop_states, sequence_lengths, forget_bias=0.0):
     (h_prev, gates), seq, timestep, (h, dh) = _unpack(specs, sequence_lengths, GRU_HEAD, GRU_GRAD_TAIL)
     states = {"hidden_t_prev": h_prev, "hidden_t": h, "hidden_t_grad": dh}
     n, _ = _check_cell(states, gates, 3, "reset, update, output")
@@ -314,7 +315,7 @@ def _gru_grad_shape(specs, drop_states, sequence_lengths):
 
 @op("GRUUnitGradient", inputs=(5, 6), outputs=2, args=GRU_ARGS, inplace=NOT_IN_PLACE, host_inputs=(2, 3),
     shape=_gru_grad_shape)
-def gru_unit_gradient(xp, *inputs, drop_states=False, sequence_lengths=True):
+def gru_unit_gradient(xp, *inputs, drop_states=False, sequence_lengths=True, forget_bias=0.0):
     """Gradients of GRUUnit -> (hidden_t_prev_grad, gates_grad).
 
     Valid rows: dh_prev = dH·u, du = dH·(h_prev − tanh o)·σ'(u), do = dH·(1 − u)·(1 − tanh²o), and a zero

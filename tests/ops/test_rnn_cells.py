@@ -334,3 +334,16 @@ def test_check_gradient_catches_a_wrong_gru_gradient(broken):
     broken("GRUUnitGradient", _gru_wrong_dh_prev)
     with pytest.raises(AssertionError, match="input 0"):
         check_gradient("GRUUnit", [f32(1, 3, 2), f32(1, 3, 6), i32(3, 3, 3), i32(0)], outputs=1, wrt=[0, 1])
+
+
+def test_gru_unit_accepts_and_ignores_forget_bias():
+    """Caffe2's gru_cell.py sets forget_bias on GRUUnit, whose kernel never reads it."""
+    import warnings
+    rng = np.random.default_rng(0)
+    h = rng.standard_normal((1, 2, 3)).astype(np.float32)
+    g = rng.standard_normal((1, 2, 9)).astype(np.float32)
+    t = np.array([0], np.int32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with_bias = run_op("GRUUnit", [h, g, t], sequence_lengths=0, forget_bias=2.5)
+    np.testing.assert_array_equal(with_bias, run_op("GRUUnit", [h, g, t], sequence_lengths=0))
