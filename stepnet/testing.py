@@ -161,3 +161,20 @@ def check_gradient(op_type: str, inputs, outputs=1, wrt=None, outputs_with_grads
                 raise AssertionError(f"{op_type}: gradient of input {i} ({name}) is wrong at {where}: analytic "
                                      f"{exact:.6g}, finite differences {numeric:.6g}")
     return analytic
+
+
+def infer_alone(op_type: str, inputs, outputs=1, **args) -> dict:
+    """Specs of every blob after static inference of one op from its inputs' specs (nothing runs). inputs
+    and outputs as in run_op."""
+    inputs = inputs if isinstance(inputs, dict) else {f"in{i}": v for i, v in enumerate(inputs)}
+    outputs = [f"out{i}" for i in range(outputs)] if isinstance(outputs, int) else list(outputs)
+    from .proto import NetDef
+    net = NetDef(name="static")
+    net.op.append(make_op(op_type, list(inputs), outputs, **args))
+    return infer_net(net, {n: TensorSpec.of(np.asarray(v)) for n, v in inputs.items()})
+
+
+def infer_static(op_type: str, inputs, n_out: int = 1, **args) -> list:
+    """The output specs of one op from its shape function alone (nothing runs)."""
+    specs = infer_alone(op_type, inputs, n_out, **args)
+    return [specs[f"out{i}"] for i in range(n_out)]

@@ -27,18 +27,6 @@ def in_order(x, order):
     return x if order == "NCHW" else np.ascontiguousarray(np.moveaxis(x, 1, -1))
 
 
-@pytest.fixture
-def broken():
-    saved = {}
-
-    def replace(op_type, kernel):
-        saved.setdefault(op_type, REGISTRY.get(op_type).kernel)
-        REGISTRY.update(op_type, kernel=kernel)
-    yield replace
-    for op_type, kernel in saved.items():
-        REGISTRY.update(op_type, kernel=kernel)
-
-
 # ------------------------------------------------------------------------------------- finite differences
 # (X shape NCHW, filter shape (M, C/group, *kernel), group, args)
 CONV_CASES = [

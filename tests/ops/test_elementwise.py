@@ -6,12 +6,11 @@ import operator
 import numpy as np
 import pytest
 
-from stepnet import NetDef, backend
+from stepnet import backend
 from stepnet.errors import ArgumentError, DTypeError, ShapeError
 from stepnet.ops import REGISTRY
 from stepnet.ops.elementwise import broadcast_b_shape, broadcast_result_shape, sum_to_shape
-from stepnet.shapes import TensorSpec, infer_net
-from stepnet.testing import DEVICES, make_op, run_op
+from stepnet.testing import DEVICES, infer_static, run_op
 
 rng = np.random.default_rng(7)
 
@@ -285,15 +284,6 @@ BAD = [
 def test_bad_input(device, cid, op_type, inputs, args, err, match):
     with pytest.raises(err, match=match):
         run_op(op_type, inputs, device=device, **args)
-
-
-def infer_static(op_type, inputs, n_out=1, **args):
-    """The output specs of one op from its shape function alone (nothing runs)."""
-    names = {f"in{i}": v for i, v in enumerate(inputs)}
-    net = NetDef(name="static")
-    net.op.add().CopyFrom(make_op(op_type, list(names), [f"out{i}" for i in range(n_out)], **args))
-    specs = infer_net(net, {n: TensorSpec.of(v) for n, v in names.items()})
-    return [specs[f"out{i}"] for i in range(n_out)]
 
 
 @pytest.mark.parametrize("cid,op_type,inputs,args,err,match", BAD, ids=[c[0] for c in BAD])

@@ -11,8 +11,7 @@ from stepnet import NetDef, Workspace, load
 from stepnet.errors import ArgumentError, ArityError, DTypeError, ShapeError
 from stepnet.ops import REGISTRY
 from stepnet.proto import DeviceOption
-from stepnet.shapes import TensorSpec, infer_net
-from stepnet.testing import DEVICES, make_op, run_op
+from stepnet.testing import DEVICES, infer_static, make_op, run_op
 
 FLOAT, INT32, STRING, BOOL, UINT8, INT8 = 1, 2, 4, 5, 6, 7
 UINT16, INT16, INT64, FLOAT16, DOUBLE = 8, 9, 10, 12, 13
@@ -208,15 +207,6 @@ BAD = [
 def test_bad_input(op_type, inputs, args, error, match):
     with pytest.raises(error, match=match):
         run_op(op_type, inputs, 1, **args)
-
-
-def infer_static(op_type, inputs, n_out=1, **args):
-    """The output specs of one op from its shape function alone (nothing runs)."""
-    names = {f"in{i}": v for i, v in enumerate(inputs)}
-    net = NetDef(name="static")
-    net.op.add().CopyFrom(make_op(op_type, list(names), [f"out{i}" for i in range(n_out)], **args))
-    specs = infer_net(net, {n: TensorSpec.of(v) for n, v in names.items()})
-    return [specs[f"out{i}"] for i in range(n_out)]
 
 
 @pytest.mark.parametrize("op_type,inputs,args,error,match", BAD,

@@ -8,9 +8,7 @@ import pytest
 from stepnet import Workspace, caffe2_pb2
 from stepnet.errors import ArgumentError, DTypeError, ShapeError
 from stepnet.ops import REGISTRY
-from stepnet.proto import NetDef
-from stepnet.shapes import TensorSpec, infer_net
-from stepnet.testing import DEVICES, make_op, run_op
+from stepnet.testing import DEVICES, infer_alone, run_op
 
 rng = np.random.default_rng(9)
 STYLE_NET = pathlib.Path("/work/shared/realmodels/models/style_transfer_crayon_predict.pb")
@@ -23,14 +21,6 @@ def f32(*shape, lo=-2.0, hi=3.0):
 def to_nhwc(x):
     return np.ascontiguousarray(x.transpose(0, 2, 3, 1))
 
-
-def infer_alone(op_type, inputs, outputs, **args):
-    """Static inference of one op from the specs of its inputs: nothing runs."""
-    inputs = inputs if isinstance(inputs, dict) else {f"in{i}": v for i, v in enumerate(inputs)}
-    outputs = [f"out{i}" for i in range(outputs)] if isinstance(outputs, int) else list(outputs)
-    net = NetDef(name="static")
-    net.op.append(make_op(op_type, list(inputs), outputs, **args))
-    return infer_net(net, {n: TensorSpec.of(np.asarray(v)) for n, v in inputs.items()})
 
 # ----------------------------------------------------------------------------------------------- PadImage
 def mirror(i, n):

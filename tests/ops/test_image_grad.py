@@ -23,18 +23,6 @@ def sig(ops):
     return [(o.type, list(o.input), list(o.output)) for o in ops]
 
 
-@pytest.fixture
-def broken():
-    saved = {}
-
-    def replace(op_type, kernel):
-        saved.setdefault(op_type, REGISTRY.get(op_type).kernel)
-        REGISTRY.update(op_type, kernel=kernel)
-    yield replace
-    for op_type, kernel in saved.items():
-        REGISTRY.update(op_type, kernel=kernel)
-
-
 # ----------------------------------------------------------------------------------------------- PadImage
 PAD_FORMS = [dict(pads=[2, 1, 0, 3]), dict(pad=1), dict(pad_t=-1, pad_l=2, pad_b=1, pad_r=-2),
              dict(pads=[3, 0, 1, 2])]

@@ -4,9 +4,7 @@ import pytest
 
 from stepnet.errors import ArgumentError, DTypeError, ShapeError
 from stepnet.ops import REGISTRY
-from stepnet.proto import NetDef
-from stepnet.shapes import TensorSpec, infer_net
-from stepnet.testing import DEVICES, make_op, run_op
+from stepnet.testing import DEVICES, infer_alone, run_op
 
 RNG = np.random.default_rng(11)
 
@@ -18,14 +16,6 @@ def rand(*shape, dtype=np.float32):
 def ints(values, dtype=np.int32):
     return np.array(values, dtype=dtype)
 
-
-def infer_alone(op_type, inputs, outputs, **args):
-    """Static inference of one op from the specs of its inputs: nothing runs."""
-    inputs = inputs if isinstance(inputs, dict) else {f"in{i}": v for i, v in enumerate(inputs)}
-    outputs = [f"out{i}" for i in range(outputs)] if isinstance(outputs, int) else list(outputs)
-    net = NetDef(name="static")
-    net.op.append(make_op(op_type, list(inputs), outputs, **args))
-    return infer_net(net, {n: TensorSpec.of(np.asarray(v)) for n, v in inputs.items()})
 
 # --------------------------------------------------------------------------------------------- references
 def ref_gather(data, indices, axis=0):

@@ -33,18 +33,6 @@ def sig(ops):
     return [(o.type, list(o.input), list(o.output), {a.name: argument_value(a) for a in o.arg}) for o in ops]
 
 
-@pytest.fixture
-def broken():
-    saved = {}
-
-    def replace(op_type, kernel):
-        saved.setdefault(op_type, REGISTRY.get(op_type).kernel)
-        REGISTRY.update(op_type, kernel=kernel)
-    yield replace
-    for op_type, kernel in saved.items():
-        REGISTRY.update(op_type, kernel=kernel)
-
-
 # ----------------------------------------------------------------------------------------- finite differences
 IDX = i32(0, 2, 2, 4, 1, 0)          # repeats, and rows of DATA (5 rows) never picked
 LENS = i32(2, 0, 3, 1)               # an empty segment

@@ -9,8 +9,7 @@ from stepnet import NetDef, Workspace
 from stepnet.errors import ArgumentError, DTypeError, ShapeError
 from stepnet.ops import REGISTRY
 from stepnet.proto import DeviceOption
-from stepnet.shapes import TensorSpec, infer_net
-from stepnet.testing import DEVICES, make_op, run_op
+from stepnet.testing import DEVICES, infer_alone, make_op, run_op
 
 rng = np.random.default_rng(5)
 
@@ -35,14 +34,6 @@ def moments(values):
 def channel_of(index, order, ndim):
     return index[1] if order == "NCHW" else index[ndim - 1]
 
-
-def infer_alone(op_type, inputs, outputs, **args):
-    """Static inference of one op from the specs of its inputs: nothing runs."""
-    inputs = inputs if isinstance(inputs, dict) else {f"in{i}": v for i, v in enumerate(inputs)}
-    outputs = [f"out{i}" for i in range(outputs)] if isinstance(outputs, int) else list(outputs)
-    net = NetDef(name="static")
-    net.op.append(make_op(op_type, list(inputs), outputs, **args))
-    return infer_net(net, {n: TensorSpec.of(np.asarray(v)) for n, v in inputs.items()})
 
 # ----------------------------------------------------------------------------------------------- SpatialBN
 def bn_reference(x, scale, bias, order, eps, mean=None, var=None):

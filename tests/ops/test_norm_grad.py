@@ -24,18 +24,6 @@ def sig(ops):
     return [(o.type, list(o.input), list(o.output)) for o in ops]
 
 
-@pytest.fixture
-def broken():
-    saved = {}
-
-    def replace(op_type, kernel):
-        saved.setdefault(op_type, REGISTRY.get(op_type).kernel)
-        REGISTRY.update(op_type, kernel=kernel)
-    yield replace
-    for op_type, kernel in saved.items():
-        REGISTRY.update(op_type, kernel=kernel)
-
-
 # ----------------------------------------------------------------------------------------------- SpatialBN
 def bn_inputs(shape, order):
     c = shape[1]

@@ -32,18 +32,6 @@ def to_nchw(a):
     return np.ascontiguousarray(np.moveaxis(a, -1, 1))
 
 
-@pytest.fixture
-def broken():
-    saved = {}
-
-    def replace(op_type, kernel):
-        saved.setdefault(op_type, REGISTRY.get(op_type).kernel)
-        REGISTRY.update(op_type, kernel=kernel)
-    yield replace
-    for op_type, kernel in saved.items():
-        REGISTRY.update(op_type, kernel=kernel)
-
-
 # ------------------------------------------------------------------------------------- finite differences
 # (image shape NCHW, pooling args)
 CASES = [

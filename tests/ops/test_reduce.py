@@ -5,11 +5,9 @@ import math
 import numpy as np
 import pytest
 
-from stepnet import NetDef
 from stepnet.errors import ArgumentError, DTypeError, ShapeError
 from stepnet.ops import REGISTRY
-from stepnet.shapes import TensorSpec, infer_net
-from stepnet.testing import DEVICES, make_op, run_op
+from stepnet.testing import DEVICES, infer_static, run_op
 
 rng = np.random.default_rng(5)
 F32_LOW, F32_HIGH = float(np.finfo(np.float32).min), float(np.finfo(np.float32).max)
@@ -223,15 +221,6 @@ BAD = [
 def test_bad_input(op_type, inputs, args, error, pattern, device):
     with pytest.raises(error, match=pattern):
         run_op(op_type, inputs, device=device, **args)
-
-
-def infer_static(op_type, inputs, n_out=1, **args):
-    """The output specs of one op from its shape function alone (nothing runs)."""
-    names = {f"in{i}": v for i, v in enumerate(inputs)}
-    net = NetDef(name="static")
-    net.op.add().CopyFrom(make_op(op_type, list(names), [f"out{i}" for i in range(n_out)], **args))
-    specs = infer_net(net, {n: TensorSpec.of(v) for n, v in names.items()})
-    return [specs[f"out{i}"] for i in range(n_out)]
 
 
 @pytest.mark.parametrize("op_type, inputs, args, error, pattern", BAD,

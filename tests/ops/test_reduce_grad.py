@@ -30,18 +30,6 @@ def i32(*values):
     return np.array(values, dtype=np.int32)
 
 
-@pytest.fixture
-def broken():
-    saved = {}
-
-    def replace(op_type, kernel):
-        saved.setdefault(op_type, REGISTRY.get(op_type).kernel)
-        REGISTRY.update(op_type, kernel=kernel)
-    yield replace
-    for op_type, kernel in saved.items():
-        REGISTRY.update(op_type, kernel=kernel)
-
-
 def sig(ops):
     return [(o.type, list(o.input), list(o.output), {a.name: argument_value(a) for a in o.arg}) for o in ops]
 

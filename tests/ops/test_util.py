@@ -12,8 +12,7 @@ from stepnet.errors import ArgumentError, DTypeError, MissingBlobError, OpError,
 from stepnet.ops import REGISTRY
 from stepnet.ops.util import Mutex, next_iter
 from stepnet.proto import DeviceOption
-from stepnet.shapes import TensorSpec, infer_net
-from stepnet.testing import DEVICES, make_op, run_op
+from stepnet.testing import DEVICES, infer_static, make_op, run_op
 
 INT64 = 10
 GPU = DeviceOption(device_type=1)
@@ -290,15 +289,6 @@ def test_nan_check_fails(device):
 
 
 # --------------------------------------------------------------------------------------------- static shapes
-def infer_static(op_type, inputs, n_out=1, **args):
-    """The output specs of one op from its shape function alone (nothing runs)."""
-    names = {f"in{i}": v for i, v in enumerate(inputs)}
-    net = NetDef(name="static")
-    net.op.add().CopyFrom(make_op(op_type, list(names), [f"out{i}" for i in range(n_out)], **args))
-    specs = infer_net(net, {n: TensorSpec.of(v) for n, v in names.items()})
-    return [specs[f"out{i}"] for i in range(n_out)]
-
-
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("op_type,inputs,n_out,want", [
     ("Iter", [np.array([4], np.int64)], 1, [((1,), np.int64)]),

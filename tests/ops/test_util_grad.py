@@ -42,18 +42,6 @@ def run_net(ops, feeds, device, losses=None):
     return ws, grads
 
 
-@pytest.fixture
-def broken():
-    saved = {}
-
-    def replace(op_type, kernel):
-        saved.setdefault(op_type, REGISTRY.get(op_type).kernel)
-        REGISTRY.update(op_type, kernel=kernel)
-    yield replace
-    for op_type, kernel in saved.items():
-        REGISTRY.update(op_type, kernel=kernel)
-
-
 # --------------------------------------------------------------------------------------------------- NanCheck
 @pytest.mark.parametrize("device", DEVICES)
 def test_nan_check_gradient_passes_through_and_is_checked(device):
