@@ -8,7 +8,6 @@ import pytest
 
 from stepnet.errors import ArityError, ShapeError
 from stepnet.gradients import GradientError, add_gradient_ops, backward_ops
-from stepnet.ops import REGISTRY
 from stepnet.proto import DeviceOption, NetDef, argument_value
 from stepnet.testing import DEVICES, check_gradient, make_op, run_op
 from stepnet.workspace import Workspace
@@ -22,19 +21,6 @@ def f32(*shape):
 
 def sig(ops):
     return [(o.type, list(o.input), list(o.output), {a.name: argument_value(a) for a in o.arg}) for o in ops]
-
-
-@pytest.fixture
-def broken():
-    """broken(type, kernel): replace a registered kernel for one test."""
-    saved = {}
-
-    def replace(op_type, kernel):
-        saved.setdefault(op_type, REGISTRY.get(op_type).kernel)
-        REGISTRY.update(op_type, kernel=kernel)
-    yield replace
-    for op_type, kernel in saved.items():
-        REGISTRY.update(op_type, kernel=kernel)
 
 
 # ----------------------------------------------------------------------------------------- finite differences
