@@ -40,10 +40,13 @@ class DeviceArray(np.ndarray):
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         _check_no_host(inputs, ufunc.__name__)
-        if "out" in kwargs:
-            _check_no_host(kwargs["out"], ufunc.__name__)
-            kwargs["out"] = tuple(_host_view(o) for o in kwargs["out"])
+        out = kwargs.get("out")
+        if out is not None:
+            _check_no_host(out, ufunc.__name__)
+            kwargs["out"] = tuple(_host_view(o) for o in out)
         result = getattr(ufunc, method)(*(_host_view(x) for x in inputs), **kwargs)
+        if out is not None:  # in-place (x += y, out=...): the very arrays given, as numpy and CuPy return
+            return out[0] if len(out) == 1 else out
         return _wrap(result)
 
     def __array_function__(self, func, types_, args, kwargs):

@@ -156,6 +156,8 @@ class Net:
         device = backend.resolve(opdef.device_option if opdef.HasField("device_option") else None, ws.gpu)
         xp = backend.array_module(device)
         kernel = schema.gpu_kernel if (schema.gpu_kernel and not device.is_cpu) else schema.kernel
+        if schema.inplace_kernel and opdef.input and opdef.output and opdef.output[0] == opdef.input[0]:
+            kernel = schema.inplace_kernel  # Caffe2 writes such an op's result into input 0's buffer
         if schema.random:
             do = opdef.device_option
             args["rng"] = (np.random.default_rng(do.random_seed)

@@ -354,11 +354,12 @@ def test_clipping_scales_the_step(kind, kwargs, hyper):
 
 def test_the_tester_a_sign_flipped_weighted_sum_is_caught():
     schema = REGISTRY.get("WeightedSum")
-    REGISTRY.update("WeightedSum", kernel=lambda xp, *ins, grad_on_w: ins[0] - ins[2] * ins[3])
+    wrong = lambda xp, *ins, grad_on_w: ins[0] - ins[2] * ins[3]  # noqa: E731
+    REGISTRY.update("WeightedSum", kernel=wrong, inplace_kernel=wrong)  # the SGD update runs in place
     try:
         ws = trained("sgd", {}, steps=2, lr=0.05)
     finally:
-        REGISTRY.update("WeightedSum", kernel=schema.kernel)
+        REGISTRY.update("WeightedSum", kernel=schema.kernel, inplace_kernel=schema.inplace_kernel)
     with pytest.raises(AssertionError):
         np.testing.assert_allclose(ws.fetch("y_w"), train_ref("sgd", 2, 0.05)[0], rtol=1e-4, atol=1e-5)
 

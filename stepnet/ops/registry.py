@@ -71,6 +71,7 @@ class OpSchema:
     devices: str = "same"                     # "any": inputs may live on another device (copy ops)
     host_inputs: frozenset = frozenset()      # inputs Caffe2 keeps on the CPU even for GPU ops (shapes, sizes)
     gpu_kernel: Callable | None = None
+    inplace_kernel: Callable | None = None    # used when output 0 is input 0: may update that array in place
     gradient: Any = None                      # a maker function, one of the no-gradient kinds, or None
     shape: Callable | None = None
     doc: str = ""
@@ -98,7 +99,7 @@ class Registry:
 
     def op(self, type_: str, *, inputs=1, outputs=1, args=None, inplace=ANY_INPLACE, enforce_inplace=(),
            context=False, random=False, devices="same", host_inputs=(), gradient=None, shape=None, doc=None,
-           aliases=()):
+           aliases=(), inplace_kernel=None):
         """Decorator registering kernel under type_ (and aliases) with its full record."""
         def register(kernel):
             allow = inplace if inplace == ANY_INPLACE else frozenset(inplace)
@@ -106,7 +107,7 @@ class Registry:
                 type=type_, kernel=kernel, inputs=_range(inputs), outputs=_range(outputs),
                 args={k: _as_arg(v) for k, v in (args or {}).items()}, allow_inplace=allow,
                 enforce_inplace=frozenset(enforce_inplace), context=context, random=random, devices=devices,
-                host_inputs=frozenset(host_inputs),
+                host_inputs=frozenset(host_inputs), inplace_kernel=inplace_kernel,
                 gradient=gradient, shape=shape, doc=(doc or kernel.__doc__ or "").strip(),
                 family=kernel.__module__.rsplit(".", 1)[-1])
             for name in (type_, *aliases):

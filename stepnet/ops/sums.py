@@ -41,6 +41,27 @@ def _sum(xp, op_type, inputs, allowed):
     return out
 
 
+def _writable_alone(x0, rest) -> bool:
+    """Whether input 0 may be updated in place: writeable and not also one of the other inputs."""
+    if not getattr(getattr(x0, "flags", None), "writeable", True):
+        return False
+    return not any(r is x0 or (getattr(r, "base", None) is not None and r.base is getattr(x0, "base", x0))
+                   for r in rest)
+
+
+def _sum_into(op_type, allowed):
+    def kernel(xp, *inputs):
+        """Sum written into input 0 (the op's output is input 0, as Caffe2's in-place Sum does)."""
+        if not _writable_alone(inputs[0], inputs[1:]):
+            return _sum(xp, op_type, inputs, allowed)
+        _check_sum(op_type, inputs, allowed)
+        out = inputs[0]
+        for x in inputs[1:]:
+            out += x
+        return out
+    return kernel
+
+
 def _sum_shape(op_type, allowed):
     def shape(specs):
         _check_sum(op_type, specs, allowed)
@@ -55,7 +76,8 @@ def _sum_gradient(g):
         g.set_dense(i, g.GO(0))
 
 
-@op("Sum", inputs=(1, None), inplace=[(0, 0)], shape=_sum_shape("Sum", _SUM_DTYPES), gradient=_sum_gradient)
+@op("Sum", inputs=(1, None), inplace=[(0, 0)], shape=_sum_shape("Sum", _SUM_DTYPES), gradient=_sum_gradient,
+    inplace_kernel=_sum_into("Sum", _SUM_DTYPES))
 def sum_(xp, *inputs):
     """Elementwise sum of any number of same-shape, same-dtype tensors (one input: a copy)."""
     return _sum(xp, "Sum", inputs, _SUM_DTYPES)
@@ -100,8 +122,22 @@ def _weighted_sum_gradient(g):
     g.op("WeightedSumGradient", [g.GO(0), *g.def_.input], outputs)
 
 
+def _weighted_sum_into(xp, *inputs, grad_on_w=False):
+    """WeightedSum written into X0 (output 0 is input 0, e.g. the SGD update param += lr·grad)."""
+    X0 = inputs[0]
+    if not _writable_alone(X0, inputs[2::2]) or X0.ndim == 0:
+        return weighted_sum(xp, *inputs, grad_on_w=grad_on_w)
+    _check_weighted_sum(inputs)
+    w0 = inputs[1].reshape(()).astype(X0.dtype)
+    if float(w0) != 1.0:
+        X0 *= w0
+    for k in range(2, len(inputs), 2):
+        X0 += inputs[k].reshape(X0.shape) * xp.asarray(inputs[k + 1]).reshape(()).astype(X0.dtype)
+    return X0
+
+
 @op("WeightedSum", inputs=(2, None), args={"grad_on_w": False}, inplace=[(0, 0)], shape=_weighted_sum_shape,
-    gradient=_weighted_sum_gradient)
+    gradient=_weighted_sum_gradient, inplace_kernel=_weighted_sum_into)
 def weighted_sum(xp, *inputs, grad_on_w=False):
     """Y = Σ w_i·X_i over pairs X0, w0, X1, w1, ...; each w_i holds one number, each X_i as many elements as
     X0 (Caffe2 compares sizes, not shapes). grad_on_w only tells the gradient to also produce dw_i."""
