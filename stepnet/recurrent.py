@@ -1,19 +1,22 @@
 """RecurrentNetwork and its gradient: step nets run once per timestep over link/alias views (spec §3).
 
-The forward op rewrites its step net once (link ops prepended), keeps one workspace per timestep (or K
-rotating ones when there is no backward pass) in the `step_workspaces` output, and runs the step net T times;
-link internals are views into the state/input tensors, so what step ops write lands in them. The gradient op
-rewrites the backward step net (links, gradient accumulation, `_tmpstep` parameter gradients summed across
-timesteps) and runs it from T-1 down to 0 in the forward op's workspaces.
+The forward op prepares its step net once, keeps one workspace per timestep (or K rotating ones when there
+is no backward pass) in the `step_workspaces` output, and runs the step net T times, first pointing each link
+internal at its rows (what Caffe2's prepended rnn_internal_apply_link ops do). Link internals are views into
+the state/input tensors, so what step ops write lands in them. The gradient op rewrites the backward step net
+(gradient accumulation, `_tmpstep` parameter gradients summed across timesteps), sets the forward and
+backward links the same way and runs it from T-1 down to 0 in the forward op's workspaces.
 """
 from __future__ import annotations
+
+import weakref
 
 import numpy as np
 
 from .errors import ArgumentError, MissingBlobError, ShapeError, StepnetError
 from .ops.registry import NO_GRADIENT, Arg, op
 from .proto import NetDef, OperatorDef, make_argument, parse_text
-from .rnn_internal import _defer_fc_parameter_gradients, _Rows
+from .rnn_internal import _defer_fc_parameter_gradients, _Rows, bind_links, set_links
 from .workspace import Workspace
 
 
@@ -70,14 +73,6 @@ def _links(internal, external, offset, window, what: str):
         if off < 0:
             raise ArgumentError(f"{what}_offset of {name!r} is {off}; link offsets must be >= 0")
     return list(zip(internal, external, offset, window))
-
-
-def _link_op(internal, external, offset, window, timestep, device_option) -> OperatorDef:
-    link = OperatorDef(type="rnn_internal_apply_link", input=[timestep, external], output=[internal, external],
-                       arg=[make_argument("offset", offset), make_argument("window", window)])
-    if device_option is not None:
-        link.device_option.CopyFrom(device_option)
-    return link
 
 
 def _extend_inputs(net: NetDef, names) -> None:
@@ -164,6 +159,7 @@ class _Forward:
             raise ArgumentError(f"step_net and backward_step_net are both named {self.step_net.name!r}; they "
                                 "are cached by name in each step workspace, so they need different names")
         self.recompute = list(a["recompute_blobs_on_backward"])
+        self.bound = weakref.WeakKeyDictionary()  # step workspace -> its link blobs
         self.num_workspaces = max(1, a["num_workspaces"])
 
     def _rewrite(self, step_net: NetDef, opdef) -> NetDef:
@@ -171,13 +167,10 @@ class _Forward:
         net.CopyFrom(step_net)
         if net.type == "rnn":
             net.type = "async_simple"
-        device = opdef.device_option if opdef.HasField("device_option") else None
         _extend_inputs(net, [self.timestep])
-        links = [_link_op(i, e, o, w, self.timestep, device) for i, e, o, w in self.links]
         for internal, external, _, _ in self.links:
             _extend_inputs(net, [internal, external])
-        _prepend(net, links)
-        return net
+        return net  # link views are set by the loop (set_links), not by prepended rnn_internal_apply_link ops
 
     def run(self, ctx, xp, inputs):
         ws = ctx.workspace
@@ -199,6 +192,10 @@ class _Forward:
         for t in range(T):
             step_ws = scratch.step(t if k is None else t % k)
             step_ws.create_blob(self.timestep).value = np.array([t], dtype=np.int32)
+            bound = self.bound.get(step_ws)
+            if bound is None:
+                bound = self.bound[step_ws] = bind_links(step_ws, self.links)
+            set_links(bound, t)
             net = step_ws._nets.get(self.step_net.name)
             if net is None:
                 net = _create_step_net(step_ws, self.step_net, self.timestep)
@@ -307,12 +304,13 @@ class _Backward:
         _extend_inputs(bnet, [self.timestep])
         for internal, external, _, _ in links:
             _extend_inputs(bnet, [internal, external])
-        link_ops = [_link_op(i, e, o, w, self.timestep, device) for i, e, o, w in links]
-        _prepend(bnet, link_ops + accumulate)
+        self.links = links  # set as views by the loop before each step (what Caffe2's prepended link ops do)
+        _prepend(bnet, accumulate)
         for _, grad, tmp in self.param_grads:
             bnet.op.append(OperatorDef(type="Sum", input=[grad, tmp], output=[grad]))
             _extend_inputs(bnet, [grad])
         self.deferred = _defer_fc_parameter_gradients(bnet, self.param_grads)
+        self.bound = weakref.WeakKeyDictionary()
         self.net = bnet
         self.input_grad = r(opdef.input[self.G] + "_grad")
 
@@ -348,14 +346,18 @@ class _Backward:
         blob.value = xp.zeros_like(x0)
         blob.view = False
         first = scratch.steps[0]
-        for o in self.net.op:
-            for name in o.output:
-                if first.find(name) is None:
-                    scratch.shared.create_local_blob(name)
+        produced = [name for o in self.net.op for name in o.output] + [link[0] for link in self.links]
+        for name in produced:  # backward-only temporaries (link internals included) are shared by all steps
+            if first.find(name) is None:
+                scratch.shared.create_local_blob(name)
         for d in self.deferred:
             scratch.shared.create_local_blob(d.collector).value = _Rows(T)
         for t in range(T - 1, -1, -1):
             step_ws = scratch.steps[t]
+            bound = self.bound.get(step_ws)
+            if bound is None:
+                bound = self.bound[step_ws] = bind_links(step_ws, self.links)
+            set_links(bound, t)
             net = step_ws._nets.get(self.net.name)
             if net is None:
                 net = _create_step_net(step_ws, self.net, self.timestep)

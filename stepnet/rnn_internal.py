@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import ArgumentError, ShapeError
+from .errors import ArgumentError, MissingBlobError, ShapeError
 from .ops.registry import NO_GRADIENT, Arg, op
 from .proto import NetDef, make_argument
 
@@ -41,6 +41,35 @@ def accumulate_gradient_input(ctx, xp, timestep, og, g, *, offset):
     row = g[t + offset]
     row += og[t].reshape(row.shape)
     return None
+
+
+def bind_links(step_ws, links) -> list:
+    """(internal blob, external blob, offset, window) per link of a step workspace, bound as the link op's
+    outputs and inputs would be (CreateBlob for the internal: an ancestor's blob of that name wins)."""
+    bound = []
+    for internal, external, offset, window in links:
+        ext = step_ws.find(external)
+        if ext is None:
+            raise MissingBlobError(f"link {internal!r} -> {external!r}: blob {external!r} does not exist")
+        if offset < 0 or window < 0:
+            raise ArgumentError(f"link offset ({offset}) and window ({window}) must be >= 0")
+        bound.append((step_ws.create_blob(internal), ext, offset, window))
+    return bound
+
+
+def set_links(bound, t: int) -> None:
+    """Point every link internal at rows [t + offset, t + offset + window) of its external tensor: the work of
+    Caffe2's rnn_internal_apply_link ops, done by the RecurrentNetwork loop without a dispatch per link."""
+    for blob, ext, offset, window in bound:
+        external = ext.value
+        if external is None or external.ndim == 0 or external.size == 0:
+            raise ShapeError(f"linked tensor {ext.name!r} is empty; a link needs a tensor with rows")
+        start, stop = t + offset, t + offset + window
+        if stop > external.shape[0]:
+            raise ShapeError(f"link {blob.name!r} -> {ext.name!r}: at timestep {t} the window rows [{start}, "
+                             f"{stop}) (offset {offset}, window {window}) run past the end of its "
+                             f"{external.shape[0]} rows {tuple(external.shape)}")
+        blob.set_view(external[start:stop])
 
 
 # ------------------------------------------------------------------------------------------- deferred FC
