@@ -268,18 +268,6 @@ def test_bad_gradient_inputs_are_named():
 
 
 # --------------------------------------------------------------------------------------------- the testers
-@pytest.fixture
-def broken():
-    saved = {}
-
-    def install(type_, kernel):
-        saved.setdefault(type_, REGISTRY.get(type_).kernel)
-        REGISTRY.update(type_, kernel=kernel)
-    yield install
-    for type_, kernel in saved.items():
-        REGISTRY.update(type_, kernel=kernel)
-
-
 def test_check_gradient_catches_a_wrong_sigmoid_gradient(broken):
     broken("SigmoidGradient", lambda xp, Y, dY: dY * Y)  # forgot the (1 - Y)
     with pytest.raises(AssertionError, match="Sigmoid: gradient of input 0"):

@@ -244,6 +244,19 @@ def optimizer_ops(kind, p, dp):
     return table[kind]
 
 
+def train_50_steps(ws, net, device, state) -> list[float]:
+    """Feed the regression data, zero parameters and optimizer state, then run net 50 times; the losses."""
+    for name, value in {"X": X, "Y": Y, "W": np.zeros((K, D), np.float32), "b": np.zeros(K, np.float32),
+                        "ONE": lr_blob(1.0), "rows": ROWS, **state}.items():
+        feed(ws, name, value, device)
+    train = ws.create_net(net)
+    losses = []
+    for _ in range(50):
+        train.run()
+        losses.append(float(ws.fetch("loss")))
+    return losses
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("kind", ["sgd", "momentum", "nesterov", "adagrad", "adam", "rmsprop", "sparse_sgd",
                                   "sparse_momentum", "sparse_adagrad", "rowwise_adagrad", "sparse_adam",
@@ -267,14 +280,7 @@ def test_linear_regression_trains(device, kind):
         make_op("ReduceFrontSum", ["dpred"], ["db"]),                       # (K,)
         *opt_w, *opt_b])
     ws.feed("iter", np.zeros(1, np.int64))
-    for name, value in {"X": X, "Y": Y, "W": np.zeros((K, D), np.float32), "b": np.zeros(K, np.float32),
-                        "ONE": lr_blob(1.0), "rows": ROWS, **state_w, **state_b}.items():
-        feed(ws, name, value, device)
-    train = ws.create_net(net)
-    losses = []
-    for _ in range(50):
-        train.run()
-        losses.append(float(ws.fetch("loss")))
+    losses = train_50_steps(ws, net, device, {**state_w, **state_b})
     assert int(ws.fetch("iter")[0]) == 50 and ws.fetch("W").dtype == np.float32
     assert all(math.isfinite(v) for v in losses)
     assert losses[-1] < 0.1 * losses[0], f"{kind}: loss {losses[0]:.4g} -> {losses[-1]:.4g}"
@@ -317,12 +323,5 @@ def test_caffe2_style_training_net(device, kind):
                                        stepsize=40, gamma=0.5), *opt_w, *opt_b])
     ws = workspace(device)
     ws.feed("iter", np.zeros(1, np.int64))
-    for name, value in {"X": X, "Y": Y, "W": np.zeros((K, D), np.float32), "b": np.zeros(K, np.float32),
-                        "ONE": lr_blob(1.0), "rows": ROWS, **state_w, **state_b}.items():
-        feed(ws, name, value, device)
-    train = ws.create_net(net)
-    losses = []
-    for _ in range(50):
-        train.run()
-        losses.append(float(ws.fetch("loss")))
+    losses = train_50_steps(ws, net, device, {**state_w, **state_b})
     assert losses[-1] < 0.1 * losses[0], f"{kind}: loss {losses[0]:.4g} -> {losses[-1]:.4g}"
