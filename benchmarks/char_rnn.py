@@ -36,6 +36,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 import numpy as np
+from results import write_section
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "RESULTS.md"
@@ -494,7 +495,7 @@ def main() -> None:
     text = "\n".join(lines).rstrip("\n") + "\n"
     print(text)
     if args.write:
-        write_section(text, lines[0])
+        write_section(text, lines[0] + "\n")
 
 
 def report(args) -> list[str]:
@@ -548,19 +549,6 @@ def report(args) -> list[str]:
                   "the step slower than in the table above; their cost lands mostly in the last row.", "",
                   *profile_lines(prof)]
     return lines
-
-
-def write_section(text: str, title: str) -> None:
-    """Replace the section of RESULTS.md with this title (one per configuration), or append it; every other
-    section is kept."""
-    old = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n\n"
-    start = old.find(title + "\n")
-    if start < 0:
-        new = old.rstrip("\n") + "\n\n" + text
-    else:
-        end = old.find("\n## ", start + 1)
-        new = old[:start] + text + ("\n" + old[end + 1:] if end >= 0 else "")
-    RESULTS.write_text(new.rstrip("\n") + "\n")
 
 
 if __name__ == "__main__":

@@ -28,6 +28,8 @@ import time
 import warnings
 from pathlib import Path
 
+from results import write_section
+
 ROOT = Path(__file__).resolve().parent.parent
 NET = ROOT / "tests" / "data" / "caffe2" / "squeeze_predict_net.pb"
 RESULTS = ROOT / "benchmarks" / "RESULTS.md"
@@ -279,19 +281,7 @@ def main() -> None:
     text = "\n".join(lines)
     print(text)
     if args.write:
-        write_section(text)
-
-
-def write_section(text: str) -> None:
-    """Replace (or add) the '## SqueezeNet' section of RESULTS.md, keeping any other sections."""
-    old = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n\n"
-    start = old.find("## SqueezeNet")
-    if start < 0:
-        new = old.rstrip("\n") + "\n\n" + text
-    else:
-        end = old.find("\n## ", start + 1)
-        new = old[:start] + text + ("\n" + old[end + 1:] if end >= 0 else "")
-    RESULTS.write_text(new.rstrip("\n") + "\n")
+        write_section(text, "## SqueezeNet")
 
 
 if __name__ == "__main__":
