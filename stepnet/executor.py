@@ -42,7 +42,7 @@ class OpContext:
 
 
 class BoundOp:
-    __slots__ = ("schema", "opdef", "index", "inputs", "outputs", "call", "device", "label", "cpu_only")
+    __slots__ = ("schema", "opdef", "index", "inputs", "outputs", "call", "device", "label")
 
     def __init__(self, schema, opdef, index, inputs, outputs, call, device, label):
         self.schema, self.opdef, self.index = schema, opdef, index

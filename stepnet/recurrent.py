@@ -154,7 +154,7 @@ class _Forward:
             if dst not in ctx.opdef.output:
                 raise ArgumentError(f"alias destination {dst!r} is not an output of the op")
         self.backward = _backward_net(a["backward_step_net"], ctx.label)
-        self.step_net = self._rewrite(a["step_net"], ctx.opdef)
+        self.step_net = self._rewrite(a["step_net"])
         if self.backward is not None and self.backward.name == self.step_net.name:
             raise ArgumentError(f"step_net and backward_step_net are both named {self.step_net.name!r}; they "
                                 "are cached by name in each step workspace, so they need different names")
@@ -162,7 +162,7 @@ class _Forward:
         self.bound = weakref.WeakKeyDictionary()  # step workspace -> its link blobs
         self.num_workspaces = max(1, a["num_workspaces"])
 
-    def _rewrite(self, step_net: NetDef, opdef) -> NetDef:
+    def _rewrite(self, step_net: NetDef) -> NetDef:
         net = NetDef()
         net.CopyFrom(step_net)
         if net.type == "rnn":

@@ -7,7 +7,7 @@ or keep per-op state declare context=True and are called as kernel(ctx, xp, *inp
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..errors import ArgumentError, UnknownOpError, did_you_mean
@@ -213,10 +213,9 @@ class KnownHints:
     })
     prefixes: tuple = ("rnn_executor.", "rnn_dependency.")
     suffixes: tuple = (".rename",)  # memonger's renaming map on RecurrentNetworkGradient, read from the OperatorDef
-    extra: set = field(default_factory=set)
 
     def __contains__(self, name: str) -> bool:
-        return (name in self.names or name in self.extra or name.startswith(self.prefixes)
+        return (name in self.names or name.startswith(self.prefixes)
                 or name.endswith(self.suffixes))
 
 
