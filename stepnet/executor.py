@@ -171,29 +171,47 @@ class Net:
 
     # ----------------------------------------------------------------------------- running
     def run(self) -> None:
-        check = self.mixed_devices
+        check, check_nan = self.mixed_devices, self.check_nan
         for bop in self.ops:
             values = [b.value for b in bop.inputs]
             if check:
                 _check_devices(bop, values)
             try:
                 result = bop.call(*values)
-            except StepnetError as e:
-                if str(e).startswith("net "):
-                    raise
-                raise type(e)(f"{bop.label}: {e}{_inputs_text(bop, values)}") from e
             except Exception as e:  # noqa: BLE001 - any kernel failure becomes an error naming the op
-                raise _kernel_failure(bop, values, e) from e
-            outs = bop.outputs
-            if len(outs) == 1 and not isinstance(result, (tuple, list)):
-                if result is not None:
-                    outs[0].set(_as_value(result))
-            elif result is not None:
-                for blob, value in zip(outs, result):
-                    if value is not None:
-                        blob.set(_as_value(value))
-            if self.check_nan:
+                error = _failure(bop, values, e)
+                if error is e:
+                    raise
+                raise error from e
+            if result is not None:
+                outs = bop.outputs
+                if len(outs) == 1 and type(result) is not tuple and type(result) is not list:
+                    _store(outs[0], result)
+                else:
+                    for blob, value in zip(outs, result):
+                        if value is not None:
+                            _store(blob, value)
+            if check_nan:
                 _check_finite(bop)
+
+
+def _store(blob, value) -> None:
+    """An op's result into its output blob: plain arrays as they are, write-through for views (Blob.set)."""
+    if type(value) is not np.ndarray:
+        value = _as_value(value)
+    if blob.view:
+        blob.set(value)
+    else:
+        blob.value = value
+
+
+def _failure(bop, values, e: Exception) -> StepnetError:
+    """The error to raise for a kernel's exception: named after the op, with its inputs described."""
+    if isinstance(e, StepnetError):
+        if str(e).startswith("net "):
+            return e
+        return type(e)(f"{bop.label}: {e}{_inputs_text(bop, values)}")
+    return _kernel_failure(bop, values, e)
 
 
 def _as_value(value):

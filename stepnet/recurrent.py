@@ -16,7 +16,7 @@ import numpy as np
 from .errors import ArgumentError, MissingBlobError, ShapeError, StepnetError
 from .ops.registry import NO_GRADIENT, Arg, op
 from .proto import NetDef, OperatorDef, make_argument, parse_text
-from .rnn_internal import _defer_fc_parameter_gradients, _Rows, bind_links, set_links
+from .rnn_internal import _defer_fc_parameter_gradients, bind_links, set_links
 from .workspace import Workspace
 
 
@@ -115,6 +115,18 @@ def _empty_like(like, shape):
     return out
 
 
+def _zeroed(xp, blob, like):
+    """Set blob to zeros shaped like `like` and return them: its previous array refilled when it fits (Caffe2
+    keeps a tensor's buffer from run to run), else a new one."""
+    cur = blob.value
+    if not blob.view and type(cur) is type(like) and cur.shape == like.shape and cur.dtype == like.dtype:
+        cur.fill(0)
+        return cur
+    blob.value = xp.zeros_like(like)
+    blob.view = False
+    return blob.value
+
+
 def _create_step_net(step_ws: Workspace, net: NetDef, timestep: str):
     """Bind a step net in its step workspace; a missing input is reported with the timestep blob's name,
     since a step net reading another timestep name than the op's `timestep` argument is the usual cause
@@ -159,7 +171,7 @@ class _Forward:
             raise ArgumentError(f"step_net and backward_step_net are both named {self.step_net.name!r}; they "
                                 "are cached by name in each step workspace, so they need different names")
         self.recompute = list(a["recompute_blobs_on_backward"])
-        self.bound = weakref.WeakKeyDictionary()  # step workspace -> its link blobs
+        self.bound = weakref.WeakKeyDictionary()  # step workspace -> (its timestep blob, its link blobs)
         self.num_workspaces = max(1, a["num_workspaces"])
 
     def _rewrite(self, step_net: NetDef) -> NetDef:
@@ -191,11 +203,12 @@ class _Forward:
         k = None if self.backward is not None else self.num_workspaces
         for t in range(T):
             step_ws = scratch.step(t if k is None else t % k)
-            step_ws.create_blob(self.timestep).value = np.array([t], dtype=np.int32)
             bound = self.bound.get(step_ws)
             if bound is None:
-                bound = self.bound[step_ws] = bind_links(step_ws, self.links)
-            set_links(bound, t)
+                timestep = step_ws.create_blob(self.timestep)
+                bound = self.bound[step_ws] = (timestep, bind_links(step_ws, self.links))
+            bound[0].value = np.array([t], dtype=np.int32)
+            set_links(bound[1], t)
             net = step_ws._nets.get(self.step_net.name)
             if net is None:
                 net = _create_step_net(step_ws, self.step_net, self.timestep)
@@ -325,33 +338,26 @@ class _Backward:
             raise MissingBlobError(
                 f"the forward RecurrentNetwork kept {have} step workspaces in {ctx.opdef.input[-1]!r} but this "
                 f"gradient needs {T}: run the forward op (with a backward_step_net, not forward-only) first")
-        for param, grad, _ in self.param_grads:
-            value = ws.get_blob(param).value
-            ws.create_blob(grad).value = xp.zeros_like(value)
+        fresh = [_zeroed(xp, ws.create_blob(grad), ws.get_blob(param).value) for param, grad, _ in self.param_grads]
         for s, rg, last in self.state_grads:
             state = ws.get_blob(s).value
             if state.ndim != 3:
                 raise ShapeError(f"recurrent state {s!r} must be 3-D, got {tuple(state.shape)}")
-            grad = xp.zeros_like(state)
+            grad = _zeroed(xp, ws.create_blob(rg), state)
             if last is not None:
                 lg = ws.get_blob(last).value
                 if lg.size != grad[-1].size:
                     raise ShapeError(f"gradient {last!r} {tuple(lg.shape)} does not match a row of {s!r} "
                                      f"{tuple(state.shape[1:])}")
                 grad[-1] += lg.reshape(grad[-1].shape)
-            blob = ws.create_blob(rg)
-            blob.value = grad
-            blob.view = False
-        blob = ws.create_blob(self.input_grad)
-        blob.value = xp.zeros_like(x0)
-        blob.view = False
+        _zeroed(xp, ws.create_blob(self.input_grad), x0)
         first = scratch.steps[0]
         produced = [name for o in self.net.op for name in o.output] + [link[0] for link in self.links]
         for name in produced:  # backward-only temporaries (link internals included) are shared by all steps
             if first.find(name) is None:
                 scratch.shared.create_local_blob(name)
         for d in self.deferred:
-            scratch.shared.create_local_blob(d.collector).value = _Rows(T)
+            d.start(scratch.shared, T)
         for t in range(T - 1, -1, -1):
             step_ws = scratch.steps[t]
             bound = self.bound.get(step_ws)
@@ -363,7 +369,7 @@ class _Backward:
                 net = _create_step_net(step_ws, self.net, self.timestep)
             net.run()
         for d in self.deferred:
-            d.finish(xp, ws, scratch.shared)
+            d.finish(xp, ws, scratch.shared, fresh)
         results = []
         for (_, rg, _), r in zip(self.state_grads, self.init_ids):
             init = inputs[G + r]

@@ -2,7 +2,7 @@
 tensors, and the deferred weight gradient of a backward step net's FC (spec §3.6, §3.13)."""
 from __future__ import annotations
 
-import numpy as np
+import math
 
 from .errors import ArgumentError, MissingBlobError, ShapeError
 from .ops.registry import NO_GRADIENT, Arg, op
@@ -62,14 +62,21 @@ def set_links(bound, t: int) -> None:
     Caffe2's rnn_internal_apply_link ops, done by the RecurrentNetwork loop without a dispatch per link."""
     for blob, ext, offset, window in bound:
         external = ext.value
-        if external is None or external.ndim == 0 or external.size == 0:
-            raise ShapeError(f"linked tensor {ext.name!r} is empty; a link needs a tensor with rows")
-        start, stop = t + offset, t + offset + window
-        if stop > external.shape[0]:
-            raise ShapeError(f"link {blob.name!r} -> {ext.name!r}: at timestep {t} the window rows [{start}, "
-                             f"{stop}) (offset {offset}, window {window}) run past the end of its "
-                             f"{external.shape[0]} rows {tuple(external.shape)}")
-        blob.set_view(external[start:stop])
+        start = t + offset
+        stop = start + window
+        if external is None or not external.ndim or stop > external.shape[0] or not external.size:
+            _link_error(blob, ext, start, stop, offset, window)
+        blob.value = external[start:stop]
+        blob.view = True
+
+
+def _link_error(blob, ext, start: int, stop: int, offset: int, window: int):
+    external = ext.value
+    if external is None or not external.ndim or not external.size:
+        raise ShapeError(f"linked tensor {ext.name!r} is empty; a link needs a tensor with rows")
+    raise ShapeError(f"link {blob.name!r} -> {ext.name!r}: at timestep {start - offset} the window rows [{start}, "
+                     f"{stop}) (offset {offset}, window {window}) run past the end of its "
+                     f"{external.shape[0]} rows {tuple(external.shape)}")
 
 
 # ------------------------------------------------------------------------------------------- deferred FC
@@ -81,32 +88,53 @@ class _DeferredFC:
     def __init__(self, collector: str, grad_w: str, grad_b: str):
         self.collector, self.grad_w, self.grad_b = collector, grad_w, grad_b
 
-    def finish(self, xp, ws, shared) -> None:
+    def start(self, shared, T: int) -> None:
+        """An empty collector for T steps (the previous run's buffers are kept, as Caffe2 keeps tensors)."""
+        blob = shared.create_local_blob(self.collector)
+        if isinstance(blob.value, _Rows):
+            blob.value.reset(T)
+        else:
+            blob.value = _Rows(T)
+
+    def finish(self, xp, ws, shared, fresh=()) -> None:
+        """Add the summed dW and db into their gradient blobs (in place into a buffer listed in `fresh`, which
+        the caller made for this run)."""
         rows = shared.find(self.collector).value
-        if rows.xs is None:
+        if rows.xs is None or not rows.n:
             return
         xs, dys = rows.xs[:rows.n], rows.dys[:rows.n]
         for name, value in ((self.grad_w, dys.T @ xs), (self.grad_b, dys.sum(axis=0))):
             blob = ws.find(name)
-            blob.value = blob.value + value.reshape(blob.value.shape).astype(blob.value.dtype, copy=False)
+            cur = blob.value
+            value = value.reshape(cur.shape)
+            if any(cur is f for f in fresh) and value.dtype == cur.dtype:
+                cur += value
+            else:
+                blob.value = cur + value.astype(cur.dtype, copy=False)
 
 
 class _Rows:
-    """The (X, dY) rows of every timestep, written into buffers sized once for T steps."""
+    """The (X, dY) rows of every timestep, written into buffers sized for T steps and kept across runs."""
 
     def __init__(self, T: int):
         self.T, self.n, self.xs, self.dys = T, 0, None, None
 
+    def reset(self, T: int) -> None:
+        self.T, self.n = T, 0
+
     def add(self, xp, x2, dy2) -> None:
-        if self.xs is None or self.n + len(x2) > len(self.xs):
-            capacity = max(self.T * len(x2), self.n + len(x2))
+        n, m = self.n, len(x2)
+        xs = self.xs
+        if (xs is None or n + m > len(xs) or xs.shape[1] != x2.shape[1] or self.dys.shape[1] != dy2.shape[1]
+                or xs.dtype != x2.dtype or self.dys.dtype != dy2.dtype or type(xs) is not type(x2)):
+            capacity = max(self.T * m, n + m)
             xs, dys = xp.empty((capacity, x2.shape[1]), x2.dtype), xp.empty((capacity, dy2.shape[1]), dy2.dtype)
-            if self.xs is not None:
-                xs[:self.n], dys[:self.n] = self.xs[:self.n], self.dys[:self.n]
+            if n:
+                xs[:n], dys[:n] = self.xs[:n], self.dys[:n]
             self.xs, self.dys = xs, dys
-        self.xs[self.n:self.n + len(x2)] = x2
-        self.dys[self.n:self.n + len(x2)] = dy2
-        self.n += len(x2)
+        xs[n:n + m] = x2
+        self.dys[n:n + m] = dy2
+        self.n = n + m
 
 
 def _defer_fc_parameter_gradients(bnet: NetDef, param_grads) -> list:
@@ -153,10 +181,9 @@ def fc_gradient_deferred(ctx, xp, x, w, dy, collector, *, axis, axis_w):
     """dX of FCGradient now; (X, dY) copied into the collector (views may change later) for dW, db."""
     a = axis + x.ndim if axis < 0 else axis
     aw = axis_w + w.ndim if axis_w < 0 else axis_w
-    n = int(np.prod(w.shape[:aw]))
-    x2 = x.reshape(int(np.prod(x.shape[:a])), -1)
-    dy2 = dy.reshape(-1, n)
-    if dy2.shape[0] != x2.shape[0] or w.size != n * x2.shape[1]:
+    m, k, n = math.prod(x.shape[:a]), math.prod(x.shape[a:]), math.prod(w.shape[:aw])
+    if dy.size != m * n or w.size != n * k:
         raise ShapeError(f"FCGradient: X {tuple(x.shape)}, W {tuple(w.shape)} and dY {tuple(dy.shape)} do not fit")
+    x2, dy2 = x.reshape(m, k), dy.reshape(m, n)
     collector.add(xp, x2, dy2)
-    return (dy2 @ w.reshape(n, -1)).reshape(x.shape)
+    return xp.matmul(dy2, w.reshape(n, k)).reshape(x.shape)

@@ -20,8 +20,10 @@ NOT_IN_PLACE = ()   # Caffe2's schemas for these ops allow no in-place use
 
 LSTM_HEAD = ("hidden_t_prev", "cell_t_prev", "gates")
 LSTM_GRAD_TAIL = ("hidden_t", "cell_t", "hidden_t_grad", "cell_t_grad")
+LSTM_STATES = ("cell_t_prev", "hidden_t_prev", "hidden_t", "cell_t", "hidden_t_grad", "cell_t_grad")
 GRU_HEAD = ("hidden_t_prev", "gates")
 GRU_GRAD_TAIL = ("hidden_t", "hidden_t_grad")
+GRU_STATES = ("hidden_t_prev", "hidden_t", "hidden_t_grad")
 
 LSTM_ARGS = {"forget_bias": 0.0, "drop_states": False, "sequence_lengths": True}
 # Caffe2's gru_cell.py puts forget_bias on GRUUnit, whose kernel never reads it: accepted and ignored.
@@ -100,6 +102,22 @@ def _check_steps(seq, timestep, n: int) -> None:
     if seq is not None:
         _check_int32("seq_lengths", seq, n, "one length per batch row N")
     _check_int32("timestep", timestep, 1, "a single value")
+
+
+def _cell_dims(names, states, gates, n_gates: int, order: str, seq, timestep) -> tuple[int, int]:
+    """(N, D) after the checks of _check_cell and _check_steps on a kernel's arrays. These ops run once per
+    timestep, so the well-formed case is settled with a few comparisons; anything else gets the full checks
+    and their messages."""
+    shape, dt = states[0].shape, states[0].dtype
+    if (len(shape) == 3 and shape[0] == 1 and dt.kind == "f" and gates.dtype == dt
+            and gates.shape == (1, shape[1], n_gates * shape[2])
+            and all(x.shape == shape and x.dtype == dt for x in states)
+            and (seq is None or (seq.dtype == np.int32 and seq.size == shape[1]))
+            and timestep.dtype == np.int32 and timestep.size == 1):
+        return shape[1], shape[2]
+    n, d = _check_cell(dict(zip(names, states)), gates, n_gates, order)
+    _check_steps(seq, timestep, n)
+    return n, d
 
 
 # --------------------------------------------------------------------------------------------- math
@@ -188,8 +206,7 @@ def lstm_unit(xp, *inputs, forget_bias=0.0, drop_states=False, sequence_lengths=
     previous state, or become 0 with drop_states.
     """
     (h_prev, c_prev, gates), seq, timestep, _ = _unpack(inputs, sequence_lengths, LSTM_HEAD)
-    n, d = _check_cell({"cell_t_prev": c_prev, "hidden_t_prev": h_prev}, gates, 4, "i, f, o, g")
-    _check_steps(seq, timestep, n)
+    n, d = _cell_dims(LSTM_STATES[:2], (c_prev, h_prev), gates, 4, "i, f, o, g", seq, timestep)
     sig, g = _lstm_activations(xp, gates, d, forget_bias)
     c = sig[..., d:2 * d] * c_prev
     g *= sig[..., :d]
@@ -222,33 +239,25 @@ def lstm_unit_gradient(xp, *inputs, forget_bias=0.0, drop_states=False, sequence
     activations, and dh_prev = 0, since h_prev reaches the cell only through the gates' FC. Invalid rows:
     zero gate gradients, and dh_prev = dH, dc_prev = dC (or both 0 with drop_states).
     """
-    (h_prev, c_prev, gates), seq, timestep, (_h, c, dh, dc) = _unpack(
+    (h_prev, c_prev, gates), seq, timestep, (h, c, dh, dc) = _unpack(
         inputs, sequence_lengths, LSTM_HEAD, LSTM_GRAD_TAIL)
-    states = {"cell_t_prev": c_prev, "hidden_t_prev": h_prev, "hidden_t": _h, "cell_t": c,
-              "hidden_t_grad": dh, "cell_t_grad": dc}
-    n, d = _check_cell(states, gates, 4, "i, f, o, g")
-    _check_steps(seq, timestep, n)
+    n, d = _cell_dims(LSTM_STATES, (c_prev, h_prev, h, c, dh, dc), gates, 4, "i, f, o, g", seq, timestep)
     one = gates.dtype.type(1)
     sig, g = _lstm_activations(xp, gates, d, forget_bias)
     i, f, o = sig[..., :d], sig[..., d:2 * d], sig[..., 2 * d:]
     tanh_c = xp.tanh(c)
-    dc_total = tanh_c * tanh_c
+    dc_total = tanh_c * tanh_c                # dc = dC + dH·o·(1 − tanh²c)
     xp.subtract(one, dc_total, out=dc_total)
     dc_total *= o
     dc_total *= dh
     dc_total += dc
-    dsig = sig * sig                          # σ' = σ(1 − σ) for the three sigmoid blocks at once
-    xp.subtract(sig, dsig, out=dsig)
     dgates = xp.empty_like(gates)
-    block = dgates[..., :d]                   # di = dc·g·σ'(i)
-    xp.multiply(dc_total, g, out=block)
-    block *= dsig[..., :d]
-    block = dgates[..., d:2 * d]              # df = dc·c_prev·σ'(f)
-    xp.multiply(dc_total, c_prev, out=block)
-    block *= dsig[..., d:2 * d]
-    block = dgates[..., 2 * d:3 * d]          # do = dH·tanh(c)·σ'(o)
-    xp.multiply(dh, tanh_c, out=block)
-    block *= dsig[..., 2 * d:]
+    xp.multiply(dc_total, g, out=dgates[..., :d])              # di = dc·g·σ'(i)
+    xp.multiply(dc_total, c_prev, out=dgates[..., d:2 * d])    # df = dc·c_prev·σ'(f)
+    xp.multiply(dh, tanh_c, out=dgates[..., 2 * d:3 * d])      # do = dH·tanh(c)·σ'(o)
+    dsig = xp.subtract(one, sig)              # σ' = σ(1 − σ) for the three sigmoid blocks at once
+    dsig *= sig
+    dgates[..., :3 * d] *= dsig
     block = dgates[..., 3 * d:]               # dg = dc·i·(1 − g²)
     xp.multiply(g, g, out=block)
     xp.subtract(one, block, out=block)
@@ -292,8 +301,7 @@ def gru_unit(xp, *inputs, drop_states=False, sequence_lengths=True, forget_bias=
     drop_states).
     """
     (h_prev, gates), seq, timestep, _ = _unpack(inputs, sequence_lengths, GRU_HEAD)
-    n, d = _check_cell({"hidden_t_prev": h_prev}, gates, 3, "reset, update, output")
-    _check_steps(seq, timestep, n)
+    n, d = _cell_dims(GRU_STATES[:1], (h_prev,), gates, 3, "reset, update, output", seq, timestep)
     u = _sigmoid(xp, gates[..., d:2 * d])
     out = xp.tanh(gates[..., 2 * d:])
     h = h_prev - out                          # h_prev·u + out·(1 − u) = out + u·(h_prev − out)
@@ -323,9 +331,7 @@ def gru_unit_gradient(xp, *inputs, drop_states=False, sequence_lengths=True, for
     (0 with drop_states).
     """
     (h_prev, gates), seq, timestep, (h, dh) = _unpack(inputs, sequence_lengths, GRU_HEAD, GRU_GRAD_TAIL)
-    states = {"hidden_t_prev": h_prev, "hidden_t": h, "hidden_t_grad": dh}
-    n, d = _check_cell(states, gates, 3, "reset, update, output")
-    _check_steps(seq, timestep, n)
+    n, d = _cell_dims(GRU_STATES, (h_prev, h, dh), gates, 3, "reset, update, output", seq, timestep)
     one, zero = gates.dtype.type(1), gates.dtype.type(0)
     u = _sigmoid(xp, gates[..., d:2 * d])
     out = xp.tanh(gates[..., 2 * d:])

@@ -152,8 +152,8 @@ def test_the_reference_comparison_catches_a_wrong_deferred_weight_gradient(monke
 
     original = rnn_internal._DeferredFC.finish
 
-    def off(self, xp, ws, shared):
-        original(self, xp, ws, shared)
+    def off(self, xp, ws, shared, fresh=()):
+        original(self, xp, ws, shared, fresh)
         blob = ws.find(self.grad_w)
         blob.value = blob.value * 1.01
     monkeypatch.setattr(rnn_internal._DeferredFC, "finish", off)
