@@ -16,7 +16,7 @@ import numpy as np
 from .errors import ArgumentError, MissingBlobError, ShapeError, StepnetError
 from .ops.registry import NO_GRADIENT, Arg, op
 from .proto import NetDef, OperatorDef, make_argument, parse_text
-from .rnn_internal import _defer_fc_parameter_gradients, bind_links, set_links
+from .rnn_internal import _defer_fc_parameter_gradients, bind_links, lstm_pairs, save_lstm_activations, set_links
 from .workspace import Workspace
 
 
@@ -171,6 +171,8 @@ class _Forward:
             raise ArgumentError(f"step_net and backward_step_net are both named {self.step_net.name!r}; they "
                                 "are cached by name in each step workspace, so they need different names")
         self.recompute = list(a["recompute_blobs_on_backward"])
+        if self.backward is not None:
+            save_lstm_activations(self.step_net, lstm_pairs(a["step_net"], self.backward, self.recompute), True)
         self.bound = weakref.WeakKeyDictionary()  # step workspace -> (its timestep blob, its link blobs)
         self.num_workspaces = max(1, a["num_workspaces"])
 
@@ -279,6 +281,8 @@ class _Backward:
         links = [(r(i), r(e), o, w) for i, e, o, w in links]
         bnet = NetDef()
         bnet.CopyFrom(net)
+        self.saved = lstm_pairs(step_net, net, list(a["recompute_blobs_on_backward"]))
+        save_lstm_activations(bnet, self.saved, False)
         self.param_grads = []
         grad_names = list(a["param_grads"])
         for i, p in enumerate(self.params):
@@ -352,6 +356,12 @@ class _Backward:
                 grad[-1] += lg.reshape(grad[-1].shape)
         _zeroed(xp, ws.create_blob(self.input_grad), x0)
         first = scratch.steps[0]
+        for gates, acts in self.saved.items():
+            if first.find(acts) is None:
+                raise MissingBlobError(
+                    f"the forward RecurrentNetwork kept no {acts!r} (the activations of its LSTMUnit over "
+                    f"{gates!r}) in its step workspaces: the forward and gradient ops must have the same step_net, "
+                    "backward_step_net and recompute_blobs_on_backward arguments")
         produced = [name for o in self.net.op for name in o.output] + [link[0] for link in self.links]
         for name in produced:  # backward-only temporaries (link internals included) are shared by all steps
             if first.find(name) is None:

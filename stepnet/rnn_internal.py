@@ -79,6 +79,52 @@ def _link_error(blob, ext, start: int, stop: int, offset: int, window: int):
                      f"{external.shape[0]} rows {tuple(external.shape)}")
 
 
+# ------------------------------------------------------------------------------------------- saved LSTM
+def lstm_pairs(step_net: NetDef, backward_net: NetDef, recompute) -> dict[str, str]:
+    """{gates blob: activations blob} for every LSTMUnit of the step net whose LSTMUnitGradient in the backward
+    step net reads the same states, gates, arguments and outputs, where nothing else writes the gates or the
+    cell after the LSTMUnit and the gates are not recomputed on backward. Such a pair can run as
+    rnn_internal_lstm_unit / rnn_internal_lstm_unit_gradient: the gradient then reads the activations the
+    forward kept in the step workspace instead of recomputing them (same results, no second tanh pass)."""
+    names = {n for net in (step_net, backward_net) for o in net.op for n in (*o.input, *o.output)}
+    names.update(*(getattr(net, f) for net in (step_net, backward_net) for f in ("external_input", "external_output")))
+    pairs = {}
+    for k, u in enumerate(step_net.op):
+        if u.type != "LSTMUnit" or len(u.input) < 4 or len(u.output) != 2:
+            continue
+        gates, cell, acts = u.input[2], u.output[1], u.input[2] + "_rnn_activations"
+        later = list(step_net.op[k + 1:]) + list(backward_net.op)
+        grads = [v for v in backward_net.op if v.type == "LSTMUnitGradient" and len(v.input) > 2
+                 and v.input[2] == gates]
+        if (gates in recompute or acts in names or gates in pairs or len(grads) != 1
+                or any(gates in o.output or cell in o.output for o in later)
+                or sum(o.type == "LSTMUnit" and o.input[2:3] == [gates] for o in step_net.op) != 1):
+            continue
+        v = grads[0]
+        n = len(u.input)
+        if (list(v.input[:n]) != list(u.input) or list(v.input[n:n + 2]) != list(u.output)
+                or sorted(a.SerializeToString() for a in v.arg) != sorted(a.SerializeToString() for a in u.arg)):
+            continue
+        pairs[gates] = acts
+    return pairs
+
+
+def save_lstm_activations(net: NetDef, pairs: dict[str, str], forward: bool) -> None:
+    """Substitute the saved forms for the pairs' LSTMUnit (forward) or LSTMUnitGradient (backward) ops."""
+    for o in net.op:
+        acts = pairs.get(o.input[2]) if len(o.input) > 2 else None
+        if acts is None:
+            continue
+        if forward and o.type == "LSTMUnit":
+            o.type = "rnn_internal_lstm_unit"
+            o.output.append(acts)
+        elif not forward and o.type == "LSTMUnitGradient":
+            o.type = "rnn_internal_lstm_unit_gradient"
+            o.input[2] = acts
+            if acts not in net.external_input:
+                net.external_input.append(acts)
+
+
 # ------------------------------------------------------------------------------------------- deferred FC
 class _DeferredFC:
     """An FCGradient of the backward step net whose weight/bias gradients only feed the `_tmpstep`

@@ -1,4 +1,5 @@
-"""Recurrent cell ops: LSTMUnit and GRUUnit (one timestep of the element-wise cell) and their gradients.
+"""Recurrent cell ops: LSTMUnit (one timestep of the element-wise cell) and its gradient, the checks and
+helpers GRUUnit (gru.py) shares, and the saved-activation forms RecurrentNetwork substitutes in step nets.
 
 After Caffe2's lstm_unit_op / gru_unit_op (spec §4). The gates arrive pre-activation, 1×N×4D for the LSTM
 (order i, f, o, g) and 1×N×3D for the GRU (reset, update, output). Batch row n is valid at timestep t when
@@ -14,20 +15,15 @@ import numpy as np
 
 from ..errors import ArityError, DTypeError, ShapeError
 from ..shapes import TensorSpec
-from .registry import op
+from .registry import NO_GRADIENT, op
 
 NOT_IN_PLACE = ()   # Caffe2's schemas for these ops allow no in-place use
 
 LSTM_HEAD = ("hidden_t_prev", "cell_t_prev", "gates")
 LSTM_GRAD_TAIL = ("hidden_t", "cell_t", "hidden_t_grad", "cell_t_grad")
 LSTM_STATES = ("cell_t_prev", "hidden_t_prev", "hidden_t", "cell_t", "hidden_t_grad", "cell_t_grad")
-GRU_HEAD = ("hidden_t_prev", "gates")
-GRU_GRAD_TAIL = ("hidden_t", "hidden_t_grad")
-GRU_STATES = ("hidden_t_prev", "hidden_t", "hidden_t_grad")
 
 LSTM_ARGS = {"forget_bias": 0.0, "drop_states": False, "sequence_lengths": True}
-# Caffe2's gru_cell.py puts forget_bias on GRUUnit, whose kernel never reads it: accepted and ignored.
-GRU_ARGS = {"drop_states": False, "sequence_lengths": True, "forget_bias": 0.0}
 
 
 # --------------------------------------------------------------------------------------------- checks
@@ -65,8 +61,12 @@ def _check_floats(named: dict) -> None:
                          "Cast them to float32")
 
 
-def _check_cell(states: dict, gates, n_gates: int, order: str) -> tuple[int, int]:
-    """States all 1×N×D, gates 1×N×(n_gates·D); returns (N, D)."""
+def _gates_shape(n: int, d: int, n_gates: int, block_major: bool) -> tuple[int, int, int]:
+    return (n_gates, n, d) if block_major else (1, n, n_gates * d)
+
+
+def _check_cell(states: dict, gates, n_gates: int, order: str, block_major: bool = False) -> tuple[int, int]:
+    """States all 1×N×D, gates 1×N×(n_gates·D) (or n_gates×N×D, block_major); returns (N, D)."""
     first, ref = next(iter(states.items()))
     shape = tuple(ref.shape)
     if len(shape) != 3 or shape[0] != 1:
@@ -77,9 +77,10 @@ def _check_cell(states: dict, gates, n_gates: int, order: str) -> tuple[int, int
             raise ShapeError(f"{name} has shape {tuple(x.shape)} but {first} has {shape}; "
                              "the states and their gradients must all be 1×N×D")
     _, n, d = shape
-    want = (1, n, n_gates * d)
+    want = _gates_shape(n, d, n_gates, block_major)
     if tuple(gates.shape) != want:
-        raise ShapeError(f"gates must be 1×N×{n_gates}D = {want} for N={n}, D={d} ({n_gates} gate "
+        layout = f"{n_gates}×N×D" if block_major else f"1×N×{n_gates}D"
+        raise ShapeError(f"gates must be {layout} = {want} for N={n}, D={d} ({n_gates} gate "
                          f"blocks of D, order {order}), got shape {tuple(gates.shape)}; the gates' last dim "
                          f"must be {n_gates}× the state's")
     _check_floats({**states, "gates": gates})
@@ -104,18 +105,19 @@ def _check_steps(seq, timestep, n: int) -> None:
     _check_int32("timestep", timestep, 1, "a single value")
 
 
-def _cell_dims(names, states, gates, n_gates: int, order: str, seq, timestep) -> tuple[int, int]:
+def _cell_dims(names, states, gates, n_gates: int, order: str, seq, timestep,
+               block_major: bool = False) -> tuple[int, int]:
     """(N, D) after the checks of _check_cell and _check_steps on a kernel's arrays. These ops run once per
     timestep, so the well-formed case is settled with a few comparisons; anything else gets the full checks
     and their messages."""
     shape, dt = states[0].shape, states[0].dtype
     if (len(shape) == 3 and shape[0] == 1 and dt.kind == "f" and gates.dtype == dt
-            and gates.shape == (1, shape[1], n_gates * shape[2])
+            and gates.shape == _gates_shape(shape[1], shape[2], n_gates, block_major)
             and all(x.shape == shape and x.dtype == dt for x in states)
             and (seq is None or (seq.dtype == np.int32 and seq.size == shape[1]))
             and timestep.dtype == np.int32 and timestep.size == 1):
         return shape[1], shape[2]
-    n, d = _check_cell(dict(zip(names, states)), gates, n_gates, order)
+    n, d = _check_cell(dict(zip(names, states)), gates, n_gates, order, block_major)
     _check_steps(seq, timestep, n)
     return n, d
 
@@ -169,13 +171,84 @@ def _past_end(xp, seq, timestep, n: int) -> _PastEnd | None:
     return _PastEnd(valid=xp.asarray(seq).reshape(1, n, 1) > t)
 
 
-def _lstm_activations(xp, gates, d: int, forget_bias: float):
-    """(sig, g): sig = sigmoid of the i, f, o blocks (1×N×3D, forget_bias added to f), g = tanh of block 4."""
+def _lstm_activations(xp, gates, n: int, d: int, forget_bias: float, extra: int = 0):
+    """acts, (4 + extra)×N×D: σ(i), σ(f + forget_bias), σ(o), tanh(g), then `extra` blocks left for the caller.
+    Block-major, so that every later element-wise pass (tanh most of all) runs on contiguous memory."""
     half = gates.dtype.type(0.5)
-    sig = gates[..., :3 * d] * half          # sigmoid(x) = 0.5·tanh(x/2) + 0.5
+    blocks = gates.reshape(n, 4, d).transpose(1, 0, 2)
+    acts = xp.empty((4 + extra, n, d), gates.dtype)
+    sig = acts[:3]
+    xp.multiply(blocks[:3], half, out=sig)               # sigmoid(x) = 0.5·tanh(x/2) + 0.5
     if forget_bias:
-        sig[..., d:2 * d] += gates.dtype.type(forget_bias) * half
-    return _sigmoid_(xp, sig), xp.tanh(gates[..., 3 * d:])
+        sig[1] += gates.dtype.type(forget_bias) * half
+    _sigmoid_(xp, sig)
+    xp.tanh(blocks[3], out=acts[3])
+    return acts
+
+
+def _lstm_forward(xp, acts, c_prev, tanh_c=None):
+    """(h, c) of the valid rows, shaped like c_prev, from the activations; tanh(c) goes into tanh_c (N×D)
+    when one is given."""
+    c = acts[0] * acts[3]
+    c += acts[1] * c_prev.reshape(c.shape)
+    if tanh_c is None:
+        h = xp.tanh(c)
+        h *= acts[2]
+    else:
+        xp.tanh(c, out=tanh_c)
+        h = tanh_c * acts[2]
+    return h.reshape(c_prev.shape), c.reshape(c_prev.shape)
+
+
+def _lstm_masked(xp, h, c, h_prev, c_prev, seq, timestep, n: int, drop_states: bool):
+    """(h, c) with the rows past their length carrying h_prev, c_prev through (or zeroed with drop_states)."""
+    ended = _past_end(xp, seq, timestep, n)
+    if ended is not None:
+        h = ended.patch(xp, h, None if drop_states else h_prev)
+        c = ended.patch(xp, c, None if drop_states else c_prev)
+    return h, c
+
+
+def _lstm_backward(xp, acts, tanh_c, c_prev, dh, dc):
+    """(dc_prev, dgates) of the valid rows, from the activations (≥ 4×N×D) and tanh(c): dc = dC + dH·o·
+    (1 − tanh²c), dc_prev = dc·f, and the gate gradients (1×N×4D) through the activations."""
+    one = acts.dtype.type(1)
+    _, n, d = acts.shape
+    i, f, o, g = acts[0], acts[1], acts[2], acts[3]
+    tanh_c, c_prev, dh, dc = (x.reshape(n, d) for x in (tanh_c, c_prev, dh, dc))
+    dc_total = tanh_c * tanh_c
+    xp.subtract(one, dc_total, out=dc_total)
+    dc_total *= o
+    dc_total *= dh
+    dc_total += dc
+    blocks = xp.empty((4, n, d), acts.dtype)
+    xp.multiply(dc_total, g, out=blocks[0])                # di = dc·g·σ'(i)
+    xp.multiply(dc_total, c_prev, out=blocks[1])           # df = dc·c_prev·σ'(f)
+    xp.multiply(dh, tanh_c, out=blocks[2])                 # do = dH·tanh(c)·σ'(o)
+    dsig = xp.subtract(one, acts[:3])         # σ' = σ(1 − σ) for the three sigmoid blocks at once
+    dsig *= acts[:3]
+    blocks[:3] *= dsig
+    dg = blocks[3]                            # dg = dc·i·(1 − g²)
+    xp.multiply(g, g, out=dg)
+    xp.subtract(one, dg, out=dg)
+    dg *= i
+    dg *= dc_total
+    dgates = xp.empty((1, n, 4, d), acts.dtype)
+    dgates[0] = blocks.transpose(1, 0, 2)
+    return (dc_total * f).reshape(1, n, d), dgates.reshape(1, n, 4 * d)
+
+
+def _lstm_grad_masked(xp, dc_prev, dgates, h_prev, dh, dc, seq, timestep, n: int, drop_states: bool):
+    """(dh_prev, dc_prev, dgates): dh_prev = 0 on valid rows (h_prev reaches the cell only through the gates'
+    FC); rows past their length get zero gate gradients and pass dH, dC through (0 with drop_states)."""
+    dh_prev = xp.zeros_like(h_prev)
+    ended = _past_end(xp, seq, timestep, n)
+    if ended is None:
+        return dh_prev, dc_prev, dgates
+    dgates = ended.patch(xp, dgates)
+    if drop_states:
+        return dh_prev, ended.patch(xp, dc_prev), dgates
+    return ended.patch(xp, dh_prev, dh), ended.patch(xp, dc_prev, dc), dgates
 
 
 # --------------------------------------------------------------------------------------------- LSTMUnit
@@ -207,17 +280,8 @@ def lstm_unit(xp, *inputs, forget_bias=0.0, drop_states=False, sequence_lengths=
     """
     (h_prev, c_prev, gates), seq, timestep, _ = _unpack(inputs, sequence_lengths, LSTM_HEAD)
     n, d = _cell_dims(LSTM_STATES[:2], (c_prev, h_prev), gates, 4, "i, f, o, g", seq, timestep)
-    sig, g = _lstm_activations(xp, gates, d, forget_bias)
-    c = sig[..., d:2 * d] * c_prev
-    g *= sig[..., :d]
-    c += g
-    h = xp.tanh(c)
-    h *= sig[..., 2 * d:]
-    ended = _past_end(xp, seq, timestep, n)
-    if ended is not None:
-        h = ended.patch(xp, h, None if drop_states else h_prev)
-        c = ended.patch(xp, c, None if drop_states else c_prev)
-    return h, c
+    h, c = _lstm_forward(xp, _lstm_activations(xp, gates, n, d, forget_bias), c_prev)
+    return _lstm_masked(xp, h, c, h_prev, c_prev, seq, timestep, n, drop_states)
 
 
 def _lstm_grad_shape(specs, forget_bias, drop_states, sequence_lengths):
@@ -242,113 +306,52 @@ def lstm_unit_gradient(xp, *inputs, forget_bias=0.0, drop_states=False, sequence
     (h_prev, c_prev, gates), seq, timestep, (h, c, dh, dc) = _unpack(
         inputs, sequence_lengths, LSTM_HEAD, LSTM_GRAD_TAIL)
     n, d = _cell_dims(LSTM_STATES, (c_prev, h_prev, h, c, dh, dc), gates, 4, "i, f, o, g", seq, timestep)
-    one = gates.dtype.type(1)
-    sig, g = _lstm_activations(xp, gates, d, forget_bias)
-    i, f, o = sig[..., :d], sig[..., d:2 * d], sig[..., 2 * d:]
-    tanh_c = xp.tanh(c)
-    dc_total = tanh_c * tanh_c                # dc = dC + dH·o·(1 − tanh²c)
-    xp.subtract(one, dc_total, out=dc_total)
-    dc_total *= o
-    dc_total *= dh
-    dc_total += dc
-    dgates = xp.empty_like(gates)
-    xp.multiply(dc_total, g, out=dgates[..., :d])              # di = dc·g·σ'(i)
-    xp.multiply(dc_total, c_prev, out=dgates[..., d:2 * d])    # df = dc·c_prev·σ'(f)
-    xp.multiply(dh, tanh_c, out=dgates[..., 2 * d:3 * d])      # do = dH·tanh(c)·σ'(o)
-    dsig = xp.subtract(one, sig)              # σ' = σ(1 − σ) for the three sigmoid blocks at once
-    dsig *= sig
-    dgates[..., :3 * d] *= dsig
-    block = dgates[..., 3 * d:]               # dg = dc·i·(1 − g²)
-    xp.multiply(g, g, out=block)
-    xp.subtract(one, block, out=block)
-    block *= i
-    block *= dc_total
-    dc_prev = dc_total * f
-    dh_prev = xp.zeros_like(h_prev)
-    ended = _past_end(xp, seq, timestep, n)
-    if ended is None:
-        return dh_prev, dc_prev, dgates
-    dgates = ended.patch(xp, dgates)
-    if drop_states:
-        return dh_prev, ended.patch(xp, dc_prev), dgates
-    return ended.patch(xp, dh_prev, dh), ended.patch(xp, dc_prev, dc), dgates
+    acts = _lstm_activations(xp, gates, n, d, forget_bias)
+    dc_prev, dgates = _lstm_backward(xp, acts, xp.tanh(c), c_prev, dh, dc)
+    return _lstm_grad_masked(xp, dc_prev, dgates, h_prev, dh, dc, seq, timestep, n, drop_states)
 
 
-# --------------------------------------------------------------------------------------------- GRUUnit
+# --------------------------------------------------------------------------------------------- saved forms
+# RecurrentNetwork substitutes these for an LSTMUnit / LSTMUnitGradient pair of its step nets that reads one
+# gates blob no other op writes (rnn_internal.save_lstm_activations): the forward keeps the activations and
+# tanh(c) in a step-workspace blob, 5×N×D (block-major), which the gradient reads instead of recomputing them from the
+# gates. Same inputs, arguments and results as the public pair; the forward has that blob as a third output.
 
-def _gru_shape(specs, drop_states, sequence_lengths, forget_bias=0.0):
-    (h_prev, gates), seq, timestep, _ = _unpack(specs, sequence_lengths, GRU_HEAD)
-    n, _ = _check_cell({"hidden_t_prev": h_prev}, gates, 3, "reset, update, output")
+def _saved_shape(specs, forget_bias, drop_states, sequence_lengths):
+    out = _lstm_shape(specs, forget_bias, drop_states, sequence_lengths)
+    n, d = out[0].shape[1:]
+    return out + [TensorSpec((5, n, d), specs[2].dtype)]
+
+
+@op("rnn_internal_lstm_unit", inputs=(4, 5), outputs=3, args=LSTM_ARGS, inplace=NOT_IN_PLACE,
+    host_inputs=(3, 4), gradient=NO_GRADIENT, shape=_saved_shape)
+def lstm_unit_saving(xp, *inputs, forget_bias=0.0, drop_states=False, sequence_lengths=True):
+    """LSTMUnit that also outputs [σ(i), σ(f + forget_bias), σ(o), tanh(g), tanh(c)] (5×N×D) for its gradient."""
+    (h_prev, c_prev, gates), seq, timestep, _ = _unpack(inputs, sequence_lengths, LSTM_HEAD)
+    n, d = _cell_dims(LSTM_STATES[:2], (c_prev, h_prev), gates, 4, "i, f, o, g", seq, timestep)
+    acts = _lstm_activations(xp, gates, n, d, forget_bias, extra=1)
+    h, c = _lstm_forward(xp, acts, c_prev, tanh_c=acts[4])
+    h, c = _lstm_masked(xp, h, c, h_prev, c_prev, seq, timestep, n, drop_states)
+    return h, c, acts
+
+
+def _saved_grad_shape(specs, forget_bias, drop_states, sequence_lengths):
+    (h_prev, c_prev, acts), seq, timestep, (h, c, dh, dc) = _unpack(
+        specs, sequence_lengths, LSTM_HEAD, LSTM_GRAD_TAIL)
+    states = {"cell_t_prev": c_prev, "hidden_t_prev": h_prev, "hidden_t": h, "cell_t": c,
+              "hidden_t_grad": dh, "cell_t_grad": dc}
+    n, d = _check_cell(states, acts, 5, "i, f, o, g, tanh(c)", block_major=True)
     _check_steps(seq, timestep, n)
-    return [TensorSpec(tuple(h_prev.shape), h_prev.dtype)]
+    return [TensorSpec(tuple(x.shape), x.dtype) for x in (h_prev, c_prev)] + [TensorSpec((1, n, 4 * d), acts.dtype)]
 
 
-def gru_unit_gradient_maker(g) -> None:
-    """GRUUnitGradient(h_prev, gates, [seq_lengths,] timestep, h, dh) -> (dh_prev, dgates): the 6- or
-    5-input form, as `sequence_lengths` says; the forward arguments are copied."""
-    k = 4 if g.arg("sequence_lengths", True) else 3
-    g.op("GRUUnitGradient", [g.I(i) for i in range(k)] + [g.O(0), g.GO(0)], [g.GI(0), g.GI(1)])
-
-
-@op("GRUUnit", inputs=(3, 4), outputs=1, args=GRU_ARGS, inplace=NOT_IN_PLACE, host_inputs=(2, 3),
-    gradient=gru_unit_gradient_maker, shape=_gru_shape)
-def gru_unit(xp, *inputs, drop_states=False, sequence_lengths=True, forget_bias=0.0):
-    """One GRU step: h = h_prev·σ(u) + tanh(o)·(1 − σ(u)) -> hidden_t.
-
-    Inputs: hidden_t_prev (1×N×D), gates (1×N×3D, order reset, update, output), seq_lengths (int32 N;
-    omitted when sequence_lengths=0), timestep (int32, 1 element). The reset gate is not read: Caffe2's
-    gru_cell applies it to the recurrent term before this op. Rows past their length copy h_prev (0 with
-    drop_states).
-    """
-    (h_prev, gates), seq, timestep, _ = _unpack(inputs, sequence_lengths, GRU_HEAD)
-    n, d = _cell_dims(GRU_STATES[:1], (h_prev,), gates, 3, "reset, update, output", seq, timestep)
-    u = _sigmoid(xp, gates[..., d:2 * d])
-    out = xp.tanh(gates[..., 2 * d:])
-    h = h_prev - out                          # h_prev·u + out·(1 − u) = out + u·(h_prev − out)
-    h *= u
-    h += out
-    ended = _past_end(xp, seq, timestep, n)
-    if ended is not None:
-        h = ended.patch(xp, h, None if drop_states else h_prev)
-    return h
-
-
-def _gru_grad_shape(specs, drop_states, sequence_lengths, forget_bias=0.0):
-    (h_prev, gates), seq, timestep, (h, dh) = _unpack(specs, sequence_lengths, GRU_HEAD, GRU_GRAD_TAIL)
-    states = {"hidden_t_prev": h_prev, "hidden_t": h, "hidden_t_grad": dh}
-    n, _ = _check_cell(states, gates, 3, "reset, update, output")
-    _check_steps(seq, timestep, n)
-    return [TensorSpec(tuple(x.shape), x.dtype) for x in (h_prev, gates)]
-
-
-@op("GRUUnitGradient", inputs=(5, 6), outputs=2, args=GRU_ARGS, inplace=NOT_IN_PLACE, host_inputs=(2, 3),
-    shape=_gru_grad_shape)
-def gru_unit_gradient(xp, *inputs, drop_states=False, sequence_lengths=True, forget_bias=0.0):
-    """Gradients of GRUUnit -> (hidden_t_prev_grad, gates_grad).
-
-    Valid rows: dh_prev = dH·u, du = dH·(h_prev − tanh o)·σ'(u), do = dH·(1 − u)·(1 − tanh²o), and a zero
-    reset-gate gradient (the unit does not read it). Invalid rows: zero gate gradients and dh_prev = dH
-    (0 with drop_states).
-    """
-    (h_prev, gates), seq, timestep, (h, dh) = _unpack(inputs, sequence_lengths, GRU_HEAD, GRU_GRAD_TAIL)
-    n, d = _cell_dims(GRU_STATES, (h_prev, h, dh), gates, 3, "reset, update, output", seq, timestep)
-    one, zero = gates.dtype.type(1), gates.dtype.type(0)
-    u = _sigmoid(xp, gates[..., d:2 * d])
-    out = xp.tanh(gates[..., 2 * d:])
-    dgates = xp.empty_like(gates)
-    dgates[..., :d] = zero
-    block = dgates[..., d:2 * d]              # du = dH·(h_prev − out)·u·(1 − u)
-    xp.subtract(h_prev, out, out=block)
-    block *= dh
-    block *= u
-    block *= one - u
-    block = dgates[..., 2 * d:]               # do = dH·(1 − u)·(1 − out²)
-    xp.multiply(out, out, out=block)
-    xp.subtract(one, block, out=block)
-    block *= one - u
-    block *= dh
-    dh_prev = dh * u
-    ended = _past_end(xp, seq, timestep, n)
-    if ended is None:
-        return dh_prev, dgates
-    return ended.patch(xp, dh_prev, None if drop_states else dh), ended.patch(xp, dgates)
+@op("rnn_internal_lstm_unit_gradient", inputs=(8, 9), outputs=3, args=LSTM_ARGS, inplace=NOT_IN_PLACE,
+    host_inputs=(3, 4), gradient=NO_GRADIENT, shape=_saved_grad_shape)
+def lstm_unit_gradient_saved(xp, *inputs, forget_bias=0.0, drop_states=False, sequence_lengths=True):
+    """LSTMUnitGradient reading rnn_internal_lstm_unit's saved activations (input 2) instead of the gates."""
+    (h_prev, c_prev, acts), seq, timestep, (h, c, dh, dc) = _unpack(
+        inputs, sequence_lengths, LSTM_HEAD, LSTM_GRAD_TAIL)
+    n, d = _cell_dims(LSTM_STATES, (c_prev, h_prev, h, c, dh, dc), acts, 5, "i, f, o, g, tanh(c)", seq,
+                      timestep, block_major=True)
+    dc_prev, dgates = _lstm_backward(xp, acts, acts[4], c_prev, dh, dc)
+    return _lstm_grad_masked(xp, dc_prev, dgates, h_prev, dh, dc, seq, timestep, n, drop_states)

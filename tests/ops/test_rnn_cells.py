@@ -165,6 +165,29 @@ def test_lstm_unit_gradient_formulas(case, device):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_saved_activation_forms(case, device):
+    """rnn_internal_lstm_unit: LSTMUnit's outputs plus [σ(i), σ(f + forget_bias), σ(o), tanh(g), tanh(c)] (5×N×D,
+    c before the seq_lengths masking); rnn_internal_lstm_unit_gradient from those: LSTMUnitGradient's results."""
+    _, n, d, seq, t, fb, drop, scale = case
+    ins = lstm_inputs(n, d, seq, t, scale)
+    h, c, acts = run_op("rnn_internal_lstm_unit", ins, 3, device=device, **seq_args(seq, fb, drop))
+    want_h, want_c = ref_lstm(ins[0], ins[1], ins[2], seq, t, fb, drop)
+    check(h, want_h)
+    check(c, want_c)
+    gates = ins[2].astype(np.float64)
+    _, unmasked_c = ref_lstm(ins[0], ins[1], ins[2], None, t, fb)
+    want = [np.vectorize(sig)(gates[..., k * d:(k + 1) * d] + (fb if k == 1 else 0)) for k in range(3)]
+    want += [np.tanh(gates[..., 3 * d:]), np.tanh(unmasked_c.astype(np.float64))]
+    check(acts, np.concatenate(want, axis=0).astype(np.float32), tol=1e-5)
+    dh, dc = f32(1, n, d), f32(1, n, d)
+    got = run_op("rnn_internal_lstm_unit_gradient", [*ins[:2], acts, *ins[3:], h, c, dh, dc], 3, device=device,
+                 **seq_args(seq, fb, drop))
+    for g, w in zip(got, ref_lstm_grad(ins[1], ins[2], seq, t, c, dh, dc, fb, drop), strict=True):
+        check(g, w, tol=1e-5)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 def test_gru_unit_forward_and_gradient_formulas(case, device):
     _, n, d, seq, t, _fb, drop, scale = case
     h_prev, gates = f32(1, n, d), f32(1, n, 3 * d, scale=scale)
@@ -269,6 +292,7 @@ h3, c3, g12, seq3, t1 = f32(1, 3, 4), f32(1, 3, 4), f32(1, 3, 16), i32(1, 2, 3),
     ("LSTMUnit", [h3.astype(np.float64), c3, g12, seq3, t1], {}, DTypeError, "share one float dtype"),
     ("LSTMUnit", [h3, c3, g12, seq3, i32(1, 2)], {}, ShapeError, "timestep has 2 entries"),
     ("LSTMUnitGradient", [h3, c3, g12, seq3, t1, h3, c3, h3], {}, ArityError, "takes 9 inputs"),
+    ("rnn_internal_lstm_unit_gradient", [h3, c3, g12, seq3, t1, h3, c3, h3, c3], {}, ShapeError, r"5×N×D"),
     ("GRUUnit", [h3, g12, seq3, t1], {}, ShapeError, "1×N×3D"),
     ("GRUUnit", [h3, f32(1, 3, 12), seq3.astype(np.float32), t1], {}, DTypeError, "int32"),
     ("GRUUnit", [h3, f32(1, 3, 12), seq3], {}, ArityError, "timestep"),

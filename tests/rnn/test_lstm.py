@@ -131,19 +131,46 @@ def test_layout_matches_caffe2():
                                                                       "X_grad"]
 
 
-def test_the_reference_comparison_catches_a_wrong_cell_gradient():
+@pytest.mark.parametrize("op_type, memopt", [("rnn_internal_lstm_unit_gradient", False), ("LSTMUnitGradient", True)])
+def test_the_reference_comparison_catches_a_wrong_cell_gradient(broken, op_type, memopt):
+    """The RNN runs the saved-activation gradient, or LSTMUnitGradient when the gates are recomputed."""
     from stepnet.ops import REGISTRY
-    schema = REGISTRY.get("LSTMUnitGradient")
+    kernel = REGISTRY.get(op_type).kernel
 
     def off_by_one_percent(xp, *args, **kw):
-        dh, dc, dg = schema.kernel(xp, *args, **kw)
+        dh, dc, dg = kernel(xp, *args, **kw)
         return dh, dc, dg * 1.01
-    REGISTRY.update("LSTMUnitGradient", kernel=off_by_one_percent)
-    try:
-        with pytest.raises(AssertionError, match="Not equal to tolerance"):
-            test_lstm_outputs_and_every_gradient((0,), False, 0.0, False, False, 2)
-    finally:
-        REGISTRY.update("LSTMUnitGradient", kernel=schema.kernel)
+    broken(op_type, off_by_one_percent)
+    with pytest.raises(AssertionError, match="Not equal to tolerance"):
+        test_lstm_outputs_and_every_gradient((0,), False, 0.0, False, memopt, 2)
+
+
+def test_the_gradient_reads_the_activations_the_forward_saved(broken):
+    """Spoiling the saved tanh(c) block (not the outputs) spoils only the gradients: they are read, not
+    recomputed."""
+    from stepnet.ops import REGISTRY
+    kernel = REGISTRY.get("rnn_internal_lstm_unit").kernel
+
+    def spoiled(xp, *args, **kw):
+        h, c, acts = kernel(xp, *args, **kw)
+        acts[4] *= 0.9
+        return h, c, acts
+    broken("rnn_internal_lstm_unit", spoiled)
+    with pytest.raises(AssertionError, match="dX"):
+        test_lstm_outputs_and_every_gradient((0,), False, 0.0, False, False, 2)
+
+
+def test_saved_activations_run_unless_the_gates_are_recomputed():
+    T, N, D, H = 3, 2, 2, 3
+    v = data(T, N, D, H, seed=1)
+    saved, public = {"rnn_internal_lstm_unit", "rnn_internal_lstm_unit_gradient"}, {"LSTMUnit", "LSTMUnitGradient"}
+    for memopt in (False, True):
+        m, _ = build(D, H, memory_optimization=memopt)
+        ws = run(m, v, (0,))
+        step = ws.get_blob("LSTM/step_workspaces").value.steps[0]
+        ran = {o.type for net in step._nets.values() for o in net.netdef.op}
+        assert ran & (saved | public) == (public if memopt else saved)
+        assert (step.find("LSTM/gates_t_rnn_activations") is None) == memopt
 
 
 def test_the_reference_comparison_catches_a_wrong_deferred_weight_gradient(monkeypatch):

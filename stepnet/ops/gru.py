@@ -1,0 +1,96 @@
+"""GRUUnit and GRUUnitGradient: one timestep of Caffe2's GRU cell (gru_unit_op, spec §4).
+
+The gates arrive pre-activation, 1×N×3D (order reset, update, output); checks, seq_lengths masking and the
+sigmoid are shared with the LSTM ops in rnn.py.
+"""
+from __future__ import annotations
+
+from ..shapes import TensorSpec
+from .registry import op
+from .rnn import NOT_IN_PLACE, _cell_dims, _check_cell, _check_steps, _past_end, _sigmoid, _unpack
+
+GRU_HEAD = ("hidden_t_prev", "gates")
+GRU_GRAD_TAIL = ("hidden_t", "hidden_t_grad")
+GRU_STATES = ("hidden_t_prev", "hidden_t", "hidden_t_grad")
+# Caffe2's gru_cell.py puts forget_bias on GRUUnit, whose kernel never reads it: accepted and ignored.
+GRU_ARGS = {"drop_states": False, "sequence_lengths": True, "forget_bias": 0.0}
+
+
+# --------------------------------------------------------------------------------------------- GRUUnit
+
+def _gru_shape(specs, drop_states, sequence_lengths, forget_bias=0.0):
+    (h_prev, gates), seq, timestep, _ = _unpack(specs, sequence_lengths, GRU_HEAD)
+    n, _ = _check_cell({"hidden_t_prev": h_prev}, gates, 3, "reset, update, output")
+    _check_steps(seq, timestep, n)
+    return [TensorSpec(tuple(h_prev.shape), h_prev.dtype)]
+
+
+def gru_unit_gradient_maker(g) -> None:
+    """GRUUnitGradient(h_prev, gates, [seq_lengths,] timestep, h, dh) -> (dh_prev, dgates): the 6- or
+    5-input form, as `sequence_lengths` says; the forward arguments are copied."""
+    k = 4 if g.arg("sequence_lengths", True) else 3
+    g.op("GRUUnitGradient", [g.I(i) for i in range(k)] + [g.O(0), g.GO(0)], [g.GI(0), g.GI(1)])
+
+
+@op("GRUUnit", inputs=(3, 4), outputs=1, args=GRU_ARGS, inplace=NOT_IN_PLACE, host_inputs=(2, 3),
+    gradient=gru_unit_gradient_maker, shape=_gru_shape)
+def gru_unit(xp, *inputs, drop_states=False, sequence_lengths=True, forget_bias=0.0):
+    """One GRU step: h = h_prev·σ(u) + tanh(o)·(1 − σ(u)) -> hidden_t.
+
+    Inputs: hidden_t_prev (1×N×D), gates (1×N×3D, order reset, update, output), seq_lengths (int32 N;
+    omitted when sequence_lengths=0), timestep (int32, 1 element). The reset gate is not read: Caffe2's
+    gru_cell applies it to the recurrent term before this op. Rows past their length copy h_prev (0 with
+    drop_states).
+    """
+    (h_prev, gates), seq, timestep, _ = _unpack(inputs, sequence_lengths, GRU_HEAD)
+    n, d = _cell_dims(GRU_STATES[:1], (h_prev,), gates, 3, "reset, update, output", seq, timestep)
+    u = _sigmoid(xp, gates[..., d:2 * d])
+    out = xp.tanh(gates[..., 2 * d:])
+    h = h_prev - out                          # h_prev·u + out·(1 − u) = out + u·(h_prev − out)
+    h *= u
+    h += out
+    ended = _past_end(xp, seq, timestep, n)
+    if ended is not None:
+        h = ended.patch(xp, h, None if drop_states else h_prev)
+    return h
+
+
+def _gru_grad_shape(specs, drop_states, sequence_lengths, forget_bias=0.0):
+    (h_prev, gates), seq, timestep, (h, dh) = _unpack(specs, sequence_lengths, GRU_HEAD, GRU_GRAD_TAIL)
+    states = {"hidden_t_prev": h_prev, "hidden_t": h, "hidden_t_grad": dh}
+    n, _ = _check_cell(states, gates, 3, "reset, update, output")
+    _check_steps(seq, timestep, n)
+    return [TensorSpec(tuple(x.shape), x.dtype) for x in (h_prev, gates)]
+
+
+@op("GRUUnitGradient", inputs=(5, 6), outputs=2, args=GRU_ARGS, inplace=NOT_IN_PLACE, host_inputs=(2, 3),
+    shape=_gru_grad_shape)
+def gru_unit_gradient(xp, *inputs, drop_states=False, sequence_lengths=True, forget_bias=0.0):
+    """Gradients of GRUUnit -> (hidden_t_prev_grad, gates_grad).
+
+    Valid rows: dh_prev = dH·u, du = dH·(h_prev − tanh o)·σ'(u), do = dH·(1 − u)·(1 − tanh²o), and a zero
+    reset-gate gradient (the unit does not read it). Invalid rows: zero gate gradients and dh_prev = dH
+    (0 with drop_states).
+    """
+    (h_prev, gates), seq, timestep, (h, dh) = _unpack(inputs, sequence_lengths, GRU_HEAD, GRU_GRAD_TAIL)
+    n, d = _cell_dims(GRU_STATES, (h_prev, h, dh), gates, 3, "reset, update, output", seq, timestep)
+    one, zero = gates.dtype.type(1), gates.dtype.type(0)
+    u = _sigmoid(xp, gates[..., d:2 * d])
+    out = xp.tanh(gates[..., 2 * d:])
+    dgates = xp.empty_like(gates)
+    dgates[..., :d] = zero
+    block = dgates[..., d:2 * d]              # du = dH·(h_prev − out)·u·(1 − u)
+    xp.subtract(h_prev, out, out=block)
+    block *= dh
+    block *= u
+    block *= one - u
+    block = dgates[..., 2 * d:]               # do = dH·(1 − u)·(1 − out²)
+    xp.multiply(out, out, out=block)
+    xp.subtract(one, block, out=block)
+    block *= one - u
+    block *= dh
+    dh_prev = dh * u
+    ended = _past_end(xp, seq, timestep, n)
+    if ended is None:
+        return dh_prev, dgates
+    return ended.patch(xp, dh_prev, None if drop_states else dh), ended.patch(xp, dgates)
