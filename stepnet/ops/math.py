@@ -86,7 +86,8 @@ def _fc(xp, X, W, b, axis, axis_w, transposed):
     X2, _ = view2d(X, axis)
     K, N = X2.shape[1], out_shape[-1]
     W2 = W.reshape(K, N) if transposed else W.reshape(N, K).T
-    Y = xp.matmul(X2, W2) + b
+    Y = xp.matmul(X2, W2)
+    Y += b          # in place: a second fresh M x N array costs page faults when M x N is large
     return Y.reshape(out_shape)
 
 
