@@ -11,14 +11,17 @@ LabelCrossEntropy, AveragedLoss, the full backward pass and an update: char_rnn'
   pytorch-cell the same with an nn.LSTMCell Python loop over the T steps.
 All start from stepnet's initial weights and the same data; each non-stepnet child also runs one stepnet step
 and prints how far its first-step loss and gradients are from stepnet's. Times are the median (and minimum)
-of --repeats steps after --warmup steps, pooled over --rounds. BLAS threads (numpy, via threadpoolctl) and
+of --repeats steps after --warmup steps, pooled over --rounds. A further child alternates stepnet and numpy
+steps in one process (--paired-steps pairs) and reports the median of the per-pair ratios: this VM's speed
+drifts by tens of percent over seconds, which moves two processes' medians apart but both halves of a pair
+alike. BLAS threads (numpy, via threadpoolctl) and
 torch threads are both set to --threads; OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE are recorded. `--memory`
 measures the forward-only LSTM with tracemalloc at each T of --memory-steps; `--profile` breaks stepnet's step
 down by op (and prints cProfile's top functions). --write replaces this configuration's section of
 RESULTS.md (one per B, T, V, optimizer and thread count).
 
     python benchmarks/char_rnn.py [--repeats 20] [--warmup 3] [--hidden 128 512] [--optimizer sgd|adam]
-        [--threads 2] [--rounds 1] [--wait-load 0.9] [--memory] [--profile] [--write]
+        [--threads 2] [--rounds 1] [--paired-steps 60] [--wait-load 0.9] [--memory] [--profile] [--write]
 """
 from __future__ import annotations
 
@@ -234,6 +237,31 @@ def measure(framework: str, cfg) -> dict:
     return out
 
 
+def paired(cfg) -> dict:
+    """stepnet and numpy steps alternating in one process (the order swapped every pair): per hidden size, the
+    (stepnet ms, numpy ms) pairs. Machine drift hits both sides of a pair alike, so their ratio is steadier
+    than the ratio of two processes' medians."""
+    limit_blas(cfg.threads)
+    out = {}
+    for H in cfg.hidden:
+        run_s, _, init = stepnet_timer(cfg, H)
+        run_n, _ = numpy_timer(cfg, H, init)
+        for _ in range(cfg.warmup):
+            run_s()
+            run_n()
+        pairs, order = [], [("stepnet", run_s), ("numpy", run_n)]
+        for _ in range(cfg.paired_steps):
+            ms = {}
+            order.reverse()
+            for name, fn in order:
+                t = time.perf_counter()
+                fn()
+                ms[name] = 1000 * (time.perf_counter() - t)
+            pairs.append((ms["stepnet"], ms["numpy"]))
+        out[H] = pairs
+    return out
+
+
 # ------------------------------------------------------------------------------------ memory, profile
 class OpHook:
     """Routes every bound op's call of the nets it is attached to through `around(key, call, args)`."""
@@ -417,7 +445,7 @@ def child(what: str, env, args, foreign: list | None = None):
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def table(results: dict, hidden) -> list[str]:
+def table(results: dict, hidden, pairs: dict | None = None) -> list[str]:
     base = {H: statistics.median(results["stepnet"]["times"][str(H)]) for H in hidden}
     head = ("| framework | " + " | ".join(f"H={H}: median (min) ms | stepnet ÷ this" for H in hidden)
             + " | first step vs stepnet: \\|Δloss\\|, rel. \\|Δgrad\\| |")
@@ -436,8 +464,15 @@ def table(results: dict, hidden) -> list[str]:
         ratio = base[H] / statistics.median(results["numpy"]["times"][str(H)])
         best = min(results["stepnet"]["times"][str(H)]) / min(results["numpy"]["times"][str(H)])
         verdict = "met" if ratio <= TARGETS[H] else "MISSED"
-        rows.append(f"- target at H={H}: stepnet ÷ numpy ≤ {TARGETS[H]}: {ratio:.2f} (medians), {verdict}; "
-                    f"{best:.2f} from the minima")
+        line = (f"- target at H={H}: stepnet ÷ numpy ≤ {TARGETS[H]}: {ratio:.2f} (medians), {verdict}; "
+                f"{best:.2f} from the minima")
+        if pairs and str(H) in pairs:
+            ratios = [s / n for s, n in pairs[str(H)]]
+            q = statistics.quantiles(ratios, n=4)
+            verdict = "met" if statistics.median(ratios) <= TARGETS[H] else "MISSED"
+            line += (f"; same process, alternating steps: {statistics.median(ratios):.2f} (median of "
+                     f"{len(ratios)} per-pair ratios, quartiles {q[0]:.2f}–{q[2]:.2f}), {verdict}")
+        rows.append(line)
     return rows
 
 
@@ -472,6 +507,8 @@ def main() -> None:
                           ("threads", os.cpu_count() or 1), ("rounds", 1)):
         p.add_argument(f"--{name}", type=int, default=default)
     p.add_argument("--hidden", type=int, nargs="+", default=[128, 512])
+    p.add_argument("--paired-steps", type=int, default=60,
+                   help="stepnet/numpy step pairs alternating in one process (0: skip)")
     p.add_argument("--optimizer", choices=("sgd", "adam"), default="sgd")
     p.add_argument("--lr", type=float, help="base learning rate (default: sgd 0.1·T as char_rnn, adam 1e-3)")
     p.add_argument("--wait-load", type=float, help="before each child, wait for a 1-min load average below")
@@ -485,11 +522,11 @@ def main() -> None:
     args = p.parse_args()
     args.lr = args.lr if args.lr is not None else (0.1 * args.steps if args.optimizer == "sgd" else 1e-3)
     if args.child:
-        work = {"memory": memory, "profile": profile}.get(args.child)
+        work = {"memory": memory, "profile": profile, "paired": paired}.get(args.child)
         print(json.dumps(work(args) if work else measure(args.child, args)))
         return
-    keys = ("repeats", "warmup", "batch", "steps", "vocab", "optimizer", "lr", "threads")
-    args.passthrough = [a for k in keys for a in (f"--{k}", str(getattr(args, k)))]
+    keys = ("repeats", "warmup", "batch", "steps", "vocab", "optimizer", "lr", "threads", "paired_steps")
+    args.passthrough = [a for k in keys for a in (f"--{k.replace('_', '-')}", str(getattr(args, k)))]
     args.passthrough += ["--hidden", *map(str, args.hidden), "--memory-steps", *map(str, args.memory_steps)]
     lines = report(args)
     text = "\n".join(lines).rstrip("\n") + "\n"
@@ -515,6 +552,10 @@ def report(args) -> list[str]:
             results[fw]["check"] = {int(H): v for H, v in res["check"].items()}
             results[fw]["info"].update(res["info"])
     info = {k: v for res in results.values() for k, v in res["info"].items()}
+    pairs = None
+    if {"stepnet", "numpy"} <= set(frameworks) and args.paired_steps:
+        loads.append(wait_for_quiet(args.wait_load, args.max_wait))
+        pairs = child("paired", env, args)
     lines = [f"{HEADER} (B={args.batch}, T={args.steps}, V={args.vocab}, {args.optimizer}, {args.threads} "
              f"thread{'s' if args.threads > 1 else ''})", "",
              f"- date: {datetime.date.today().isoformat()}",
@@ -532,7 +573,7 @@ def report(args) -> list[str]:
              "framework in its own process; 'stepnet ÷ this' = stepnet's median over the framework's "
              "(above 1: the framework is faster); the last column compares each framework's first step with "
              "stepnet's from the same weights and data (max over parameters of max|Δgrad| / max|grad|)", "",
-             *table(results, args.hidden), ""]
+             *table(results, args.hidden, pairs), ""]
     if args.memory:
         lines += ["### stepnet forward-only memory vs T", "",
                   f"LSTM alone (i2h FC + RecurrentNetwork), B={args.batch}, H={max(args.hidden)}, "
