@@ -171,3 +171,12 @@ def test_the_reference_comparison_catches_a_wrong_layer_gradient():
             test_outputs_and_every_gradient_match_a_stacked_reference(*CASES[0])
     finally:
         REGISTRY.update("rnn_internal_fc_gradient_deferred", kernel=schema.kernel)
+
+
+def test_every_layer_runs_with_saved_activations():
+    """Each layer's LSTMUnit / LSTMUnitGradient pair runs in the saved-activation form (rnn_internal.lstm_pairs)."""
+    ws = build_and_run(3, 2, 2, [3, 2, 4])[0]
+    step = ws.get_blob("LSTM/step_workspaces").value.steps[0]
+    types = [o.type for net in step._nets.values() for o in net.netdef.op]
+    assert types.count("rnn_internal_lstm_unit") == types.count("rnn_internal_lstm_unit_gradient") == 3
+    assert "LSTMUnit" not in types and "LSTMUnitGradient" not in types
