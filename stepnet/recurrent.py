@@ -171,8 +171,10 @@ class _Forward:
             raise ArgumentError(f"step_net and backward_step_net are both named {self.step_net.name!r}; they "
                                 "are cached by name in each step workspace, so they need different names")
         self.recompute = list(a["recompute_blobs_on_backward"])
+        self.saved = {}
         if self.backward is not None:
-            save_lstm_activations(self.step_net, lstm_pairs(a["step_net"], self.backward, self.recompute), True)
+            self.saved = lstm_pairs(a["step_net"], self.backward, self.recompute)
+            save_lstm_activations(self.step_net, self.saved, True)
         self.bound = weakref.WeakKeyDictionary()  # step workspace -> (its timestep blob, its link blobs)
         self.num_workspaces = max(1, a["num_workspaces"])
 
@@ -208,6 +210,8 @@ class _Forward:
             bound = self.bound.get(step_ws)
             if bound is None:
                 timestep = step_ws.create_blob(self.timestep)
+                for name in self.saved.values():  # per step, even if an outer workspace has a blob of that name
+                    step_ws.create_local_blob(name)
                 bound = self.bound[step_ws] = (timestep, bind_links(step_ws, self.links))
             bound[0].value = np.array([t], dtype=np.int32)
             set_links(bound[1], t)

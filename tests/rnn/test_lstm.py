@@ -160,6 +160,28 @@ def test_the_gradient_reads_the_activations_the_forward_saved(broken):
         test_lstm_outputs_and_every_gradient((0,), False, 0.0, False, False, 2)
 
 
+def test_saved_activations_stay_per_step_when_an_outer_blob_has_their_name():
+    """Caffe2 binds a step net's output to an outer blob of the same name; the saved activations must not be
+    shared across steps that way, or every step's gradient would read the last step's activations."""
+    T, N, D, H = 4, 3, 2, 3
+    v = data(T, N, D, H, seed=5)
+    m, grads = build(D, H)
+    ws = Workspace()
+    ws.feed("LSTM/gates_t_rnn_activations", np.zeros(1, np.float32))
+    feeds = {"X": v["X"], "LSTM/i2h_w": v["Wi"], "LSTM/i2h_b": v["bi"], "LSTM/gates_t_w": v["Wg"],
+             "LSTM/gates_t_b": v["bg"], "h0": v["h0"], "c0": v["c0"], "seq": v["seq"],
+             OUTS[0] + "_in_grad": v["up"][0]}
+    for name, value in feeds.items():
+        ws.feed(name, value)
+    ws.run_net_once(m.net.proto())
+    _, _, cache = lstm_forward(v["X"].astype(np.float64), v["h0"], v["c0"], v["Wi"], v["bi"], v["Wg"], v["bg"],
+                               v["seq"])
+    zero = np.zeros((1, N, H))
+    ref = lstm_backward(v["X"].astype(np.float64), v["Wi"], v["Wg"], cache, v["up"][0], zero[0], 0 * v["up"][0],
+                        zero[0])
+    np.testing.assert_allclose(ws.fetch(grads["LSTM/gates_t_w"]), ref[3], rtol=1e-3, atol=1e-4)
+
+
 def test_saved_activations_run_unless_the_gates_are_recomputed():
     T, N, D, H = 3, 2, 2, 3
     v = data(T, N, D, H, seed=1)
