@@ -284,13 +284,18 @@ def lstm_unit(xp, *inputs, forget_bias=0.0, drop_states=False, sequence_lengths=
     return _lstm_masked(xp, h, c, h_prev, c_prev, seq, timestep, n, drop_states)
 
 
-def _lstm_grad_shape(specs, forget_bias, drop_states, sequence_lengths):
+def _grad_specs(specs, sequence_lengths, n_gates: int, order: str, block_major: bool = False):
+    """The gradient forms' checks on TensorSpecs: (h_prev, c_prev, gates or activations, N, D)."""
     (h_prev, c_prev, gates), seq, timestep, (h, c, dh, dc) = _unpack(
         specs, sequence_lengths, LSTM_HEAD, LSTM_GRAD_TAIL)
-    states = {"cell_t_prev": c_prev, "hidden_t_prev": h_prev, "hidden_t": h, "cell_t": c,
-              "hidden_t_grad": dh, "cell_t_grad": dc}
-    n, _ = _check_cell(states, gates, 4, "i, f, o, g")
+    states = dict(zip(LSTM_STATES, (c_prev, h_prev, h, c, dh, dc)))
+    n, d = _check_cell(states, gates, n_gates, order, block_major)
     _check_steps(seq, timestep, n)
+    return h_prev, c_prev, gates, n, d
+
+
+def _lstm_grad_shape(specs, forget_bias, drop_states, sequence_lengths):
+    h_prev, c_prev, gates, _, _ = _grad_specs(specs, sequence_lengths, 4, "i, f, o, g")
     return [TensorSpec(tuple(x.shape), x.dtype) for x in (h_prev, c_prev, gates)]
 
 
@@ -336,12 +341,7 @@ def lstm_unit_saving(xp, *inputs, forget_bias=0.0, drop_states=False, sequence_l
 
 
 def _saved_grad_shape(specs, forget_bias, drop_states, sequence_lengths):
-    (h_prev, c_prev, acts), seq, timestep, (h, c, dh, dc) = _unpack(
-        specs, sequence_lengths, LSTM_HEAD, LSTM_GRAD_TAIL)
-    states = {"cell_t_prev": c_prev, "hidden_t_prev": h_prev, "hidden_t": h, "cell_t": c,
-              "hidden_t_grad": dh, "cell_t_grad": dc}
-    n, d = _check_cell(states, acts, 5, "i, f, o, g, tanh(c)", block_major=True)
-    _check_steps(seq, timestep, n)
+    h_prev, c_prev, acts, n, d = _grad_specs(specs, sequence_lengths, 5, "i, f, o, g, tanh(c)", block_major=True)
     return [TensorSpec(tuple(x.shape), x.dtype) for x in (h_prev, c_prev)] + [TensorSpec((1, n, 4 * d), acts.dtype)]
 
 
