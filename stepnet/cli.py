@@ -296,7 +296,8 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="run a PlanDef, a NetDef, or an init net followed by a predict net")
     r.add_argument("model", help="PlanDef or NetDef (.pb / .pbtxt); with PREDICT_NET: the init net")
     r.add_argument("predict_net", nargs="?", help="predict net, run after the init net")
-    r.add_argument("--iterations", "-n", type=int, help="runs of the net; for a plan, num_iter of iterating steps")
+    r.add_argument("--iterations", "-n", type=int,
+                   help="runs of the net; for a plan, num_iter of its outermost iterating steps")
     r.add_argument("--feed", action="append", default=[], metavar="NAME=FILE.npy|FILE.npz|VALUE[:dtype]")
     r.add_argument("--fetch", nargs="+", default=[], metavar="NAME", help="blobs to print and save")
     r.add_argument("--save", metavar="OUT.npz", help="write the fetched blobs (default: external outputs)")

@@ -43,11 +43,12 @@ class PlanRun:
 
     def run(self) -> None:
         for step in self.plan.execution_step:
-            self.step(step, self.root)
+            self.step(step, self.root, outer=True)
 
     # ------------------------------------------------------------------------------------------- steps
-    def step(self, step, ws) -> None:
-        """Run one execution step (its nets or substeps, num_iter times or until its stop blob is true)."""
+    def step(self, step, ws, outer: bool = False) -> None:
+        """Run one execution step (its nets or substeps, num_iter times or until its stop blob is true). `outer`:
+        no enclosing step iterates, so an `iterations` override applies to this one."""
         name = step.name or "<unnamed step>"
         if step.substep and step.network:
             raise PlanError(f"execution step {name!r} has both substeps and networks; a step holds one kind")
@@ -63,15 +64,18 @@ class PlanRun:
             total = 1 if step.only_once else None
         else:
             total = step.num_iter if step.HasField("num_iter") else 1
-            if self.iterations is not None and total > 1:
-                total = self.iterations
+        iterates = total is None or total > 1
+        if self.iterations is not None and iterates and outer and not has_stop:
+            total = self.iterations
+        inner_outer = outer and not iterates  # substeps of a step that runs once are still outermost
         report = self._reporter(step, ws)
         periodic = [s for s in step.substep if s.run_every_ms > 0]
         regular = [s for s in step.substep if s.run_every_ms <= 0]
         last_periodic = {id(s): time.monotonic() for s in periodic}
         nets = [self.net(n, ws) for n in step.network]
         i = 0
-        while (total is None or i < total) and not self._iteration(step, ws, nets, regular, periodic, last_periodic):
+        while (total is None or i < total) and not self._iteration(step, ws, nets, regular, periodic, last_periodic,
+                                                                      inner_outer):
             i += 1
             if report:
                 report(final=False)
@@ -82,7 +86,7 @@ class PlanRun:
         if report:
             report(final=True)
 
-    def _iteration(self, step, ws, nets, regular, periodic, last_periodic) -> bool:
+    def _iteration(self, step, ws, nets, regular, periodic, last_periodic, outer: bool) -> bool:
         """One iteration of a step; True when its stop blob became true (checked after every net/substep)."""
         stop_blob = step.should_stop_blob
         for net in nets:
@@ -91,7 +95,7 @@ class PlanRun:
                 return True
         for sub in regular:
             for _ in range(max(1, step.num_concurrent_instances)):
-                self.step(sub, ws)
+                self.step(sub, ws, outer)
             if stop_blob and _should_stop(ws, stop_blob):
                 return True
         now = time.monotonic()
@@ -128,5 +132,6 @@ def _should_stop(ws, blob_name: str) -> bool:
 
 
 def run_plan(plan, workspace, progress: Progress | None = None, iterations: int | None = None) -> None:
-    """Execute plan in workspace. iterations overrides num_iter of every step that iterates (num_iter > 1)."""
+    """Execute plan in workspace. iterations overrides num_iter of the outermost iterating steps (num_iter > 1 and
+    no iterating step around them); nested loops keep their counts."""
     PlanRun(plan, workspace, progress, iterations).run()

@@ -84,6 +84,15 @@ def test_iterations_override():
     assert count(run('execution_step { name: "t" network: "tick" num_iter: 50 }', iterations=7)) == 7
 
 
+@pytest.mark.parametrize("iterations, ticks", [(None, 12), (2, 8), (1, 4)])
+def test_iterations_override_sets_only_the_outermost_loop(iterations, ticks):
+    """An epoch loop of 3 around an inner loop of 4 ticks (inside a step that runs once): --iterations sets the
+    epochs, never the inner count, so nested loops do not multiply."""
+    steps = """execution_step { name: "main" substep { name: "epochs" num_iter: 3
+                 substep { name: "once" substep { name: "inner" network: "tick" num_iter: 4 } } } }"""
+    assert count(run(steps, iterations=iterations)) == ticks
+
+
 def test_progress_callback():
     seen = []
     run('execution_step { name: "t" network: "tick" num_iter: 3 }', progress=lambda s, i, n: seen.append((s, i, n)))
