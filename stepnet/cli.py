@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from . import images, proto
-from .feeds import DTYPES, load_checkpoint, parse_dims, parse_feed, save_checkpoint  # noqa: F401
+from .feeds import load_checkpoint, parse_dims, parse_feed, save_checkpoint
 from .errors import ArgumentError, FileFormatError, MissingBlobError, StepnetError, did_you_mean
 from .ops import REGISTRY
 from .ops.registry import REQUIRED

@@ -127,10 +127,13 @@ def _zeroed(xp, blob, like):
     return blob.value
 
 
-def _create_step_net(step_ws: Workspace, net: NetDef, timestep: str):
-    """Bind a step net in its step workspace; a missing input is reported with the timestep blob's name,
-    since a step net reading another timestep name than the op's `timestep` argument is the usual cause
-    (Caffe2 fails the same way: "Encountered a non-existing input blob")."""
+def _step_net(step_ws: Workspace, net: NetDef, timestep: str):
+    """The step net bound in its step workspace (bound on first use). A missing input is reported with the
+    timestep blob's name, since a step net reading another timestep name than the op's `timestep` argument is
+    the usual cause (Caffe2 fails the same way: "Encountered a non-existing input blob")."""
+    bound = step_ws._nets.get(net.name)
+    if bound is not None:
+        return bound
     try:
         return step_ws.create_net(net)
     except MissingBlobError as e:
@@ -215,10 +218,7 @@ class _Forward:
                 bound = self.bound[step_ws] = (timestep, bind_links(step_ws, self.links))
             bound[0].value = np.array([t], dtype=np.int32)
             set_links(bound[1], t)
-            net = step_ws._nets.get(self.step_net.name)
-            if net is None:
-                net = _create_step_net(step_ws, self.step_net, self.timestep)
-            net.run()
+            _step_net(step_ws, self.step_net, self.timestep).run()
         for src, dst, offset in self.aliases:
             state = ws.find(src).value
             start = offset if offset >= 0 else state.shape[0] + offset
@@ -333,6 +333,7 @@ class _Backward:
         self.deferred = _defer_fc_parameter_gradients(bnet, self.param_grads)
         self.bound = weakref.WeakKeyDictionary()
         self.net = bnet
+        self.produced = [name for o in bnet.op for name in o.output] + [link[0] for link in links]
         self.input_grad = r(opdef.input[self.G] + "_grad")
 
     def run(self, ctx, xp, inputs):
@@ -366,8 +367,7 @@ class _Backward:
                     f"the forward RecurrentNetwork kept no {acts!r} (the activations of its LSTMUnit over "
                     f"{gates!r}) in its step workspaces: the forward and gradient ops must have the same step_net, "
                     "backward_step_net and recompute_blobs_on_backward arguments")
-        produced = [name for o in self.net.op for name in o.output] + [link[0] for link in self.links]
-        for name in produced:  # backward-only temporaries (link internals included) are shared by all steps
+        for name in self.produced:  # backward-only temporaries (link internals included) are shared by all steps
             if first.find(name) is None:
                 scratch.shared.create_local_blob(name)
         for d in self.deferred:
@@ -378,10 +378,7 @@ class _Backward:
             if bound is None:
                 bound = self.bound[step_ws] = bind_links(step_ws, self.links)
             set_links(bound, t)
-            net = step_ws._nets.get(self.net.name)
-            if net is None:
-                net = _create_step_net(step_ws, self.net, self.timestep)
-            net.run()
+            _step_net(step_ws, self.net, self.timestep).run()
         for d in self.deferred:
             d.finish(xp, ws, scratch.shared, fresh)
         results = []
