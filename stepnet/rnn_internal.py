@@ -14,17 +14,8 @@ from .proto import NetDef, make_argument
     args={"offset": Arg("int"), "window": Arg("int")}, gradient=NO_GRADIENT)
 def apply_link(ctx, xp, timestep, external, *, offset, window):
     """Point `internal` at rows [t + offset, t + offset + window) of `external` (a view: writes land there)."""
-    t = int(timestep.reshape(-1)[0])
-    if offset < 0 or window < 0:
-        raise ArgumentError(f"link offset ({offset}) and window ({window}) must be >= 0")
-    if external.ndim == 0 or external.size == 0:
-        raise ShapeError(f"linked tensor {ctx.opdef.input[1]!r} is empty; a link needs a tensor with rows")
-    start, stop = t + offset, t + offset + window
-    if stop > external.shape[0]:
-        raise ShapeError(f"link {ctx.opdef.output[0]!r} -> {ctx.opdef.input[1]!r}: at timestep {t} the window "
-                         f"rows [{start}, {stop}) (offset {offset}, window {window}) run past the end of its "
-                         f"{external.shape[0]} rows {tuple(external.shape)}")
-    ctx.outputs[0].set_view(external[start:stop])
+    _check_link_args(offset, window)
+    set_links([(ctx.outputs[0], ctx.inputs[1], offset, window)], int(timestep.reshape(-1)[0]))
     return None, None
 
 
@@ -51,10 +42,14 @@ def bind_links(step_ws, links) -> list:
         ext = step_ws.find(external)
         if ext is None:
             raise MissingBlobError(f"link {internal!r} -> {external!r}: blob {external!r} does not exist")
-        if offset < 0 or window < 0:
-            raise ArgumentError(f"link offset ({offset}) and window ({window}) must be >= 0")
+        _check_link_args(offset, window)
         bound.append((step_ws.create_blob(internal), ext, offset, window))
     return bound
+
+
+def _check_link_args(offset: int, window: int) -> None:
+    if offset < 0 or window < 0:
+        raise ArgumentError(f"link offset ({offset}) and window ({window}) must be >= 0")
 
 
 def set_links(bound, t: int) -> None:
@@ -86,8 +81,11 @@ def lstm_pairs(step_net: NetDef, backward_net: NetDef, recompute) -> dict[str, s
     cell after the LSTMUnit and the gates are not recomputed on backward. Such a pair can run as
     rnn_internal_lstm_unit / rnn_internal_lstm_unit_gradient: the gradient then reads the activations the
     forward kept in the step workspace instead of recomputing them (same results, no second tanh pass)."""
-    names = {n for net in (step_net, backward_net) for o in net.op for n in (*o.input, *o.output)}
-    names.update(*(getattr(net, f) for net in (step_net, backward_net) for f in ("external_input", "external_output")))
+    names = set()
+    for net in (step_net, backward_net):
+        names.update(net.external_input, net.external_output)
+        for o in net.op:
+            names.update(o.input, o.output)
     pairs = {}
     for k, u in enumerate(step_net.op):
         if u.type != "LSTMUnit" or len(u.input) < 4 or len(u.output) != 2:

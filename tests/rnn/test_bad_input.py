@@ -155,3 +155,42 @@ def test_the_window_check_is_what_catches_a_link_past_the_end(monkeypatch):
         test_bad_links_and_aliases(dict(link_internal=["o_prev", "o_t", "input_t", "peek"],
                                         link_external=["o_states", "o_states", "x", "x"],
                                         link_offset=[0, 1, 0, 0], link_window=[1, 1, 1, 3]), ShapeError, "rows")
+
+
+def _apply_link(ws, offset, window, t):
+    ws.feed("timestep", np.array([t], np.int32))
+    ws.run_operator_once(make_op("rnn_internal_apply_link", ["timestep", "states"], ["view", "states"],
+                                 offset=offset, window=window))
+
+
+def test_apply_link_op_points_its_output_at_rows_of_the_external_tensor():
+    """The registered rnn_internal_apply_link op (RecurrentNetwork sets these views itself): a view of rows
+    [t + offset, t + offset + window), so what is written into it lands in the external tensor."""
+    ws = Workspace()
+    states = np.arange(24, dtype=np.float32).reshape(4, 3, 2)
+    ws.feed("states", states)
+    _apply_link(ws, 1, 2, 1)
+    view = ws.get_blob("view")
+    np.testing.assert_array_equal(view.value, states[2:4])
+    view.set(np.full((2, 3, 2), -1, np.float32))
+    np.testing.assert_array_equal(ws.fetch("states")[2:4], -1)
+    np.testing.assert_array_equal(ws.fetch("states")[:2], states[:2])
+
+
+@pytest.mark.parametrize("offset, window, t, error, message", [
+    (1, 2, 2, ShapeError, r"link 'view' -> 'states': at timestep 2 the window rows \[3, 5\) \(offset 1, window 2\) "
+     r"run past the end of its 4 rows \(4, 3, 2\)"),
+    (-1, 1, 0, ArgumentError, r"link offset \(-1\) and window \(1\) must be >= 0"),
+])
+def test_apply_link_op_bad_windows(offset, window, t, error, message):
+    ws = Workspace()
+    ws.feed("states", np.zeros((4, 3, 2), np.float32))
+    with pytest.raises(error, match=message):
+        _apply_link(ws, offset, window, t)
+
+
+def test_apply_link_op_refuses_an_empty_tensor():
+    ws = Workspace()
+    ws.feed("states", np.zeros((0, 3), np.float32))
+    with pytest.raises(ShapeError, match="linked tensor 'states' is empty; a link needs a tensor with rows"):
+        _apply_link(ws, 0, 1, 0)
