@@ -208,3 +208,24 @@ def test_the_reference_comparison_catches_a_wrong_deferred_weight_gradient(monke
     monkeypatch.setattr(rnn_internal._DeferredFC, "finish", off)
     with pytest.raises(AssertionError, match="dLSTM/gates_t_w"):
         test_lstm_outputs_and_every_gradient((0,), False, 0.0, False, False, 2)
+
+
+def test_a_gradient_op_that_disagrees_with_its_forward_about_saved_activations_says_so():
+    """The forward and gradient ops decide the saved-activation pairs from the same arguments; a hand-edited
+    forward that recomputes the gates (so saves nothing) leaves its gradient without the blob it expects."""
+    from stepnet.errors import MissingBlobError
+    from stepnet.proto import make_argument
+
+    T, N, D, H = 3, 2, 2, 3
+    v = data(T, N, D, H, seed=2)
+    m, _ = build(D, H)
+    net = m.net.proto()
+    fwd = next(o for o in net.op if o.type == "RecurrentNetwork")
+    kept = [a for a in fwd.arg if a.name != "recompute_blobs_on_backward"]
+    del fwd.arg[:]
+    fwd.arg.extend(kept + [make_argument("recompute_blobs_on_backward", ["LSTM/gates_t"])])
+    m.net.proto = lambda: net
+    with pytest.raises(MissingBlobError, match=r"kept no 'LSTM/gates_t_rnn_activations' \(the activations of its "
+                       r"LSTMUnit over 'LSTM/gates_t'\).*must have the same step_net, backward_step_net and "
+                       r"recompute_blobs_on_backward arguments"):
+        run(m, v, (0,))
