@@ -15,9 +15,10 @@ import numpy as np
 from google.protobuf.message import DecodeError
 
 from . import backend
-from .errors import DTypeError, FileFormatError, MissingBlobError
+from .errors import DTypeError, FileFormatError, MissingBlobError, StepnetError
 from .proto import BlobProto, DataType, DeviceOption, TensorProto
-from .tensors import array_to_tensor, join_chunks, tensor_to_array
+from .tensors import array_to_tensor, element_count, join_chunks, segment_of, tensor_to_array
+from .validate import check_strings
 
 CHUNK_SEPARATOR = "#%"
 TENSOR_TYPE = "Tensor"
@@ -121,9 +122,17 @@ def serialize_blob(name: str, value, chunk_size: int = CHUNK_DEFAULT) -> list[tu
 
 
 # ----------------------------------------------------------------------------------------- BlobProto -> blob
-def blob_name_of_key(key: str) -> str:
-    """The blob name of a record key: the key up to the chunk separator '#%'."""
-    return key.split(CHUNK_SEPARATOR, 1)[0]
+def blob_name_of_key(key: str, where: str = "") -> str:
+    """The blob name of a record key: the key up to the chunk separator '#%'. A key whose bytes are not UTF-8
+    (read with surrogate escapes) names no blob: FileFormatError (prefixed with `where`, the file and record)."""
+    name = key.split(CHUNK_SEPARATOR, 1)[0]
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        raw = key.encode("utf-8", "surrogateescape")
+        raise FileFormatError(f"{where + ': ' if where else ''}db key {raw[:60]!r} is not valid UTF-8, so it cannot "
+                              "name a blob") from None
+    return name
 
 
 def parse_blob_proto(value: bytes, where: str) -> BlobProto:
@@ -132,15 +141,17 @@ def parse_blob_proto(value: bytes, where: str) -> BlobProto:
         proto.ParseFromString(value)
     except (DecodeError, RuntimeError, ValueError):
         raise FileFormatError(f"{where}: the value is not a serialized BlobProto") from None
+    check_strings(proto, where)
     return proto
 
 
 def _numel(t: TensorProto) -> int:
-    return int(np.prod(tuple(t.dims), dtype=np.int64))
+    return element_count(t)
 
 
 def _segment_size(t: TensorProto) -> int:
-    return t.segment.end - t.segment.begin if t.HasField("segment") else _numel(t)
+    begin, end = segment_of(t, element_count(t))
+    return end - begin
 
 
 @dataclass
@@ -192,7 +203,10 @@ class BlobAssembler:
         t = proto.tensor
         if not proto.HasField("tensor"):
             raise FileFormatError(f"{where}: blob {name!r} has type {TENSOR_TYPE!r} but no tensor")
-        size = _segment_size(t)
+        try:
+            size = _segment_size(t)
+        except FileFormatError as e:
+            raise FileFormatError(f"{where}: blob {name!r}: {e}") from None
         if parts is None:
             detail = t.device_detail if t.HasField("device_detail") else None
             self._parts[name] = _Parts(is_tensor=True, total=_numel(t), have=size, chunks=[t], device=detail)
@@ -228,12 +242,15 @@ class BlobAssembler:
 
 
 def _deserialize(entry: BlobType, proto: BlobProto, name: str, where: str):
-    if not entry.whole_proto:
-        return entry.deserialize(bytes(proto.content))
+    """An opaque blob's value from its proto (whole_proto codecs) or its content; any failure of the codec is
+    the file's: FileFormatError (a StepnetError keeps its class)."""
     try:
-        return entry.deserialize(proto)
-    except FileFormatError as e:
-        raise FileFormatError(f"{where}: blob {name!r}: {e}") from None
+        return entry.deserialize(proto if entry.whole_proto else bytes(proto.content))
+    except StepnetError as e:
+        raise type(e)(f"{where}: blob {name!r} of type {entry.name!r}: {e}") from None
+    except Exception as e:  # noqa: BLE001 - a registered codec meeting bytes it cannot read
+        raise FileFormatError(f"{where}: blob {name!r} of type {entry.name!r} cannot be read from its content "
+                              f"({type(e).__name__}: {e})") from None
 
 
 def _tensor_value(name: str, chunks: list, where: str) -> np.ndarray:

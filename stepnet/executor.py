@@ -15,6 +15,7 @@ from .limits import check_blob
 from .int8 import Int8Tensor
 from .ops.registry import REGISTRY
 from .ops.registry import ANY_INPLACE, KNOWN_HINTS, REQUIRED, read_arg
+from .validate import MAX_DEPTH, NET_IN_ARG, too_deep_text
 
 
 def describe(value) -> str:
@@ -59,7 +60,7 @@ class OpContext:
     def bind(self, netdef, workspace=None, local=()):
         """A sub-net of this op: `netdef` bound once in `workspace` (default: the op's) with this net's
         strictness (Workspace.bind); run it with `.run()`."""
-        return (workspace or self.workspace).bind(netdef, local, self.net.strict)
+        return (workspace or self.workspace).bind(netdef, local, self.net.strict, self.net.level + NET_IN_ARG)
 
 
 class BoundOp:
@@ -70,8 +71,9 @@ class BoundOp:
         self.inputs, self.outputs, self.call, self.device, self.label = inputs, outputs, call, device, label
 
 
-def parse_args(schema, opdef, label: str, strict: bool) -> dict:
-    """Declared arguments with defaults filled; undeclared ones warn (error when strict) unless known hints."""
+def parse_args(schema, opdef, label: str, strict: bool, level: int = 0) -> dict:
+    """Declared arguments with defaults filled; undeclared ones warn (error when strict) unless known hints.
+    `level`: the nesting level of the op's net (nets given as text in arguments are nested below it)."""
     values = {}
     seen = set()
     for argument in opdef.arg:
@@ -81,7 +83,7 @@ def parse_args(schema, opdef, label: str, strict: bool) -> dict:
         seen.add(name)
         spec = schema.args.get(name)
         if spec is not None:
-            values[name] = read_arg(spec.kind, argument, label)
+            values[name] = read_arg(spec.kind, argument, label, level)
         elif name not in KNOWN_HINTS:
             declared = ", ".join(sorted(schema.args)) or "none"
             msg = (f"{label}: argument {name!r} is not used by {opdef.type} and is ignored"
@@ -122,9 +124,14 @@ def check_inplace(schema, opdef, label: str) -> None:
 
 
 class Net:
-    """A NetDef bound to a workspace: every op resolved once; run() is a flat loop."""
+    """A NetDef bound to a workspace: every op resolved once; run() is a flat loop. `level`: how deep the net
+    is nested in messages (a net in an op's argument is NET_IN_ARG levels below the op's net), at most
+    MAX_DEPTH in all, as protobuf's parser allows in one file."""
 
-    def __init__(self, netdef, workspace, *, strict: bool | None = None):
+    def __init__(self, netdef, workspace, *, strict: bool | None = None, level: int = 0):
+        if level > MAX_DEPTH:
+            raise NetError(f"net {netdef.name!r}: {too_deep_text(level)}")
+        self.level = level
         self.netdef = netdef
         self.name = netdef.name
         self.workspace = workspace
@@ -162,7 +169,7 @@ class Net:
             raise type(e)(f"{label}: {e}") from None
         check_arity(schema, opdef, label)
         check_inplace(schema, opdef, label)
-        args = parse_args(schema, opdef, label, self.strict)
+        args = parse_args(schema, opdef, label, self.strict, self.level)
         inputs = []
         for name in opdef.input:
             blob = ws.find(name)

@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Iterable, Iterator
 
-from .errors import FileFormatError
+from .errors import FileFormatError, NetError
 from .proto import NetDef, OperatorDef, parse_text
+from .validate import MAX_DEPTH, NET_IN_ARG, too_deep_text
 
 # Arguments that hold a nested net (a NetDef in `n`, or its text form in `s`): RecurrentNetwork, If, While, Do.
 NET_ARGS = frozenset({"step_net", "backward_step_net", "then_net", "else_net", "loop_net", "cond_net", "net"})
@@ -93,9 +94,11 @@ def blob_names(*nets: NetDef) -> set[str]:
 
 
 # ------------------------------------------------------------------------------------------- nested nets
-def nested_nets(op: OperatorDef) -> Iterator[tuple[str, NetDef]]:
+def nested_nets(op: OperatorDef, level: int = 0) -> Iterator[tuple[str, NetDef]]:
     """(argument name, net) for every net an op's arguments hold: any NetDef in `n` or `nets`, and text in `s`
-    of the net arguments (NET_ARGS). Text that does not parse is skipped (binding the op reports it)."""
+    of the net arguments (NET_ARGS). `level`: the nesting level of the op's net; text nets count it, so that
+    text in text cannot nest deeper than MAX_DEPTH in all. Text that does not parse (not UTF-8, a syntax
+    error, too deep) is skipped: binding the op reports it."""
     for arg in op.arg:
         if arg.HasField("n"):
             yield arg.name, arg.n
@@ -103,17 +106,21 @@ def nested_nets(op: OperatorDef) -> Iterator[tuple[str, NetDef]]:
             yield f"{arg.name}[{i}]", n
         if arg.HasField("s") and arg.name in NET_ARGS:
             try:
-                yield arg.name, parse_text(arg.s.decode(), "net")
+                yield arg.name, parse_text(arg.s.decode(), "net", depth=level + NET_IN_ARG)
             except (FileFormatError, UnicodeDecodeError):
                 continue
 
 
-def walk(net: NetDef, depth: int = 0) -> Iterator[tuple[int, NetDef, int, OperatorDef]]:
-    """(depth, net, index, op) for every op of net and of the nets nested in its ops' arguments, depth first."""
+def walk(net: NetDef, depth: int = 0, level: int = 0) -> Iterator[tuple[int, NetDef, int, OperatorDef]]:
+    """(depth, net, index, op) for every op of net and of the nets nested in its ops' arguments, depth first.
+    `level`: the message nesting level of net (1 for a plan's networks); nets deeper than MAX_DEPTH in all
+    are an error, never a runaway recursion."""
+    if level > MAX_DEPTH:
+        raise NetError(f"net {net.name!r}: {too_deep_text(level)}")
     for index, op in enumerate(net.op):
         yield depth, net, index, op
-        for _, sub in nested_nets(op):
-            yield from walk(sub, depth + 1)
+        for _, sub in nested_nets(op, level):
+            yield from walk(sub, depth + 1, level + NET_IN_ARG)
 
 
 # ------------------------------------------------------------------------------------------- rewrites

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import ArgumentError, FileFormatError, StepnetError, did_you_mean
+from .files import open_regular
 
 SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".ppm", ".pgm", ".tif", ".tiff"}
 LAYOUTS = {"rgb": "RGB", "bgr": "RGB", "rgba": "RGBA", "bgra": "RGBA", "gray": "L"}
@@ -40,14 +41,15 @@ def read_image(path, layout: str = "rgb") -> np.ndarray:
     """The image as a uint8 array 1×H×W×C in the given channel layout."""
     Image = _pil()
     path = Path(path)
-    try:
-        with Image.open(path) as im:
-            im.load()
-            arr = np.asarray(im.convert(LAYOUTS[layout]))
-    except FileNotFoundError:
-        raise FileFormatError(f"{path}: no such image file") from None
-    except OSError as e:  # PIL.UnidentifiedImageError is an OSError
-        raise FileFormatError(f"{path}: not an image Pillow can read ({e})") from None
+    if not path.exists() and not path.is_symlink():
+        raise FileFormatError(f"{path}: no such image file")
+    with open_regular(path, "the image") as f:
+        try:
+            with Image.open(f) as im:
+                im.load()
+                arr = np.asarray(im.convert(LAYOUTS[layout]))
+        except Exception as e:  # noqa: BLE001 - Pillow meeting a bad file raises OSError, ValueError, SyntaxError, ...
+            raise FileFormatError(f"{path}: not an image Pillow can read ({type(e).__name__}: {e})") from None
     if arr.ndim == 2:
         arr = arr[:, :, None]
     if layout in ("bgr", "bgra"):

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .errors import ArgumentError, FileAccessError, FileFormatError, ResourceError
+from .errors import ArgumentError, FileAccessError, ResourceError
 
 FALLBACK_MAX_BLOB_BYTES = 4 << 30  # where the physical memory size cannot be read
 BLOB_FLAG = "--max-blob-bytes SIZE (Python: Limits(max_blob_bytes=...))"
@@ -101,40 +101,6 @@ def parse_size(text: str) -> int:
                             "(powers of 1024), e.g. 512M, 8G or 1073741824")
     number, unit = m.group(1), _UNITS[m.group(2).upper()]
     return int(float(number) * unit) if "." in number else int(number) * unit
-
-
-def check_npy(f, max_blob_bytes: int, blob: str, what: str) -> None:
-    """Read a .npy stream's header (only that) and refuse an array over max_blob_bytes before it is loaded."""
-    from numpy.lib import format as npy
-
-    try:
-        version = npy.read_magic(f)
-        read = npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0
-        shape, _, dtype = read(f)
-    except (ValueError, OSError, EOFError, SyntaxError) as e:
-        raise FileFormatError(f"{what} is not a readable .npy file ({e})") from None
-    check_blob(max_blob_bytes, blob, shape, dtype, what)
-
-
-def check_npy_file(path, max_blob_bytes: int, blob: str, what: str) -> None:
-    """check_npy on a .npy file, or on every array of a .npz file (named by its members); a file that cannot be
-    opened is left to the loader to report."""
-    import zipfile
-
-    if not os.path.isfile(path):
-        return
-    try:
-        if not zipfile.is_zipfile(path):
-            with open(path, "rb") as f:
-                check_npy(f, max_blob_bytes, blob, what)
-            return
-        with zipfile.ZipFile(path) as z:
-            for info in z.infolist():
-                if info.filename.endswith(".npy"):
-                    with z.open(info) as f:
-                        check_npy(f, max_blob_bytes, info.filename[:-4], what)
-    except (OSError, zipfile.BadZipFile):
-        return
 
 
 def check_tensor_proto(limit: int, blob: str, proto, where: str) -> None:

@@ -21,8 +21,10 @@ from .blobs import (CHUNK_DEFAULT, CHUNK_SEPARATOR, DEFAULT_CHUNK_SIZE, NO_CHUNK
                     device_detail_of, parse_blob_proto, register_blob_type, serialize_blob, tensor_blob_protos)
 from .errors import FileFormatError, MissingBlobError
 from .limits import check_tensor_proto
+from .files import open_regular
 from .proto import TensorProtos, atomic_write
 from .tensors import array_to_tensor, tensor_to_array
+from .validate import check_strings
 
 HEADER = struct.Struct("<ii")
 
@@ -80,14 +82,9 @@ class MiniDB:
 
     def __init__(self, path):
         self.path = str(path)
-        try:
-            f = open(path, "rb")
-        except FileNotFoundError:
-            where = ("" if Path(path).is_absolute()
-                     else f" (relative paths are read from the working directory {os.getcwd()})")
-            raise FileFormatError(f"{path}: no such file{where}") from None
-        except OSError as e:
-            raise FileFormatError(f"{path}: cannot read ({e.strerror})") from None
+        where = ("" if Path(path).is_absolute()
+                 else f" (relative paths are read from the working directory {os.getcwd()})")
+        f = open_regular(path, "the minidb file", missing=where)
         with f:
             if os.fstat(f.fileno()).st_size == 0:
                 self._data = b""
@@ -153,7 +150,7 @@ def load_blobs(path, names: Iterable[str] | None = None, max_blob_bytes: int | N
     assembler = BlobAssembler()
     for i in range(len(db)):
         key = db.key(i)
-        name = blob_name_of_key(key)
+        name = blob_name_of_key(key, f"{db.path}: record at byte offset {db.offset(i)}")
         if wanted is not None and name not in wanted:
             continue
         where = f"{db.path}: record {key!r} at byte offset {db.offset(i)}"
@@ -186,6 +183,7 @@ def parse_tensor_protos(value: bytes, where: str) -> list[np.ndarray]:
         protos.ParseFromString(value)
     except (DecodeError, RuntimeError, ValueError):
         raise FileFormatError(f"{where}: the value is not a serialized TensorProtos") from None
+    check_strings(protos, where)
     try:
         return [tensor_to_array(t) for t in protos.protos]
     except FileFormatError as e:

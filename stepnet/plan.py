@@ -46,7 +46,7 @@ class PlanRun:
         if name not in self.netdefs:
             raise PlanError(f"plan {self.plan.name!r}: execution step refers to network {name!r}, which the "
                             f"plan does not define{did_you_mean(name, self.netdefs)}")
-        return ws.bind(self.netdefs[name])
+        return ws.bind(self.netdefs[name], level=1)  # a plan's networks sit one level below the PlanDef
 
     def run(self) -> None:
         steps = self.plan.execution_step

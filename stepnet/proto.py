@@ -15,8 +15,10 @@ from google.protobuf.unknown_fields import UnknownFieldSet
 
 from . import caffe2_pb2 as pb
 from .errors import ArgumentError, FileFormatError
+from .files import PROTOBUF_LIMIT, read_regular
 from .tensors import (NUMPY_OF, array_to_tensor, data_type_of, join_chunks, numpy_dtype,  # noqa: F401 - re-exported
                       tensor_to_array)
+from .validate import MAX_DEPTH, check_strings, check_text_depth, decode_text, too_deep_text, wire_depth
 
 TensorProto = pb.TensorProto
 QTensorProto = pb.QTensorProto
@@ -62,10 +64,13 @@ def _plausible(msg: Message) -> bool:
 
 
 def _printable(s) -> bool:
-    return isinstance(s, str) and s.isprintable()
+    if isinstance(s, bytes):  # not UTF-8: check_strings names the field once the kind is chosen
+        s = s.decode("utf-8", "replace")
+    return s.isprintable()
 
 
-def _parse_text(text: str, cls, where: str):
+def _parse_text(text: str, cls, where: str, depth: int = 0):
+    check_text_depth(text, where, depth)
     msg = cls()
     try:
         text_format.Parse(text, msg, allow_unknown_extension=False)
@@ -80,14 +85,17 @@ def _strip_pos(e: text_format.ParseError) -> str:
     return rest if sep and ":" in head else msg
 
 
-def parse_text(text: str, kind: str | None = None, where: str = "<text>") -> Message:
-    """Parse a text-format NetDef or PlanDef (or the message kind given)."""
+def parse_text(text: str, kind: str | None = None, where: str = "<text>", depth: int = 0) -> Message:
+    """Parse a text-format NetDef or PlanDef (or the message kind given). `depth`: the nesting level the message
+    sits at (a net held as text in an argument counts the nets around it); deeper than MAX_DEPTH in all is a
+    FileFormatError, as protobuf's binary parser has it."""
     if kind is not None:
-        return _parse_text(text, _kind_class(kind), where)
+        return _parse_text(text, _kind_class(kind), where, depth)
+    check_text_depth(text, where, depth)
     errors = []
     for cls in (NetDef, PlanDef):
         try:
-            msg = _parse_text(text, cls, where)
+            msg = _parse_text(text, cls, where, depth)
         except FileFormatError as e:
             errors.append(e)
             continue
@@ -115,22 +123,34 @@ def _error_position(e: FileFormatError):
 def parse_binary(data: bytes, kind: str | None = None, where: str = "<bytes>") -> Message:
     """Parse a binary NetDef or PlanDef, telling them apart by which decodes cleanly."""
     candidates = [_kind_class(kind)] if kind else [NetDef, PlanDef]
-    decoded = []
+    decoded, failed = [], []
     for cls in candidates:
         msg = cls()
         try:
             msg.ParseFromString(data)
         except (DecodeError, RuntimeError, ValueError):
+            failed.append(cls)
             continue
         decoded.append((_unknown_field_count(msg), not _plausible(msg), len(decoded), msg))
-    if not decoded:
+    unknown, implausible, _, msg = min(decoded, key=lambda d: d[:3]) if decoded else (0, True, 0, None)
+    if failed and (msg is None or (kind is None and (unknown or implausible))):
+        _check_wire_depth(data, failed, where)
+    if msg is None:
         what = kind or "NetDef or PlanDef"
-        raise FileFormatError(f"{where}: not a valid binary {what} (truncated or not a Caffe2 protobuf file)")
-    unknown, implausible, _, msg = min(decoded, key=lambda d: d[:3])
+        raise FileFormatError(f"{where}: not a valid binary {what} (truncated, not a Caffe2 protobuf file, or "
+                              f"messages nested more than {MAX_DEPTH} levels deep)")
     if kind is None and (unknown or implausible):
         raise FileFormatError(f"{where}: bytes decode neither as a NetDef nor as a PlanDef "
                               f"(truncated, garbage, or another message kind; pass kind= to force one)")
+    check_strings(msg, where)
     return msg
+
+
+def _check_wire_depth(data: bytes, classes, where: str) -> None:
+    """FileFormatError saying so when the parse failed because messages nest deeper than protobuf allows."""
+    levels = max(wire_depth(data, cls.DESCRIPTOR) for cls in classes)
+    if levels > MAX_DEPTH:
+        raise FileFormatError(f"{where}: {too_deep_text(levels)}")
 
 
 def _kind_class(kind):
@@ -157,21 +177,13 @@ def _is_text(data: bytes, path: Path) -> bool:
 def load(path, kind: str | None = None) -> Message:
     """Read a .pb (binary) or .pbtxt (text) file into a NetDef or PlanDef (or kind=...)."""
     path = Path(path)
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise FileFormatError(f"{path}: no such file") from None
-    except OSError as e:
-        raise FileFormatError(f"{path}: cannot read ({e.strerror})") from None
+    data = read_regular(path, "the model file", PROTOBUF_LIMIT)
     if not data.strip():
         if kind is None:
             raise FileFormatError(f"{path}: file is empty (pass kind= to read it as an empty message)")
         return _kind_class(kind)()
     if _is_text(data, path):
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError:
-            raise FileFormatError(f"{path}: a text-format file must be UTF-8") from None
+        text = decode_text(data, str(path), "the text-format file")
         return parse_text(text, kind, str(path))
     return parse_binary(data, kind, str(path))
 

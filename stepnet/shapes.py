@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import StepnetError
+from .errors import ShapeError, StepnetError
 from .executor import check_arity, op_label, parse_args
 from .limits import check_specs
 from .int8 import Int8Tensor
@@ -69,10 +69,17 @@ def infer_op(schema, opdef, specs: list[TensorSpec], args: dict, label: str) -> 
     try:
         outs = list(schema.shape(specs, **args))
     except StepnetError as e:
-        shapes = ", ".join(f"{n} {s}" for n, s in zip(opdef.input, specs))
-        raise type(e)(f"{label}: {e} [inputs: {shapes}]") from None
+        raise type(e)(f"{label}: {e}{_inputs_text(opdef, specs)}") from None
+    except Exception as e:  # noqa: BLE001 - a shape function meeting values it cannot handle: the inputs' fault
+        raise ShapeError(f"{label}: static shape inference failed ({type(e).__name__}: {e}); the op's arguments "
+                         f"or input shapes are out of range{_inputs_text(opdef, specs)}") from None
     outs = outs[:len(opdef.output)]
     return [o if isinstance(o, TensorSpec) else UNKNOWN for o in outs] + [UNKNOWN] * (len(opdef.output) - len(outs))
+
+
+def _inputs_text(opdef, specs) -> str:
+    shapes = ", ".join(f"{n} {s}" for n, s in zip(opdef.input, specs))
+    return f" [inputs: {shapes}]"
 
 
 def infer_net(netdef, known: dict[str, TensorSpec] | None = None, strict: bool = False,

@@ -1,6 +1,8 @@
 """TensorProto <-> ndarray for every Caffe2 data type (re-exported by `proto`), and chunked tensors."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .caffe2_pb2 import TensorProto
@@ -19,6 +21,7 @@ _DTYPE_OF_NUMPY = {np.dtype(np.float32): DataType.FLOAT, np.dtype(np.int32): Dat
                    np.dtype(np.int8): DataType.INT8, np.dtype(np.uint16): DataType.UINT16,
                    np.dtype(np.int16): DataType.INT16, np.dtype(np.int64): DataType.INT64,
                    np.dtype(np.float16): DataType.FLOAT16, np.dtype(np.float64): DataType.DOUBLE}
+MAX_ELEMENTS = (2**63 - 1) // 16  # the most elements numpy allows for the widest element (complex128 bound)
 _SMALL_INTS = {DataType.BOOL, DataType.UINT8, DataType.INT8, DataType.UINT16, DataType.INT16}
 
 
@@ -42,13 +45,41 @@ def numpy_dtype(data_type: int):
         raise FileFormatError(f"TensorProto data_type {name} cannot be converted to an array") from None
 
 
+def _named(t: TensorProto) -> str:
+    return f"tensor {t.name!r}" if t.name else "tensor"
+
+
+def element_count(t: TensorProto) -> int:
+    """The elements t's dims call for, as a Python int (never an overflowing int64); FileFormatError for a
+    negative dim."""
+    dims = list(t.dims)
+    if any(d < 0 for d in dims):
+        raise FileFormatError(f"{_named(t)}: dims {dims} hold a negative size; every dim must be >= 0")
+    if math.prod(d for d in dims if d) > MAX_ELEMENTS:  # numpy refuses such a shape even with a zero dim in it
+        raise FileFormatError(f"{_named(t)}: dims {dims} describe more elements than any array can hold")
+    return math.prod(dims)
+
+
+def segment_of(t: TensorProto, total: int) -> tuple[int, int]:
+    """[begin, end) of a chunk's segment (the whole tensor without one), checked against its total elements."""
+    if not t.HasField("segment"):
+        return 0, total
+    begin, end = t.segment.begin, t.segment.end
+    if not 0 <= begin <= end <= total:
+        raise FileFormatError(f"{_named(t)}: segment [{begin}, {end}) is outside its {total} elements "
+                              f"(dims {list(t.dims)})")
+    return begin, end
+
+
 def tensor_to_array(t: TensorProto) -> np.ndarray:
-    """The ndarray a TensorProto holds (for a chunk with `segment`, just that chunk's elements)."""
+    """The ndarray a TensorProto holds (for a chunk with `segment`, just that chunk's elements). The dims and
+    segment are checked against the data before anything is allocated."""
     dtype = numpy_dtype(t.data_type)
     shape = tuple(t.dims)
-    count = int(np.prod(shape, dtype=np.int64))
-    if t.HasField("segment") and (t.segment.begin, t.segment.end) != (0, count):
-        count = t.segment.end - t.segment.begin
+    count = element_count(t)
+    begin, end = segment_of(t, count)
+    if (begin, end) != (0, count):
+        count = end - begin
         shape = (count,)
     dt = t.data_type
     if dt == DataType.STRING:
@@ -82,8 +113,7 @@ def tensor_to_array(t: TensorProto) -> np.ndarray:
     else:  # pragma: no cover - numpy_dtype rejected it
         raise FileFormatError(f"unsupported data_type {dt}")
     if arr.size != count:
-        name = f" {t.name!r}" if t.name else ""
-        raise FileFormatError(f"tensor{name}: dims {list(t.dims)} need {count} elements but "
+        raise FileFormatError(f"{_named(t)}: dims {list(t.dims)} need {count} elements but "
                               f"{DataType.Name(dt)} data holds {arr.size}")
     return arr.reshape(shape)
 
@@ -122,22 +152,30 @@ def array_to_tensor(value, name: str | None = None) -> TensorProto:
 
 def join_chunks(chunks) -> np.ndarray:
     """Reassemble a tensor saved as several TensorProtos with `segment`s (Caffe2 chunked blobs); the chunks
-    must cover every element exactly once."""
+    must cover every element exactly once. Every chunk's segment and data are checked before the whole tensor
+    is allocated, so dims that claim more elements than the chunks hold allocate nothing."""
     chunks = list(chunks)
     if not chunks:
         raise FileFormatError("no chunks to join")
     first = chunks[0]
-    out = np.empty(int(np.prod(tuple(first.dims), dtype=np.int64)), dtype=numpy_dtype(first.data_type))
-    covered = np.zeros(out.size, dtype=bool)
-    for c in chunks:
-        begin, end = (c.segment.begin, c.segment.end) if c.HasField("segment") else (0, out.size)
-        if not 0 <= begin <= end <= out.size:
-            raise FileFormatError(f"tensor {first.name!r}: chunk [{begin}, {end}) outside {out.size} elements")
-        if covered[begin:end].any():
+    total = element_count(first)
+    dtype = numpy_dtype(first.data_type)
+    pieces = sorted((*segment_of(c, total), i) for i, c in enumerate(chunks))
+    covered = 0
+    for begin, end, _ in pieces:
+        if begin == end:
+            continue
+        if begin < covered:
             raise FileFormatError(f"tensor {first.name!r}: chunk [{begin}, {end}) overlaps another chunk")
-        out[begin:end] = tensor_to_array(c).reshape(-1)
-        covered[begin:end] = True
-    if not covered.all():
-        raise FileFormatError(f"tensor {first.name!r}: chunks leave {int((~covered).sum())} of {out.size} "
-                              "elements uncovered")
+        if begin > covered:
+            break
+        covered = end
+    if covered != total:
+        held = sum(end - begin for begin, end, _ in pieces)
+        raise FileFormatError(f"tensor {first.name!r}: the chunks do not cover its {total} elements (they hold "
+                              f"{held}; elements from {covered} on are missing)")
+    arrays = [(begin, end, tensor_to_array(chunks[i]).reshape(-1)) for begin, end, i in pieces]
+    out = np.empty(total, dtype=dtype)
+    for begin, end, arr in arrays:
+        out[begin:end] = arr
     return out.reshape(tuple(first.dims))

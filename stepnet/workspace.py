@@ -170,12 +170,12 @@ class Workspace:
         self._nets[name] = net
         return net
 
-    def bind(self, netdef, local=(), strict: bool | None = None):
+    def bind(self, netdef, local=(), strict: bool | None = None, level: int = 0):
         """The sub-net primitive: `netdef` bound in this workspace once and kept under its name (Caffe2's
         CreateNet); every later call with the same NetDef object returns that binding, and another NetDef of the
         same name replaces it. `local` names blobs to create in this workspace even when an ancestor has one
         of that name (per-step values). Plans, RecurrentNetwork and control-flow ops run their nets through
-        this, so a workspace is the one place bound nets are kept."""
+        this, so a workspace is the one place bound nets are kept. `level`: the net's nesting depth (Net)."""
         net = self._nets.get(netdef.name)
         if net is not None and net.netdef is netdef:
             return net
@@ -183,7 +183,7 @@ class Workspace:
 
         for name in local:
             self.create_local_blob(name)
-        net = self._nets[netdef.name] = Net(netdef, self, strict=strict)
+        net = self._nets[netdef.name] = Net(netdef, self, strict=strict, level=level)
         return net
 
     def net(self, name: str):

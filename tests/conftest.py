@@ -86,3 +86,42 @@ def fake_backend(monkeypatch):
                              lambda v: 0)
     monkeypatch.setitem(backend.BACKENDS, "fake", record)
     return FakeArray
+
+
+def _call_with_timeout(fn, *args, seconds: float = 10, **kwargs):
+    """fn(*args, **kwargs) in a daemon thread: its result, or its exception re-raised; a call still running after
+    `seconds` fails the test (reading a FIFO or a device can block forever) instead of hanging the suite."""
+    import threading
+
+    out = {}
+
+    def target():
+        try:
+            out["value"] = fn(*args, **kwargs)
+        except BaseException as e:  # noqa: BLE001 - handed back to the test
+            out["error"] = e
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"{getattr(fn, '__name__', fn)}{args} blocks"
+    if "error" in out:
+        raise out["error"]
+    return out.get("value")
+
+
+@pytest.fixture
+def no_hang():
+    """no_hang(fn, *args, seconds=10, **kwargs): call fn, failing the test if it blocks (FIFOs, devices)."""
+    return _call_with_timeout
+
+
+@pytest.fixture
+def fifo(tmp_path):
+    """A FIFO nobody writes to, at tmp_path / 'pipe' (skips where there are none)."""
+    import os
+
+    if not hasattr(os, "mkfifo"):
+        pytest.skip("no FIFOs on this system")
+    path = tmp_path / "pipe"
+    os.mkfifo(path)
+    return path

@@ -256,3 +256,103 @@ def test_synth_init_param_takes_the_dims_grammar_but_no_dtype(gather_fc, tmp_pat
     assert shapes == {"w": [7, 3], "b": [7]}
     assert main([*args, "--param", "w=7,3:float32"]) == 1
     assert "--param 'w=7,3:float32': a parameter takes no dtype" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------------------------- hostile input
+def deep_plan_text(levels: int) -> str:
+    return 'name: "deep"\n' + "execution_step {\n" + "substep {\n" * (levels - 1) + 'name: "s"\n' + "}\n" * levels
+
+
+def deep_plan_binary(levels: int) -> bytes:
+    from stepnet.proto import PlanDef
+    plan = PlanDef(name="deep")
+    step = plan.execution_step.add()
+    for _ in range(levels - 1):
+        step = step.substep.add()
+    step.name = "s"
+    return plan.SerializeToString()
+
+
+@pytest.fixture
+def hostile(tmp_path):
+    from stepnet.proto import NetDef as Net
+    net = Net(name="n", external_input=["x"])
+    net.op.add(type="Relu", input=["x"], output=["BAD!"])
+    (tmp_path / "bad_utf8.pb").write_bytes(net.SerializeToString().replace(b"BAD!", b"B\xffD!"))
+    (tmp_path / "deep.pbtxt").write_text(deep_plan_text(300))
+    (tmp_path / "deep.pb").write_bytes(deep_plan_binary(300))
+    (tmp_path / "ok100.pbtxt").write_text(deep_plan_text(100))
+    np.save(tmp_path / "liar.npy", np.zeros((2, 3), np.float32))
+    data = (tmp_path / "liar.npy").read_bytes().replace(b"(2, 3), ", b"(99999, 99999),")
+    (tmp_path / "liar.npy").write_bytes(data)
+    if hasattr(os, "mkfifo"):
+        os.mkfifo(tmp_path / "fifo.pb")
+    return tmp_path
+
+
+PREDICT = ["run", XOR / "init_net.pbtxt", XOR / "predict_net.pbtxt", "--feed"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["inspect", "bad_utf8.pb"], r"bad_utf8\.pb: op #0 \(Relu\) output\[0\] is not valid UTF-8"),
+    (["run", "bad_utf8.pb"], r"bad_utf8\.pb: op #0 \(Relu\) output\[0\] is not valid UTF-8"),
+    (["run", "deep.pbtxt"], r"deep\.pbtxt: line 102: messages are nested more than 100 levels deep"),
+    (["run", "deep.pb"], r"deep\.pb: messages are nested more than 100 levels deep"),
+    (["convert", "deep.pbtxt", "out.pb"], "nested more than 100 levels deep"),
+    (["run", "/dev/zero"], r"/dev/zero: the model file is not a regular file \(a character device\)"),
+    (["inspect", "fifo.pb"], r"fifo\.pb: the model file is not a regular file \(a FIFO\)"),
+    (["run", "."], r"the model file is not a regular file \(a directory\)"),
+    ([*PREDICT, "X=[[99999999999999999999999,1]]:int64"], "99999999999999999999999 does not fit int64"),
+    ([*PREDICT, "X=[[1,2],[3]]"], "the list is ragged"),
+    ([*PREDICT, "X=" + "[" * 200 + "1" + "]" * 200], "brackets nested 200 deep"),
+    ([*PREDICT, "X=['a',1]"], "'a' is not a number"),
+    ([*PREDICT, "X=liar.npy"], r"its header claims shape \(99999, 99999\)"),
+    ([*PREDICT, "X=fifo.npy"], "no such file 'fifo.npy'"),
+    (["run", XOR / "plan.pbtxt", "--load", "/dev/zero"], r"the minidb file is not a regular file \(a character"),
+])
+def test_hostile_input_gives_one_line(hostile, args, message):
+    import re
+    if "fifo" in str(args) and not (hostile / "fifo.pb").exists():
+        pytest.skip("no FIFOs")
+    if "/dev/zero" in map(str, args) and not os.path.exists("/dev/zero"):
+        pytest.skip("no /dev/zero")
+    r = subprocess.run([sys.executable, "-m", "stepnet", *map(str, args)], capture_output=True, text=True,
+                       cwd=hostile, timeout=60)
+    line = one_error_line(r)
+    assert re.search(message, line), line
+
+
+def test_a_plan_at_the_nesting_limit_runs_and_converts_both_ways(hostile):
+    assert main(["run", str(hostile / "ok100.pbtxt"), "-q"]) == 0
+    assert main(["convert", str(hostile / "ok100.pbtxt"), str(hostile / "ok100.pb")]) == 0
+    assert main(["convert", str(hostile / "ok100.pb"), str(hostile / "back.pbtxt")]) == 0
+    assert load(hostile / "back.pbtxt") == load(hostile / "ok100.pbtxt")
+    assert main(["run", str(hostile / "ok100.pb"), "-q"]) == 0
+
+
+@pytest.mark.parametrize("error", [RuntimeError("boom\nsecond line"), RecursionError("maximum recursion depth"),
+                                   MemoryError(), KeyError("k"), UnicodeEncodeError("ascii", "é", 0, 1, "no")],
+                         ids=lambda e: type(e).__name__)
+def test_any_other_exception_is_one_internal_error_line(monkeypatch, capsys, error):
+    from stepnet import proto
+
+    def load_fails(*args, **kwargs):
+        raise error
+    monkeypatch.setattr(proto, "load", load_fails)
+    assert main(["inspect", str(XOR / "plan.pbtxt")]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith(f"stepnet: internal error: {type(error).__name__}: ")
+    assert err.endswith(" (rerun with --debug for the traceback)\n")
+    assert main(["--debug", "inspect", str(XOR / "plan.pbtxt")]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "in load_fails" in err and err.splitlines()[-1].startswith("stepnet: internal error")
+
+
+def test_control_characters_quoted_from_a_file_stay_on_one_line(tmp_path):
+    # the text parser quotes the offending line; a vertical tab, a form feed or an escape in it must not break
+    # the message into lines or reach the terminal
+    (tmp_path / "ctl.pbtxt").write_bytes(b'name: "x"\nop {\x0b\x0c\x1b[31m\xc2\x85 bogus }\n')
+    r = cli("run", tmp_path / "ctl.pbtxt")
+    line = one_error_line(r)
+    assert "line 2" in line and "\\x0b\\x0c\\x1b[31m\\x85" in line

@@ -180,3 +180,52 @@ def test_enforced_inplace():
     ws.feed("it", np.zeros(1, np.int64))
     with pytest.raises(ArgumentError, match="in place"):
         ws.create_net(net("n", make_op("Iter", ["it"], ["it2"])))
+
+
+# --------------------------------------------------------------------------------------------- nested nets
+def nested(levels: int, text_at: int | None = None) -> NetDef:
+    """`levels` RunNet wrappers around a net copying x to y (each wrapper: op, arg, net = three message levels);
+    wrapper number `text_at` holds its net as text. Built in place: protobuf's copies refuse > 100 levels."""
+    top = nd = NetDef()
+    for i in reversed(range(levels)):
+        nd.name = f"n{i}"
+        arg = nd.op.add(type="RunNet").arg.add(name="net")
+        if i == text_at:
+            from stepnet.proto import to_text
+            arg.s = to_text(nested(text_at)).encode()
+            return top
+        nd = arg.n
+    nd.CopyFrom(net("leaf", make_op("Copy", ["x"], ["y"])))
+    return top
+
+
+@pytest.fixture
+def run_net_op(temporary_op):
+    from stepnet.ops.registry import Arg
+
+    def run_net(ctx, xp, *, net):
+        ctx.bind(net).run()
+    temporary_op("RunNet", run_net, inputs=0, outputs=0, context=True, args={"net": Arg("net")})
+
+
+@pytest.mark.parametrize("text_at", [None, 0, 20, 32])
+def test_nets_nested_to_protobufs_limit_run(ws, run_net_op, text_at):
+    ws.run_net_once(nested(33, text_at))        # the leaf's op is at level 100, as deep as one file may hold
+    assert ws.fetch("y").shape == (2, 3)
+
+
+@pytest.mark.parametrize("levels, text_at", [(34, None), (34, 20), (34, 0), (1000, None)])
+def test_nets_nested_deeper_are_one_error(ws, run_net_op, levels, text_at):
+    from stepnet.errors import FileFormatError
+    with pytest.raises((NetError, FileFormatError), match="messages are nested more than 100 levels deep") as info:
+        ws.run_net_once(nested(levels, text_at))
+    assert "\n" not in str(info.value)
+
+
+def test_a_net_argument_whose_text_is_not_utf8(ws, run_net_op):
+    from stepnet.errors import FileFormatError
+    outer = NetDef(name="outer")
+    outer.op.add(type="RunNet").arg.add(name="net", s=b'name: "caf\xe9" op { type: "Copy" input: "x" output: "y" }')
+    with pytest.raises(FileFormatError, match=r"net 'outer', op #0 \(RunNet\), argument 'net': the net's text is not "
+                                              r"valid UTF-8 \(byte 0xe9 at offset 10"):
+        ws.run_net_once(outer)

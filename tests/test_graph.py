@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from stepnet import graph
+from stepnet.errors import NetError
 from stepnet.graph import Graph
 from stepnet.proto import NetDef, OperatorDef, make_argument, to_text
 
@@ -96,3 +97,41 @@ def test_rewrites_return_new_nets_and_leave_theirs_alone():
     assert copy == net and copy is not net
     renamed.op[0].type = "Changed"
     assert net.op[0].type == "Relu"
+
+
+def chain(levels: int, text_at: int | None = None) -> NetDef:
+    """Nets n{levels-1} ... n0 nested in op arguments around a leaf net (each wrapper is three message levels: op,
+    arg, net); wrapper n{text_at} holds its net as text. Built in place, top down: protobuf's copies refuse more
+    than 100 levels."""
+    top = net = NetDef()
+    for i in reversed(range(levels)):
+        net.name = f"n{i}"
+        arg = net.op.add(type="Do").arg.add(name="net")
+        if i == text_at:
+            arg.s = to_text(chain(text_at)).encode()
+            return top
+        net = arg.n
+    net.CopyFrom(step("leaf"))
+    return top
+
+
+def test_walk_stops_at_protobufs_nesting_limit():
+    assert sum(1 for _ in graph.walk(chain(33))) == 34      # 99 levels: what one protobuf file can hold
+    with pytest.raises(NetError, match="net 'leaf': messages are nested more than 100 levels deep"):
+        list(graph.walk(chain(34)))
+    with pytest.raises(NetError, match="nested more than 100 levels deep"):
+        list(graph.walk(chain(2000)))                       # never a RecursionError
+    with pytest.raises(NetError, match="nested more than 100 levels deep"):
+        list(graph.walk(chain(2), level=98))                # a plan's networks start one level down, and so on
+
+
+def test_a_net_held_as_text_counts_the_nets_around_it():
+    # the text of n9 holds 9 more levels of nets: 3 * 33 = 99 levels in all, then one wrapper too many
+    assert sum(1 for _ in graph.walk(chain(33, text_at=9))) == 34
+    deep = chain(34, text_at=9)
+    walked = [net.name for _, net, _, _ in graph.walk(deep)]
+    assert walked[-1] == "n9" and "leaf" not in walked      # the text is skipped here; binding reports it
+    assert [name for name, _ in graph.nested_nets(deep.op[0], level=0)] == ["net"]
+    text_op = OperatorDef(type="Do", arg=[make_argument("net", to_text(chain(3)))])
+    assert [n.name for _, n in graph.nested_nets(text_op, level=87)] == ["n2"]
+    assert list(graph.nested_nets(text_op, level=88)) == []   # n2 at 91, and its own 10 levels pass 100

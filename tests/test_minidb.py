@@ -285,3 +285,78 @@ def test_blob_protos_are_reexported_by_minidb():
                  "CHUNK_DEFAULT", "NO_CHUNKING", "DEFAULT_CHUNK_SIZE", "CHUNK_SEPARATOR", "TENSOR_TYPE",
                  "STRING_TYPE"):
         assert getattr(minidb, name) is getattr(blobs, name), name
+
+
+# --------------------------------------------------------------------------------------------- hostile files
+def test_a_key_that_is_not_utf8_names_no_blob(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)   # the Load below reads under the file root (the working directory)
+    path = tmp_path / "k.minidb"
+    good = hand_float_blob(b"w", [1], [1.0])
+    path.write_bytes(record(b"w", good) + record(b"x\xff#%0", good))
+    with pytest.raises(FileFormatError, match=r"k\.minidb: record at byte offset \d+: db key b'x\\xff#%0' is not "
+                                              "valid UTF-8, so it cannot name a blob"):
+        minidb.load_blobs(path)
+    db = minidb.MiniDB(path)   # a dataset's keys are never names: reading the records still works
+    assert len(db) == 2 and db.value(1) == good
+    from stepnet import Workspace
+    from stepnet.testing import make_op
+    load = make_op("Load", [], ["w"], db=str(path), db_type="minidb", absolute_path=1, load_all=1)
+    with pytest.raises(FileFormatError, match=r"op #0 \(Load\): db key b'x\\xff#%0' is not valid UTF-8"):
+        Workspace().run_operator_once(load)
+
+
+@pytest.mark.parametrize("blob, path", [
+    (lfield(1, b"w") + lfield(2, b"Tens\xffr") + lfield(3, vfield(1, 1) + vfield(2, 1)), "field type"),
+    (lfield(1, b"w") + lfield(2, b"Tensor") + lfield(3, vfield(1, 1) + vfield(2, 1) + lfield(7, b"\xfe")),
+     "tensor name"),
+], ids=["type", "tensor name"])
+def test_a_blob_proto_string_that_is_not_utf8_names_its_field(tmp_path, blob, path):
+    file = tmp_path / "b.minidb"
+    file.write_bytes(record(b"w", blob))
+    with pytest.raises(FileFormatError, match=f"record 'w' at byte offset 0: {path} is not valid UTF-8"):
+        minidb.load_blobs(file)
+
+
+def test_a_dataset_record_whose_tensor_name_is_not_utf8(tmp_path):
+    value = lfield(1, vfield(1, 1) + vfield(2, 1) + lfield(3, struct.pack("<f", 1.0)) + lfield(7, b"\xc3("))
+    with pytest.raises(FileFormatError, match=r"row 3: tensor #0 name is not valid UTF-8 \(byte 0xc3 at offset 0"):
+        minidb.parse_tensor_protos(value, "row 3")
+
+
+@pytest.mark.parametrize("dims, values, segment, match", [
+    ([-2, -3], [1.0] * 6, None, r"dims \[-2, -3\] hold a negative size"),
+    ([2**32, 2**32], [], None, "describe more elements than any array can hold"),
+    ([2**28, 2**28], [1.0], None, "need 72057594037927936 elements but FLOAT data holds 1"),
+    ([10**12], [1.0], (0, 1), "is incomplete: it has 1000000000000 elements but its chunks hold 1"),
+    ([4], [1.0] * 8, (0, 8), r"segment \[0, 8\) is outside its 4 elements"),
+], ids=["negative", "int64 overflow", "2**56", "huge chunked", "segment past the end"])
+def test_tensor_headers_that_lie_allocate_nothing(tmp_path, dims, values, segment, match):
+    import tracemalloc
+    path = tmp_path / "t.minidb"
+    path.write_bytes(record(b"w#%0" if segment else b"w", hand_float_blob(b"w", dims, values, segment)))
+    tracemalloc.start()
+    try:
+        with pytest.raises(FileFormatError, match=match):
+            minidb.load_blobs(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20
+
+
+def test_an_opaque_blob_whose_content_is_garbage(tmp_path):
+    from stepnet.ops.db import DBReader  # noqa: F401 - registers the DBReader blob type
+    path = tmp_path / "r.minidb"
+    path.write_bytes(record(b"r", lfield(1, b"r") + lfield(2, b"DBReader") + lfield(4, b"\xff\xff\xff")))
+    with pytest.raises(FileFormatError, match="blob 'r' of type 'DBReader' cannot be read from its content"):
+        minidb.load_blobs(path)
+
+
+def test_only_regular_files_are_read(tmp_path, fifo, no_hang):
+    with pytest.raises(FileFormatError, match=r"pipe: the minidb file is not a regular file \(a FIFO\)"):
+        no_hang(minidb.load_blobs, fifo)
+    with pytest.raises(FileFormatError, match=r"the minidb file is not a regular file \(a directory\)"):
+        minidb.MiniDB(tmp_path)
+    if os.path.exists("/dev/zero"):
+        with pytest.raises(FileFormatError, match=r"not a regular file \(a character device\)"):
+            no_hang(minidb.MiniDB, "/dev/zero")

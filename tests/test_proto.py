@@ -488,7 +488,7 @@ def test_malformed_files_raise_file_format_error(tmp_path, name, content, match)
 def test_missing_file_and_directory(tmp_path):
     with pytest.raises(FileFormatError, match="no such file"):
         stepnet.load(tmp_path / "missing.pb")
-    with pytest.raises(FileFormatError, match="cannot read"):
+    with pytest.raises(FileFormatError, match=r"is not a regular file \(a directory\); stepnet reads only regular"):
         stepnet.load(tmp_path)
 
 
@@ -668,3 +668,172 @@ def test_tensor_conversions_are_reexported_by_proto():
     from stepnet import proto, tensors
     for name in ("tensor_to_array", "array_to_tensor", "join_chunks", "data_type_of", "numpy_dtype", "NUMPY_OF"):
         assert getattr(proto, name) is getattr(tensors, name), name
+
+
+# ----------------------------------------------------------------------------------- hostile files
+def with_bad_utf8(message) -> bytes:
+    """message's wire bytes with every string 'BAD!' made invalid UTF-8 (same length: the framing holds)."""
+    data = message.SerializeToString()
+    assert b"BAD!" in data
+    return data.replace(b"BAD!", b"B\xffD!")
+
+
+def _op(kind, inputs=(), outputs=(), **args):
+    op = proto.OperatorDef(type=kind, input=inputs, output=outputs)
+    op.arg.extend(proto.make_argument(k, v) for k, v in args.items())
+    return op
+
+
+def _utf8_cases():
+    relu = _op("Relu", ["x"], ["y"])
+    step = proto.NetDef(name="step", op=[_op("Relu", ["x"], ["BAD!"])])
+    rnn = _op("RecurrentNetwork", ["x"], ["y"], step_net=step)
+    fill = _op("GivenTensorFill", [], ["w"], values=proto.TensorProto(name="BAD!", dims=[1], data_type=1,
+                                                                      float_data=[1.0]))
+    nets = _op("Do", [], [], net=[small_net("a"), small_net("BAD!")])
+    return {
+        "net name": (proto.NetDef(name="BAD!", op=[relu]), "field name"),
+        "op type": (proto.NetDef(name="n", op=[relu, _op("BAD!")]), "op #1 type"),
+        "op input": (proto.NetDef(name="n", op=[relu, _op("FC", ["x", "BAD!", "b"], ["y"])]),
+                     r"op #1 \(FC\) input\[1\]"),
+        "arg name": (proto.NetDef(name="n", op=[_op("Relu", ["x"], ["y"], **{"BAD!": 1})]),
+                     r"op #0 \(Relu\) arg #0 name"),
+        "external output": (proto.NetDef(name="n", op=[relu], external_output=["y", "BAD!"]),
+                            r"field external_output\[1\]"),
+        "net in an argument": (proto.PlanDef(name="p", network=[proto.NetDef(name="train", op=[rnn])]),
+                               r"network 'train' op #0 \(RecurrentNetwork\) arg 'step_net' op #0 \(Relu\) output\[0\]"),
+        "tensor in an argument": (proto.NetDef(name="n", op=[fill]), r"op #0 \(GivenTensorFill\) arg 'values' t name"),
+        "nets in an argument": (proto.NetDef(name="n", op=[nets]), r"op #0 \(Do\) arg 'net' net #1 name"),
+        "plan step": (proto.PlanDef(name="p", network=[small_net("a")],
+                                    execution_step=[proto.ExecutionStep(name="BAD!", network=["a"])]), "step #0 name"),
+        "substep network": (proto.PlanDef(name="p", network=[small_net("a")], execution_step=[proto.ExecutionStep(
+            name="outer", substep=[proto.ExecutionStep(name="inner", network=["BAD!"])])]),
+            r"step 'outer' step 'inner' network\[0\]"),
+    }
+
+
+UTF8_CASES = _utf8_cases()
+
+
+@pytest.mark.parametrize("case", sorted(UTF8_CASES))
+def test_a_string_that_is_not_utf8_names_its_field(tmp_path, case):
+    # protobuf's Python runtime hands such strings back as bytes; every later step would trip over them.
+    message, path = UTF8_CASES[case]
+    (tmp_path / "m.pb").write_bytes(with_bad_utf8(message))
+    kind = "plan" if isinstance(message, proto.PlanDef) else "net"
+    for k in (None, kind):
+        with pytest.raises(FileFormatError, match=f"m\\.pb: {path} is not valid UTF-8 \\(byte 0xff at offset 1 of "
+                                                  r"b'B\\xffD!'\)") as info:
+            stepnet.load(tmp_path / "m.pb", kind=k)
+        assert "\n" not in str(info.value)
+
+
+def deep_plan_text(levels: int) -> str:
+    """A plan whose execution steps nest `levels` deep (the outermost step is level 1), written by hand (protobuf's
+    printer itself recurses too deep for hundreds of levels)."""
+    return 'name: "deep"\n' + "execution_step {\n" + "substep {\n" * (levels - 1) + 'name: "s"\n' + "}\n" * levels
+
+
+def deep_plan(levels: int) -> proto.PlanDef:
+    plan = proto.PlanDef(name="deep")
+    step = plan.execution_step.add()
+    for _ in range(levels - 1):
+        step = step.substep.add()
+    step.name = "s"
+    return plan
+
+
+def test_text_and_binary_files_share_protobufs_nesting_limit(tmp_path):
+    for levels in (99, 100):   # the binary parser takes 100 levels below the top message; so does the text one
+        (tmp_path / "ok.pbtxt").write_text(deep_plan_text(levels))
+        (tmp_path / "ok.pb").write_bytes(deep_plan(levels).SerializeToString())
+        assert stepnet.load(tmp_path / "ok.pbtxt") == stepnet.load(tmp_path / "ok.pb") == deep_plan(levels)
+    for levels in (101, 150, 300, 5000):
+        (tmp_path / "deep.pbtxt").write_text(deep_plan_text(levels))
+        (tmp_path / "deep.pb").write_bytes(deep_plan(levels).SerializeToString())
+        for name in ("deep.pbtxt", "deep.pb"):
+            for kind in (None, "plan"):
+                with pytest.raises(FileFormatError, match="messages are nested more than 100 levels deep "
+                                                          r"\(protobuf's limit, for text and binary files alike\)"):
+                    stepnet.load(tmp_path / name, kind=kind)
+
+
+def test_the_text_depth_scan_skips_strings_and_comments(tmp_path):
+    braces = "{" * 150 + "<" * 150
+    text = f'name: "{braces}" # {braces}\nop {{ type: "Relu" input: "x}}}}" output: \'{braces}\' }}\n'
+    (tmp_path / "n.pbtxt").write_text(text)
+    net = stepnet.load(tmp_path / "n.pbtxt")
+    assert net.name == braces and net.op[0].output == [braces]
+
+
+def test_a_net_in_text_counts_the_levels_around_it():
+    text = "op {\n" * 0 + 'name: "inner"\nop { type: "Relu" arg { name: "a" n { name: "x" } } }\n'
+    assert proto.parse_text(text, "net", depth=97).name == "inner"      # its deepest message is level 3
+    with pytest.raises(FileFormatError, match=r"line 2: .*counting the 98 levels of the nets around it"):
+        proto.parse_text(text, "net", "here", depth=98)
+
+
+def test_a_binary_file_too_deep_for_the_parser_says_so(tmp_path):
+    # The decoder's own message is opaque; the depth is found by scanning the wire format.
+    (tmp_path / "deep.pb").write_bytes(deep_plan(101).SerializeToString())
+    with pytest.raises(FileFormatError, match=r"deep\.pb: messages are nested more than 100 levels deep"):
+        stepnet.load(tmp_path / "deep.pb")
+    (tmp_path / "garbage.pb").write_bytes(b"\x1a\xff\xff\xff\x0f" + b"\x00" * 10)
+    with pytest.raises(FileFormatError, match="not a valid binary .*or messages nested more than 100 levels deep"):
+        stepnet.load(tmp_path / "garbage.pb")
+
+
+@pytest.mark.parametrize("device", ["/dev/zero", "/dev/urandom"])
+def test_a_device_is_not_a_model_file(device, no_hang):
+    if not os.path.exists(device):
+        pytest.skip(f"no {device}")
+    with pytest.raises(FileFormatError, match=r"is not a regular file \(a character device\); stepnet reads only"):
+        no_hang(stepnet.load, device)
+
+
+def test_a_fifo_is_refused_without_waiting_for_a_writer(fifo, no_hang):
+    with pytest.raises(FileFormatError, match=r"pipe: the model file is not a regular file \(a FIFO\)"):
+        no_hang(stepnet.load, fifo)
+
+
+def test_files_over_protobufs_cap_are_refused_before_reading(tmp_path, monkeypatch):
+    monkeypatch.setattr(proto, "PROTOBUF_LIMIT", 10)
+    proto.save(small_net(), tmp_path / "n.pb")
+    with pytest.raises(FileFormatError, match=r"n\.pb: the model file is \d+ bytes, over the limit of 10 bytes"):
+        stepnet.load(tmp_path / "n.pb")
+
+
+@pytest.mark.parametrize("t, match", [
+    (tensor([-2, -3], FLOAT, packed(3, [1.0] * 6, "f")), r"dims \[-2, -3\] hold a negative size"),
+    (tensor([2, -1], FLOAT, packed(3, [1.0] * 2, "f")), r"dims \[2, -1\] hold a negative size"),
+    # 2**32 * 2**32 wraps to 0 in int64, which the empty payload would have matched
+    (tensor([2**32, 2**32], FLOAT), r"dims \[4294967296, 4294967296\] describe more elements than any array can "
+                                    "hold"),
+    (tensor([2**62, 4], INT64, packed(10, [])), "describe more elements than any array can hold"),
+    (tensor([2**28, 2**28], FLOAT, packed(3, [1.0], "f")), r"dims \[268435456, 268435456\] need 72057594037927936 "
+                                                         "elements but FLOAT data holds 1"),
+    (tensor([3], FLOAT, segment(2, 9), packed(3, [1.0] * 7, "f")), r"segment \[2, 9\) is outside its 3 elements"),
+    # no elements, yet numpy refuses the shape: its other dims multiply past what any array can hold
+    (tensor([0, 2**62, 2**62], FLOAT), r"dims \[0, 4611686018427387904, 4611686018427387904\] describe more "
+                                       "elements than any array can hold"),
+], ids=["negative", "minus one", "int64 overflow", "int64 overflow 2", "2**56", "segment past the end",
+        "empty but huge"])
+def test_tensor_headers_that_lie_are_file_format_errors(t, match):
+    with pytest.raises(FileFormatError, match=match):
+        proto.tensor_to_array(t)
+
+
+def test_chunks_claiming_a_huge_tensor_allocate_nothing():
+    import tracemalloc
+    huge = [tensor([10**12], FLOAT, segment(0, 2), packed(3, [1.0, 2.0], "f")),
+            tensor([10**12], FLOAT, segment(2, 4), packed(3, [3.0, 4.0], "f"))]
+    tracemalloc.start()
+    try:
+        with pytest.raises(FileFormatError, match="do not cover its 1000000000000 elements"):
+            proto.join_chunks(huge)
+        with pytest.raises(FileFormatError, match="negative"):
+            proto.join_chunks([tensor([-1, 5], FLOAT, segment(0, 1), packed(3, [1.0], "f"))])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20

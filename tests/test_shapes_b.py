@@ -260,3 +260,35 @@ def test_cross_check_catches_a_wrong_shape_function(op_type, inputs, args, wrong
     patched(op_type, shape=wrong)
     with pytest.raises(AssertionError, match=complaint):
         run_op(op_type, inputs, outputs, **args)
+
+
+# --------------------------------------------------------------------------------------------- escapes
+@pytest.mark.parametrize("dims", [[0, 2**62, 2**62], [2**63 - 1, 0], [2**40, 2**40, 0]])
+def test_a_fill_shape_numpy_cannot_hold_is_a_shape_error(dims):
+    # an empty shape is small enough to carry its value, but numpy refuses dims whose product overflows (ValueError)
+    net = net_of(("ConstantFill", [], ["y"], dict(shape=dims)))
+    with pytest.raises(ShapeError, match=r"net 'net', op #0 \(ConstantFill\): static shape inference failed "
+                                         r"\(ValueError: .*\); the op's arguments or input shapes are out of range "
+                                         r"\[inputs: \]"):
+        infer_net(net, {})
+
+
+@pytest.mark.parametrize("error", [TypeError("unsupported operand"), IndexError("tuple index out of range"),
+                                   OverflowError("too big"), MemoryError(), RecursionError("too deep"),
+                                   ZeroDivisionError("division by zero")], ids=lambda e: type(e).__name__)
+def test_any_failure_of_a_shape_function_names_the_op_and_its_inputs(patched, error):
+    def shape(specs, **_):
+        raise error
+    patched("Relu", shape=shape)
+    net = net_of(("Relu", ["x"], ["y"], {}))
+    with pytest.raises(ShapeError, match=rf"net 'net', op #0 \(Relu\): static shape inference failed "
+                                         rf"\({type(error).__name__}: .*\[inputs: x \(2, 3\) float32\]$"):
+        infer_net(net, {"x": spec((2, 3))})
+
+
+def test_a_shape_functions_own_errors_keep_their_class(patched):
+    def shape(specs, **_):
+        raise ArgumentError("bad axis")
+    patched("Relu", shape=shape)
+    with pytest.raises(ArgumentError, match=r"^net 'net', op #0 \(Relu\): bad axis \[inputs: x \(2,\) float32\]$"):
+        infer_net(net_of(("Relu", ["x"], ["y"], {})), {"x": spec((2,))})

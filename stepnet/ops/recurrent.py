@@ -14,6 +14,7 @@ import numpy as np
 from ..errors import ArgumentError, MissingBlobError, ShapeError, StepnetError
 from ..passes.step_nets import FORWARD, Link, Recurrence, StepNets, run
 from ..proto import NetDef, parse_text
+from ..validate import NET_IN_ARG, decode_text
 from ..workspace import Workspace
 from .registry import NO_GRADIENT, Arg, op
 
@@ -50,13 +51,15 @@ RNN_ARGS = {
 }
 
 
-def _backward_net(value, where: str):
-    """The backward step net, or None in forward-only mode (absent, name-only or empty argument)."""
+def _backward_net(value, where: str, level: int):
+    """The backward step net, or None in forward-only mode (absent, name-only or empty argument). `level`: that
+    of the op's net."""
     if isinstance(value, NetDef):
         return value
     if isinstance(value, (str, bytes)) and value:
-        return parse_text(value if isinstance(value, str) else value.decode(), "net",
-                          where=f"{where}, argument 'backward_step_net'")
+        where = f"{where}, argument 'backward_step_net'"
+        text = value if isinstance(value, str) else decode_text(value, where, "the net's text")
+        return parse_text(text, "net", where=where, depth=level + NET_IN_ARG)
     return None
 
 
@@ -158,7 +161,7 @@ class _Forward:
                                     f"({', '.join(self.states)})")
             if dst not in ctx.opdef.output:
                 raise ArgumentError(f"alias destination {dst!r} is not an output of the op")
-        backward = _backward_net(a["backward_step_net"], ctx.label)
+        backward = _backward_net(a["backward_step_net"], ctx.label, ctx.net.level)
         _distinct_names(a["step_net"], backward)
         self.recompute = list(a["recompute_blobs_on_backward"])
         self.forward_only = backward is None
@@ -182,12 +185,12 @@ class _Forward:
         for name in self.recompute:
             scratch.shared.create_local_blob(name)
         k = self.num_workspaces if self.forward_only else None
-        net, local, strict = self.step_net, self.local, ctx.net.strict
+        net, local, strict, level = self.step_net, self.local, ctx.net.strict, ctx.net.level + NET_IN_ARG
         for t in range(T):
             step_ws = scratch.step(t if k is None else t % k)
             step_ws.create_blob(self.timestep).value = _timestep_value(t)
             try:
-                bound = step_ws.bind(net, local, strict)   # bound once per step workspace (ctx.bind's primitive)
+                bound = step_ws.bind(net, local, strict, level)   # once per step workspace (ctx.bind's primitive)
             except MissingBlobError as e:
                 raise missing_step_input(e, self.timestep) from None
             bound.run()

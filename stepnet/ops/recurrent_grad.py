@@ -9,6 +9,7 @@ from ..passes.step_nets import ACTIVATIONS, BACKWARD, Link, ParamGradient, Recur
 from .recurrent import (RNN_ARGS, StepWorkspaces, _backward_net, _distinct_names, _links, _timestep_value, _zeroed,
                         missing_step_input)
 from .registry import op
+from ..validate import NET_IN_ARG
 
 
 class _Backward:
@@ -26,7 +27,7 @@ class _Backward:
         self.states = list(a["recurrent_states"])
         self.init_ids = list(a["initial_recurrent_state_ids"])
         self.params = list(a["param"])
-        net = _backward_net(a["backward_step_net"], ctx.label)
+        net = _backward_net(a["backward_step_net"], ctx.label, ctx.net.level)
         if net is None:
             raise ArgumentError("RecurrentNetworkGradient needs a backward_step_net")
         _distinct_names(a["step_net"], net)
@@ -106,12 +107,12 @@ class _Backward:
         for name in self.produced:  # backward-only temporaries (link internals included) are shared by all steps
             if first.find(name) is None:
                 scratch.shared.create_local_blob(name)
-        net, strict = self.net, ctx.net.strict
+        net, strict, level = self.net, ctx.net.strict, ctx.net.level + NET_IN_ARG
         for t in range(T - 1, -1, -1):
             step_ws = scratch.steps[t]
             step_ws.create_blob(self.timestep).value = _timestep_value(t)
             try:
-                bound = step_ws.bind(net, (), strict)
+                bound = step_ws.bind(net, (), strict, level)
             except MissingBlobError as e:
                 raise missing_step_input(e, self.timestep) from None
             bound.run()

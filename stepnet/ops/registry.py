@@ -193,9 +193,11 @@ REGISTRY = Registry()
 op = REGISTRY.op
 
 
-def read_arg(kind: str, argument, where: str) -> Any:
-    """The value of a protobuf Argument read as `kind`; a wrong field is an ArgumentError."""
+def read_arg(kind: str, argument, where: str, level: int = 0) -> Any:
+    """The value of a protobuf Argument read as `kind`; a wrong field is an ArgumentError. `level`: the nesting
+    level of the net holding the argument, which a net given as text adds to its own depth."""
     from ..proto import argument_value, parse_text
+    from ..validate import NET_IN_ARG, decode_text
 
     name = argument.name
     if kind == "any":
@@ -219,8 +221,9 @@ def read_arg(kind: str, argument, where: str) -> Any:
     if kind in ("nums", "floats"):
         return [float(v) for v in value]
     if kind == "net" and got == "s":
-        text = value if isinstance(value, str) else value.decode()
-        return parse_text(text, "net", where=f"{where}, argument {name!r}")
+        where = f"{where}, argument {name!r}"
+        text = value if isinstance(value, str) else decode_text(value, where, "the net's text")
+        return parse_text(text, "net", where=where, depth=level + NET_IN_ARG)
     return value
 
 

@@ -154,3 +154,17 @@ def test_the_window_check_is_what_catches_a_link_past_the_end(broken):
         test_bad_links_and_aliases(dict(link_internal=["o_prev", "o_t", "input_t", "peek"],
                                         link_external=["o_states", "o_states", "x", "x"],
                                         link_offset=[0, 1, 0, 0], link_window=[1, 1, 1, 3]), ShapeError, "rows")
+
+
+@pytest.mark.parametrize("which", ["step_net", "backward_step_net"])
+def test_a_step_net_given_as_text_that_is_not_utf8(which):
+    from stepnet.errors import FileFormatError
+    op = rnn_op(sum_mul_step("cell"), backward=NetDef(name="back"))
+    for a in op.arg:
+        if a.name == which:
+            text = to_text(a.n).encode().replace(b'name: "', b'name: "\xff', 1)
+            a.ClearField("n")
+            a.s = text
+    with pytest.raises(FileFormatError, match=f"op #0 \\(RecurrentNetwork\\), argument '{which}': the net's text is "
+                                              r"not valid UTF-8 \(byte 0xff at offset 7"):
+        run(op, X, H0)
