@@ -174,7 +174,7 @@ def main(a) -> None:
         print(rows[-1], flush=True)
     command = " ".join(["python", f"benchmarks/{Path(__file__).name}", *sys.argv[1:]])
     text = "\n".join([
-        "## onnxruntime engine vs stepnet's engine (export-onnx)", "",
+        f"## onnxruntime engine vs stepnet's engine (export-onnx), {a.threads} thread(s)", "",
         f"- date: {datetime.date.today().isoformat()}",
         f"- machine: {platform.machine()}, {os.cpu_count()} CPUs (nproc), {platform.platform()}, "
         f"Python {platform.python_version()}",
@@ -190,7 +190,7 @@ def main(a) -> None:
         "", *rows, ""])
     print(text)
     if a.write:
-        write_section(text, "## onnxruntime engine vs stepnet's engine")
+        write_section(text, f"## onnxruntime engine vs stepnet's engine (export-onnx), {a.threads} thread(s)")
 
 
 if __name__ == "__main__":

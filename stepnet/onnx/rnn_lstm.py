@@ -6,6 +6,7 @@ LSTMUnit (drop_states=0) with the usual links. ONNX's gate order is i, o, f, c (
 weights are gathered in that order and forget_bias is added to the input bias of f. With seq_lengths, ONNX's Y
 is 0 past a row's length where stepnet carries the last state: those rows of `_all` are taken from Y_h, which is
 that last state. Anything else (cell state rows wanted, drop_states, more layers) goes through the Scan.
+(onnxruntime refuses a sequence length of 0 at run time, where stepnet carries the initial state through.)
 """
 from __future__ import annotations
 
@@ -51,7 +52,7 @@ def _folded_fc(c, name: str):
     g = c.conv.graph
     key = (name, version_before(g, name, c.index))
     i = g.writer.get(key)
-    if i is None or key in c.conv.outputs or [k for k in g.consumers[key] if k in c.conv.needed] != [c.index]:
+    if i is None or key in c.conv.outputs or [k for k in g.consumers.get(key, ()) if k in c.conv.needed] != [c.index]:
         return None
     fc = g.ops[i]
     if fc.type != "FC" or _args(fc)["axis"] != 2 or _args(fc)["axis_w"] != 1:

@@ -58,9 +58,9 @@ def one_op(op_type: str, inputs: dict, outputs=1, consts=(), **args) -> NetDef:
     return net
 
 
-def check_op(op_type: str, inputs: dict, outputs=1, consts=(), **args) -> float:
+def check_op(op_type: str, inputs: dict, outputs=1, consts=(), opset=None, **args) -> float:
     """One op exported and compared; inputs named in consts are initializers, the others graph inputs."""
     net = one_op(op_type, inputs, outputs, **args)
     feeds = {k: v for k, v in inputs.items() if k not in consts}
     params = {k: v for k, v in inputs.items() if k in consts}
-    return compare(net, feeds=feeds, params=params)[1]
+    return compare(net, feeds=feeds, params=params, opset=opset)[1]
