@@ -165,6 +165,37 @@ def test_export_onnx_bad_input_is_one_line(tmp_path, capsys, monkeypatch, args, 
     assert err.startswith("stepnet: error: ") and message in err and err.count("\n") == 1
 
 
+def test_the_four_bad_inputs_are_one_line_each_on_the_command_line(tmp_path, capsys):
+    """No ONNX counterpart, no dims, an unfilled weight, an opset below an op's: one line naming op/blob and fix."""
+    init, net = xor()
+    nofill = tmp_path / "init.pbtxt"
+    del init.op[0]
+    init.external_output.remove("W1")
+    proto.save(init, nofill)
+    tile = tmp_path / "tile.pbtxt"
+    _, t = xor()
+    t.op.append(make_op("LengthsTile", ["y", "len"], ["s"]))
+    t.external_input.append("len")
+    t.external_output[:] = ["s"]
+    proto.save(t, tile)
+    ln = tmp_path / "ln.pbtxt"
+    proto.save(one_op("LayerNorm", {"x": np.ones((2, 3), np.float32)}, 3), ln)
+    out = str(tmp_path / "x.onnx")
+    cases = [([str(INIT), str(tile), "--input", "X=4,2", "--input", "len=4:int32"],
+              "op #3 (LengthsTile): no ONNX counterpart; export the part before it instead (--output y len)"),
+             ([str(INIT), str(PREDICT)], "input 'X' (read by op #0 (FC) input 0) has no dims and none can be "
+                                         "inferred; give them with --input X=D1,D2"),
+             ([str(nofill), str(PREDICT), "--input", "X=4,2"], "the init net does not fill 'W1', a weight read by "
+                                                                "op #0 (FC) input 1"),
+             ([str(ln), "--input", "x=2,3", "--opset", "16"], "op #0 (LayerNorm): its ONNX form needs opset 17, but "
+                                                             "the export is at opset 16; export with --opset 17")]
+    for args, message in cases:
+        assert main(["export-onnx", *args, "-o", out]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith("stepnet: error: ") and message in err and err.count("\n") == 1, (args, err)
+    assert not Path(out).exists()
+
+
 def test_export_a_plans_net_with_checkpoint_weights(tmp_path, capsys):
     """The README's char-rnn command: a plan's sampling net, weights from a checkpoint, its forward part."""
     from test_onnx_models import char_rnn_sample
