@@ -1,7 +1,8 @@
 """The vendored real Caffe2 files exported to ONNX and run in onnxruntime: every output (and the logits before
 each softmax) within rtol 1e-4 of stepnet's. Zoo nets run on synthesized weights (stepnet.synth), the crayon
 model on its real weights (its middle part: the preprocess op adds random noise), the char-rnn sampling net on
-random weights (its forward part: WeightedSample draws random samples)."""
+random weights (its forward part: WeightedSample draws random samples), and the test nets of the vendored
+training plans on the first batch of their real test data (the part after the db reader)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -13,7 +14,7 @@ pytest.importorskip("onnxruntime")
 
 from onnx_check import compare, ort_run, stepnet_run  # noqa: E402
 
-from stepnet import proto  # noqa: E402
+from stepnet import NetDef, Workspace, proto  # noqa: E402
 from stepnet.onnx import UnsupportedOpError, export_onnx  # noqa: E402
 from stepnet.synth import synth_init  # noqa: E402
 
@@ -103,3 +104,37 @@ def test_char_rnn_sampling_net_refuses_the_sampler_when_asked_for_it():
     init, net, params, feeds = char_rnn_sample()
     with pytest.raises(UnsupportedOpError, match=r"op #8 \(WeightedSample\).*--output softmax_reshaped"):
         export_onnx(net, init, inputs=feeds, params=params, outputs=["char"])
+
+
+PLANS = {  # plan, nets run first, the test net, outputs compared
+    "digits": ("models/digits/train.pbtxt", ["digits_init"], "digits_test", ["test_softmax", "accuracy"]),
+    "binary_adder": ("models/binary_adder/binary_adder.pbtxt", ["binary_adder_init"], "binary_adder_test",
+                     ["test_prob", "bit_accuracy"]),
+    "char_rnn": ("models/char_rnn.pbtxt", ["char_rnn_init", "eval_init", "prepare_state"], "eval",
+                 ["softmax_reshaped", "loss"]),
+}
+
+
+@pytest.mark.parametrize("key", sorted(PLANS))
+def test_a_training_plans_test_net_on_its_test_data(key, monkeypatch):
+    """The plan's init nets run in stepnet (their seeded random fills are the weights), its reader reads the first
+    batch of the vendored db; the ops after the reader, up to the outputs, export and agree."""
+    monkeypatch.chdir(ROOT)   # the plans name their dbs relative to the repository
+    path, first, name, outputs = PLANS[key]
+    nets = {n.name: n for n in proto.load(ROOT / path).network}
+    ws = Workspace(seed=0)
+    for n in first:
+        ws.run_net_once(nets[n])
+    net = nets[name]
+    reader = net.op[0]
+    assert reader.type == "TensorProtosDBInput"
+    ws.run_net_once(NetDef(name="read", op=[reader]))
+    feeds = {b: np.asarray(ws.fetch(b)) for b in reader.output}
+    last = max(i for i, op in enumerate(net.op) if set(op.output) & set(outputs))
+    rest = NetDef(name=net.name, op=net.op[1:last + 1], external_output=outputs)
+    made = {o for op in rest.op for o in op.output}
+    params = {b: np.asarray(ws.fetch(b)) for op in rest.op for b in op.input if b not in made and b not in feeds}
+    result, worst = compare(rest, feeds=feeds, params=params, outputs=outputs)
+    assert worst < 1e-5 and set(result.outputs) == set(outputs)
+    kinds = {n.op_type for n in result.model.graph.node}
+    assert {"digits": "Gemm", "binary_adder": "Scan", "char_rnn": "LSTM"}[key] in kinds
