@@ -19,6 +19,7 @@ from .limits import add_limit_flags, limits_of
 from .int8 import Int8Tensor
 from .cli_tools import (cmd_convert, cmd_inspect, cmd_ops, cmd_synth_init, describe_net,  # noqa: F401
                         op_table, unsupported_ops)
+from .onnx.cli import add_parser as add_onnx_parser, run_in_onnxruntime
 from .workspace import Workspace
 
 # --------------------------------------------------------------------------------------------- output
@@ -90,6 +91,8 @@ def cmd_run(a) -> int:
         resume = checkpoints.Resume(a.resume, ws.limits.max_blob_bytes) if a.resume else None
         saver = checkpoints.Checkpointer(a.checkpoint, a.checkpoint_every) if a.checkpoint else None
         previous = signal.signal(signal.SIGINT, saver.interrupt) if saver else None
+        if a.engine == "onnxruntime":
+            print("stepnet: onnxruntime engine: it runs predict nets; a plan runs on stepnet's engine", file=sys.stderr)
         try:
             ws.run_plan(model, progress=ProgressBar(), iterations=a.iterations, boundary=saver, resume=resume)
         finally:
@@ -109,9 +112,10 @@ def cmd_run(a) -> int:
         from .shapes import infer_net, specs_of_workspace
         infer_net(predict, specs_of_workspace(ws, ws.blobs()),  # static mismatches, reported before running
                   max_blob_bytes=ws.limits.max_blob_bytes)
-        net = ws.create_net(predict)
-        for _ in range(a.iterations or 1):
-            net.run()
+        if a.engine != "onnxruntime" or not run_in_onnxruntime(ws, predict, feeds, a.fetch, a.iterations or 1):
+            net = ws.create_net(predict)
+            for _ in range(a.iterations or 1):
+                net.run()
         outputs = list(predict.external_output)
     if a.checkpoint:
         saved = checkpoints.save(ws, a.checkpoint, checkpoints.Position(checkpoints.FINISHED) if is_plan else None)
@@ -195,6 +199,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where CUDA ops run: auto (GPU if CuPy has one, else CPU), cpu, cuda, emulate")
     r.add_argument("--strict", action="store_true", help="unknown op arguments are errors, not warnings")
     r.add_argument("--check-nan", action="store_true", help="stop at the first op that produces NaN or Inf")
+    r.add_argument("--engine", choices=("stepnet", "onnxruntime"), default="stepnet",
+                   help="onnxruntime: export a predict net in memory and run it there (needs the onnx extra)")
     r.add_argument("--quiet", "-q", action="store_true")
     add_limit_flags(r, paths=True)
     r.set_defaults(func=cmd_run)
@@ -234,6 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("output")
     c.add_argument("--kind", choices=sorted(proto.KINDS))
     c.set_defaults(func=cmd_convert)
+    add_onnx_parser(sub)
     return p
 
 

@@ -1,0 +1,167 @@
+"""RecurrentNetwork exported as an ONNX Scan: LSTM predict nets in Caffe2's layout (full and short sequences,
+every initial-state rank, forget_bias, drop_states), a 2-layer LSTM, GRUs, BasicRNN's masking ops, windowed links,
+and a training net whose forward part is exported — each against stepnet (rtol 1e-4)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnxruntime")
+
+from onnx_check import compare, one_op  # noqa: E402
+
+from stepnet import NetDef, Workspace  # noqa: E402
+from stepnet.model import ModelBuilder  # noqa: E402
+from stepnet.onnx import UnsupportedOpError, export_onnx  # noqa: E402
+from stepnet.rnn_cell import basic_rnn, gru, lstm  # noqa: E402
+from stepnet.testing import make_op  # noqa: E402
+
+F = np.float32
+T, N, D, H = 6, 3, 4, 5
+
+
+def random_params(m: ModelBuilder, seed: int) -> dict:
+    """Every parameter the builder's init net makes, uniform in [-0.5, 0.5) instead of its fills."""
+    ws = Workspace(seed=0)
+    ws.run_net_once(m.init_net.proto())
+    rng = np.random.default_rng(seed)
+    names = [o for op in m.init_net.proto().op for o in op.output]
+    return {n: rng.uniform(-0.5, 0.5, ws.fetch(n).shape).astype(F) for n in names}
+
+
+def net_of(m: ModelBuilder, outs) -> NetDef:
+    net = m.net.proto()
+    net.external_output.extend(outs)
+    return net
+
+
+def feeds_for(seq, init_shape, names, seed=4) -> dict:
+    rng = np.random.default_rng(seed)
+    out = {"X": rng.uniform(-1, 1, (T, N, D)).astype(F), "seq": np.asarray(seq, np.int32)}
+    out.update({n: rng.uniform(-1, 1, init_shape).astype(F) for n in names})
+    return out
+
+
+FULL, SHORT = [T] * N, [T, 2, 1]
+
+
+@pytest.mark.parametrize("seq", [FULL, SHORT], ids=["full", "short"])
+@pytest.mark.parametrize("init_shape", [(N, H), (1, N, H), (H,)], ids=["2d", "3d", "1d"])
+@pytest.mark.parametrize("forget_bias, drop_states", [(0.0, False), (1.5, True)])
+def test_lstm_predict_net(seq, init_shape, forget_bias, drop_states):
+    m = ModelBuilder("lstm_predict")
+    outs = lstm(m, "X", "seq", ("h0", "c0"), D, H, scope="LSTM", forward_only=True, forget_bias=forget_bias,
+                drop_states=drop_states)
+    result, worst = compare(net_of(m, outs), feeds=feeds_for(seq, init_shape, ("h0", "c0")),
+                            params=random_params(m, 1))
+    assert [n.op_type for n in result.model.graph.node].count("Scan") == 1   # cell_state_all: not an ONNX LSTM
+    assert worst < 1e-5
+
+
+@pytest.mark.parametrize("seq", [FULL, SHORT], ids=["full", "short"])
+@pytest.mark.parametrize("forget_bias", [0.0, 1.5])
+@pytest.mark.parametrize("rnn", ["auto", "scan"])
+def test_an_lstm_layer_becomes_one_onnx_lstm_node(seq, forget_bias, rnn):
+    m = ModelBuilder("lstm_predict")
+    outs = lstm(m, "X", "seq", ("h0", "c0"), D, H, scope="LSTM", forward_only=True, forget_bias=forget_bias)
+    outputs = [outs[0], outs[1], outs[3]]   # h_all, h_last, c_last: what an ONNX LSTM gives
+    result, worst = compare(net_of(m, outputs), feeds=feeds_for(seq, (1, N, H), ("h0", "c0")),
+                            params=random_params(m, 1), rnn=rnn)
+    kinds = [n.op_type for n in result.model.graph.node]
+    assert kinds.count("LSTM" if rnn == "auto" else "Scan") == 1
+    assert ("Gemm" in kinds) == (rnn == "scan")   # the i2h FC folded into the LSTM's input weights
+    assert worst < 1e-5
+
+
+def test_short_sequences_carry_the_last_state_past_their_end():
+    m = ModelBuilder("lstm_predict")
+    outs = lstm(m, "X", "seq", ("h0", "c0"), D, H, scope="LSTM", forward_only=True)
+    feeds = feeds_for(SHORT, (N, H), ("h0", "c0"))
+    result = export_onnx(net_of(m, outs), inputs=feeds, params=random_params(m, 1))
+    from onnx_check import ort_run
+    got = ort_run(result, feeds)
+    h_all, h_last = got["LSTM/hidden_state_all"], got["LSTM/hidden_state_last"]
+    np.testing.assert_array_equal(h_all[1:, 2], np.broadcast_to(h_all[0, 2], (T - 1, H)))  # length 1: kept
+    np.testing.assert_array_equal(h_last[0, 1], h_all[1, 1])                              # length 2
+    np.testing.assert_array_equal(h_last[0, 0], h_all[-1, 0])                             # full length
+
+
+def test_two_layer_lstm():
+    m = ModelBuilder("lstm2")
+    outs = lstm(m, "X", "seq", None, D, [H, H + 1], scope="LSTM", forward_only=True,
+                return_last_layer_only=False)
+    compare(net_of(m, outs), feeds=feeds_for(SHORT, (H,), ()), params=random_params(m, 2))
+
+
+@pytest.mark.parametrize("linear_before_reset", [False, True])
+@pytest.mark.parametrize("seq", [FULL, SHORT], ids=["full", "short"])
+def test_gru(linear_before_reset, seq):
+    m = ModelBuilder("gru")
+    outs = gru(m, "X", "seq", ("h0",), D, H, scope="GRU", forward_only=True, linear_before_reset=linear_before_reset)
+    compare(net_of(m, outs), feeds=feeds_for(seq, (N, H), ("h0",)), params=random_params(m, 3))
+
+
+@pytest.mark.parametrize("drop_states", [False, True])
+def test_basic_rnn_masking_ops(drop_states):
+    m = ModelBuilder("rnn")
+    outs = basic_rnn(m, "X", "seq", ("h0",), D, H, forward_only=True, drop_states=drop_states)
+    compare(net_of(m, outs), feeds=feeds_for(SHORT, (N, H), ("h0",)), params=random_params(m, 5))
+
+
+def test_training_net_exports_its_forward_part():
+    m = ModelBuilder("train")
+    outs = lstm(m, "X", "seq", ("h0", "c0"), D, H, scope="LSTM")
+    m.net.add_gradient_ops({outs[0]: outs[0] + "_in_grad"})
+    net = net_of(m, outs[:2])
+    assert any(op.type == "RecurrentNetworkGradient" for op in net.op)
+    feeds = feeds_for(SHORT, (N, H), ("h0", "c0"))
+    params = {**random_params(m, 6), outs[0] + "_in_grad": np.ones((T, N, H), F)}   # for stepnet's backward pass
+    result, _ = compare(net, feeds=feeds, params=params)
+    assert any("training part" in n and "RecurrentNetworkGradient" in n for n in result.notes)
+
+
+def windowed_net(offset_all: int) -> NetDef:
+    """A hand-written RecurrentNetwork: 2 initial state rows read as one window, a 2-row window of a longer input,
+    the step writing row t + 2: s[t+2] = 0.5 * (s[t] + s[t+1]) + x[t] + y[t] + y[t+1]."""
+    step = NetDef(name="step", external_input=["prev", "xt", "yt", "timestep"], external_output=["cur"])
+    step.op.extend([make_op("ReduceFrontSum", ["prev"], ["ps"]), make_op("Scale", ["ps"], ["half"], scale=0.5),
+                    make_op("ReduceFrontSum", ["yt"], ["ys"]), make_op("Add", ["half", "ys"], ["hy"]),
+                    make_op("ExpandDims", ["hy"], ["hy3"], dims=[0]), make_op("Add", ["hy3", "xt"], ["cur"])])
+    rnn = make_op("RecurrentNetwork", ["x", "s0", "y"], ["s_all", "s_last", "s_from", "ws"], step_net=step,
+                  recurrent_states=["s_states"], initial_recurrent_state_ids=[1],
+                  link_internal=["prev", "cur", "xt", "yt"], link_external=["s_states", "s_states", "x", "y"],
+                  link_offset=[0, 2, 0, 0], link_window=[2, 1, 1, 2],
+                  alias_src=["s_states"] * 3, alias_dst=["s_all", "s_last", "s_from"], alias_offset=[2, -1, offset_all],
+                  timestep="timestep")
+    return NetDef(name="windowed", op=[rnn], external_input=["x", "s0", "y"],
+                  external_output=["s_all", "s_last", "s_from"])
+
+
+@pytest.mark.parametrize("offset", [0, 1, 3, -2])
+def test_windowed_links_and_aliases(offset):
+    rng = np.random.default_rng(7)
+    feeds = {"x": rng.uniform(-1, 1, (T, N, D)).astype(F), "s0": rng.uniform(-1, 1, (2, N, D)).astype(F),
+             "y": rng.uniform(-1, 1, (T + 1, N, D)).astype(F)}
+    compare(windowed_net(offset), feeds=feeds)
+
+
+def test_cell_ops_alone():
+    rng = np.random.default_rng(8)
+    h, c, gates = (rng.uniform(-1, 1, s).astype(F) for s in ((1, N, H), (1, N, H), (1, N, 4 * H)))
+    seq, t = np.array([3, 1, 2], np.int32), np.array([1], np.int32)
+    compare(one_op("LSTMUnit", {"h": h, "c": c, "g": gates, "seq": seq, "t": t}, 2, forget_bias=0.5),
+            feeds={"h": h, "c": c, "g": gates, "seq": seq, "t": t})
+    compare(one_op("LSTMUnit", {"h": h, "c": c, "g": gates, "t": t}, 2, sequence_lengths=0),
+            feeds={"h": h, "c": c, "g": gates, "t": t})
+    g3 = rng.uniform(-1, 1, (1, N, 3 * H)).astype(F)
+    compare(one_op("GRUUnit", {"h": h, "g": g3, "seq": seq, "t": t}, 1, drop_states=1),
+            feeds={"h": h, "g": g3, "seq": seq, "t": t})
+
+
+def test_a_step_net_writing_its_input_view_is_refused():
+    net = windowed_net(2)
+    step = net.op[0].arg[[a.name for a in net.op[0].arg].index("step_net")].n
+    step.op.append(make_op("Scale", ["xt"], ["xt"], scale=2.0))
+    feeds = {"x": (T, N, D), "s0": (2, N, D), "y": (T + 1, N, D)}
+    with pytest.raises(UnsupportedOpError, match=r"op #0 \(RecurrentNetwork\): the step net writes 'xt', a view"):
+        export_onnx(net, inputs=feeds)
