@@ -46,13 +46,13 @@ def table() -> dict[str, Converter]:
     return CONVERTERS
 
 
-_PART = "export the part before it instead (--output {inputs}), or run the net in stepnet"
+_PART = "export the part before it instead ({output_flags}), or run the net in stepnet"
 # What to do about ops with no ONNX counterpart, by op type or by family (the op record's module).
 REFUSALS = {
-    "WeightedSample": "it draws random samples; export the probabilities it reads (--output {inputs}) and "
+    "WeightedSample": "it draws random samples; export the probabilities it reads ({output_flags}) and "
                       "sample outside",
     "PackedInt8BGRANHWCToNCHWCStylizerPreprocess": "it adds random noise kept in the workspace; export from "
-                                                   "its output (--input {outputs}=N,3,H,W)",
+                                                   "its output (--input {first_output}=N,3,H,W)",
     "Print": "it only prints", "StringJoin": "ONNX has no string join",
     "family:random_fill": "random fills differ run to run; move the fill to the init net",
     "family:optim": "it updates parameters (training); export the forward part",
@@ -65,7 +65,8 @@ REFUSALS = {
 def what_to_do(opdef, family: str) -> str:
     """What to do about an op without a converter, naming its blobs."""
     text = REFUSALS.get(opdef.type) or REFUSALS.get(f"family:{family}") or _PART
-    return text.format(inputs=" ".join(opdef.input) or "NAME", outputs=" ".join(opdef.output) or "NAME")
+    flags = " ".join(f"--output {name}" for name in opdef.input) or "--output NAME"
+    return text.format(output_flags=flags, first_output=opdef.output[0] if opdef.output else "NAME")
 
 
 def exportable_ops() -> list[str]:

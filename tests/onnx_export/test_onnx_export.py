@@ -35,7 +35,7 @@ def test_an_op_without_counterpart_is_refused_with_its_index_and_the_fix():
     net = NetDef(name="seg", external_input=["x", "len"], external_output=["y"])
     net.op.extend([make_op("Relu", ["x"], ["r"]), make_op("LengthsTile", ["r", "len"], ["y"])])
     with pytest.raises(UnsupportedOpError, match=r"^net 'seg', op #1 \(LengthsTile\): no ONNX counterpart; export "
-                                                 r"the part before it instead \(--output r len\)"):
+                                                 r"the part before it instead \(--output r --output len\)"):
         export_onnx(net, inputs={"x": (4, 3), "len": np.array([1, 3], np.int32)})
 
 
@@ -182,7 +182,7 @@ def test_the_four_bad_inputs_are_one_line_each_on_the_command_line(tmp_path, cap
     proto.save(one_op("LayerNorm", {"x": np.ones((2, 3), np.float32)}, 3), ln)
     out = str(tmp_path / "x.onnx")
     cases = [([str(INIT), str(tile), "--input", "X=4,2", "--input", "len=4:int32"],
-              "op #3 (LengthsTile): no ONNX counterpart; export the part before it instead (--output y len)"),
+              "op #3 (LengthsTile): no ONNX counterpart; export the part before it instead (--output y --output len)"),
              ([str(INIT), str(PREDICT)], "input 'X' (read by op #0 (FC) input 0) has no dims and none can be "
                                          "inferred; give them with --input X=D1,D2"),
              ([str(nofill), str(PREDICT), "--input", "X=4,2"], "the init net does not fill 'W1', a weight read by "

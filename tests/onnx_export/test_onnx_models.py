@@ -138,3 +138,28 @@ def test_a_training_plans_test_net_on_its_test_data(key, monkeypatch):
     assert worst < 1e-5 and set(result.outputs) == set(outputs)
     kinds = {n.op_type for n in result.model.graph.node}
     assert {"digits": "Gemm", "binary_adder": "Scan", "char_rnn": "LSTM"}[key] in kinds
+
+
+DETECTION = {  # file, the RPN head's outputs (what GenerateProposals reads)
+    "maskrcnn2go": (DATA / "models" / "maskrcnn2go_fp32_model.pb", ["rpn_cls_probs", "rpn_bbox_pred"]),
+    "detectron": (DATA / "models" / "detectron_e2e_faster_rcnn_R-50-C4_1x_predict_net.pbtxt",
+                  ["rpn_cls_probs", "rpn_bbox_pred"]),
+}
+
+
+@pytest.mark.parametrize("key", sorted(DETECTION))
+def test_detection_net_is_refused_at_its_proposals_and_its_rpn_part_agrees(key):
+    """GenerateProposals has no ONNX counterpart: the whole net is refused naming it and the flags that export
+    the part before it; that part (backbone + RPN head) then exports and agrees with stepnet."""
+    path, rpn = DETECTION[key]
+    net = proto.load(path, kind="net")
+    shape = (1, 3, 64, 96)
+    init = synth_init(net, {"data": shape, "im_info": (1, 3)}, classes=81)
+    feeds = {"data": np.random.default_rng(3).standard_normal(shape).astype(np.float32),
+             "im_info": np.array([[64, 96, 1]], np.float32)}
+    with pytest.raises(UnsupportedOpError, match=r"\(GenerateProposals\): no ONNX counterpart; export the part "
+                                                 r"before it instead \(--output rpn_cls_probs --output rpn_bbox_pred"):
+        export_onnx(net, init, inputs=feeds)
+    result, _ = compare(net, init, feeds={"data": feeds["data"]}, params={"im_info": feeds["im_info"]}, outputs=rpn,
+                        scaled=rpn)   # 50+ layers on random weights: values up to 1e5, float32 sums in another order
+    assert set(result.outputs) == set(rpn)
