@@ -87,7 +87,7 @@ class Profiler:
         for op_type, (calls, t) in self.by_type().items():
             lines.append(f"{op_type:<32} {calls:>9} {t:>10.3f} {1000 * t / max(calls, 1):>10.4f} "
                          f"{100 * t / wall:>8.1f}%")
-        lines.append(f"slowest ops (self time; sub-net ops are listed on their own):")
+        lines.append("slowest ops (self time; sub-net ops are listed on their own):")
         lines.append(f"{'net':<28} {'op':>4} {'type':<28} {'calls':>8} {'total s':>10} {'% of run':>9}")
         for s in self.slowest(top):
             lines.append(f"{s.net[:28]:<28} {s.index:>4} {s.type[:28]:<28} {s.calls:>8} {s.self_time:>10.3f} "
