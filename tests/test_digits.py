@@ -104,9 +104,9 @@ def train(tmp_path, monkeypatch, capsys, iterations: int | None = None):
     saved = tmp_path / "weights.npz"
     assert cli.main(["run", str(plan), "--fetch", "accuracy", *PARAMS, "--save", str(saved)]) == 0
     out = capsys.readouterr().out
-    printed = re.findall(r"Tensor accuracy of type float32\. Dims: \(\): (\S+)", out)
+    printed = re.findall(r"^iteration \d+/\d+: accuracy = (\S+)$", out, re.M)
     fetched = re.findall(r"^accuracy: shape \(\) float32 \[(\S+)\]", out, re.M)
-    losses = [float(v) for v in re.findall(r"Tensor loss of type float32\. Dims: \(\): (\S+)", out)]
+    losses = [float(v) for v in re.findall(r"^iteration \d+/\d+: loss = (\S+)$", out, re.M)]
     assert len(printed) == 1 and len(fetched) == 1, out
     weights = dict(np.load(saved))
     return float(printed[0]), float(fetched[0]), losses, weights
