@@ -25,7 +25,7 @@ class MetricsWriter:
             self.file = open(self.path, "w", newline="", encoding="utf-8")
         except OSError as e:
             raise StepnetError(f"--metrics {path}: cannot write it: {e.strerror or e}") from None
-        self.csv = csv.writer(self.file)
+        self.csv = csv.writer(self.file, lineterminator="\n")
         self.csv.writerow(HEADER)
         self.file.flush()
 

@@ -82,15 +82,20 @@ class Profiler:
     def report(self, wall: float, top: int = 10) -> str:
         """The text table: time per op type, the slowest ops, and how ops with sub-nets split their time."""
         wall = max(wall, 1e-12)
+        types = self.by_type()
+        w = max([len("op type"), *map(len, types)])
         lines = [f"profile: {self.total():.3f} s in ops of {wall:.3f} s measured ({100 * self.total() / wall:.1f} %)",
-                 f"{'op type':<32} {'calls':>9} {'total s':>10} {'mean ms':>10} {'% of run':>9}"]
-        for op_type, (calls, t) in self.by_type().items():
-            lines.append(f"{op_type:<32} {calls:>9} {t:>10.3f} {1000 * t / max(calls, 1):>10.4f} "
+                 f"{'op type':<{w}} {'calls':>9} {'total s':>10} {'mean ms':>10} {'% of run':>9}"]
+        for op_type, (calls, t) in types.items():
+            lines.append(f"{op_type:<{w}} {calls:>9} {t:>10.3f} {1000 * t / max(calls, 1):>10.4f} "
                          f"{100 * t / wall:>8.1f}%")
         lines.append("slowest ops (self time; sub-net ops are listed on their own):")
-        lines.append(f"{'net':<28} {'op':>4} {'type':<28} {'calls':>8} {'total s':>10} {'% of run':>9}")
-        for s in self.slowest(top):
-            lines.append(f"{s.net[:28]:<28} {s.index:>4} {s.type[:28]:<28} {s.calls:>8} {s.self_time:>10.3f} "
+        slow = self.slowest(top)
+        nw = max([3, *(len(s.net) for s in slow)])
+        tw = max([4, *(len(s.type) for s in slow)])
+        lines.append(f"{'net':<{nw}} {'op':>4} {'type':<{tw}} {'calls':>8} {'total s':>10} {'% of run':>9}")
+        for s in slow:
+            lines.append(f"{s.net:<{nw}} {s.index:>4} {s.type:<{tw}} {s.calls:>8} {s.self_time:>10.3f} "
                          f"{100 * s.self_time / wall:>8.1f}%")
         nested = [s for s in self.stats.values() if s.inner]
         if nested:

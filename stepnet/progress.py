@@ -41,8 +41,8 @@ def scalar(value) -> float | None:
 
 
 class Monitor:
-    """Progress and results of one run. `show`: progress and labeled lines at all (False for --quiet: results
-    still go to the metrics file, and Print ops print as Caffe2's do)."""
+    """Progress and results of one run. `show`: progress at all (False for --quiet; results are still printed
+    and written to the metrics file)."""
 
     def __init__(self, *, show: bool = True, metrics: MetricsWriter | None = None, err: TextIO | None = None,
                  out: TextIO | None = None, tty: bool | None = None, interval: float = 10.0, window: float = 10.0,
@@ -128,8 +128,7 @@ class Monitor:
             self.metrics.write(self.done, name, x)
         if "loss" in name.lower() or self.loss is None:
             self.loss = (name, x)
-        if self.show:
-            self.note(f"{self.label()}{name} = {x:.6g}")
+        self.note(f"{self.label()}{name} = {x:.6g}")   # what the model prints: shown even when quiet
         return True
 
     def label(self) -> str:
