@@ -155,7 +155,7 @@ def _has_prof_dag(*models) -> bool:
 def _describe_loops(plan, iterations: int | None) -> None:
     """Say what the run will train for: exactly what an --iterations override set."""
     loops = training_loops(plan, iterations)
-    prefix = f"--iterations {iterations}: " if iterations is not None else "training: "
+    prefix = f"--iterations {iterations}: " if iterations is not None else "running "
     for loop in loops.values():
         print(f"{prefix}{loop.describe()}", file=sys.stderr, flush=True)
     if iterations is not None and not loops:

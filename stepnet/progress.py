@@ -40,6 +40,19 @@ def scalar(value) -> float | None:
         return None
 
 
+def _text(value) -> str | None:
+    """A string, or a tensor of one string, as text; else None."""
+    if isinstance(value, (str, bytes)):
+        item = value
+    elif getattr(value, "dtype", None) is not None and value.dtype.kind in "OSU" and getattr(value, "size", 0) == 1:
+        item = value.reshape(-1)[0]
+    else:
+        return None
+    if isinstance(item, bytes):
+        return item.decode("utf-8", "replace")
+    return item if isinstance(item, str) else None
+
+
 class Monitor:
     """Progress and results of one run. `show`: progress at all (False for --quiet; results are still printed
     and written to the metrics file)."""
@@ -119,11 +132,15 @@ class Monitor:
 
     # ------------------------------------------------------------------------------------ results
     def report(self, name: str, value) -> bool:
-        """The workspace reporter: a scalar a Print op prints becomes a labeled line and a metrics row (True);
-        anything else is left to Print (False)."""
+        """The workspace reporter: a scalar a Print op prints becomes a labeled line and a metrics row, one
+        string a labeled block of text (True); anything else is left to Print (False)."""
         x = scalar(value)
         if x is None:
-            return False
+            text = _text(value)
+            if text is None:
+                return False
+            self.note(f"{self.label()}{name}:\n{text}")   # one string (generated text): as it is
+            return True
         if self.metrics is not None:
             self.metrics.write(self.done, name, x)
         if "loss" in name.lower() or self.loss is None:

@@ -54,7 +54,7 @@ def test_short_training_run_then_sampling(tmp_path, capsys):
         sample = build.sample_plan(vocab, 64, 50)
         save(sample, tmp_path / "sample.pbtxt")
         assert main(["run", str(tmp_path / "sample.pbtxt"), "--load", str(checkpoint)]) == 0
-        text = capsys.readouterr().out.split("Dims: (1,): ", 1)[1]
+        text = capsys.readouterr().out.split("iteration 50/50: text:\n", 1)[1]
         assert len(text) >= 50 and set(text.rstrip("\n")) <= set(vocab)
     finally:
         os.chdir(cwd)

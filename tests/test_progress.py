@@ -73,7 +73,9 @@ def test_quiet_shows_no_progress_but_results_and_only_scalars_are_taken():
     m("t", 1, 2)
     assert err.getvalue() == ""
     assert m.report("acc", np.float64(0.5)) and out.getvalue() == "iteration 1/2: acc = 0.5\n"
-    assert not m.report("text", np.array(["abc"], dtype=object))
+    assert m.report("text", np.array(["ab\ncd"], dtype=object))
+    assert out.getvalue().endswith("iteration 1/2: text:\nab\ncd\n")
+    assert not m.report("texts", np.array(["a", "b"], dtype=object))
     assert not m.report("w", np.zeros((2, 2), np.float32))
 
 
