@@ -2,13 +2,15 @@
 
 The file is long format, one row per reported value: `iteration,name,value` (the overall training iteration
 when the value was reported, the blob's name, its value). Rows are flushed as they are written, so a run that
-crashes keeps the rows written so far. `plot` draws one curve per name with matplotlib (the `plots` extra,
-imported only there).
+crashes keeps the rows written so far (so the file is written in place, not replaced atomically as stepnet's
+other outputs are; like them, it must be a regular file or new). `plot` draws one curve per name with
+matplotlib (the `plots` extra, imported only there).
 """
 from __future__ import annotations
 
 import csv
 import io
+import os
 from pathlib import Path
 
 from .errors import StepnetError
@@ -21,6 +23,9 @@ class MetricsWriter:
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
+        if os.path.lexists(self.path) and (self.path.is_symlink() or not self.path.is_file()):
+            raise StepnetError(f"--metrics {path}: it exists and is not a regular file (a symlink, FIFO, device "
+                               "or directory); give a new path")
         try:
             self.file = open(self.path, "w", newline="", encoding="utf-8")
         except OSError as e:

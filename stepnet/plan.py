@@ -4,7 +4,8 @@ report nets, fresh child workspaces; and the hooks that checkpoint a run and res
 A step is named by its path of indices (top-level step, then substeps). After every iteration of an outermost
 iterating step (one that no iterating step encloses) and after every top-level step, the `boundary` callback
 sees the run's Position; a run resumed from a Position re-runs the setup steps before it (steps that never
-iterate), restores the checkpoint and goes on from there."""
+iterate), restores the checkpoint and goes on from there. The training iterations (training_loops) are counted
+for the `progress` callback and set by `iterations`."""
 from __future__ import annotations
 
 import time
@@ -63,7 +64,7 @@ class PlanRun:
     # ------------------------------------------------------------------------------------------- steps
     def step(self, step, ws, outer: bool = False, path: tuple = ()) -> None:
         """Run one execution step (its nets or substeps, num_iter times or until its stop blob is true). `outer`:
-        no enclosing step iterates, so an `iterations` override applies to this one; `path` names the step."""
+        no enclosing step iterates, so it may head a training loop; `path` names the step."""
         action = self._resume_action(step, path)
         if action == "skip":
             skipped = self.loops.get(path)
@@ -269,8 +270,10 @@ def _should_stop(ws, blob_name: str) -> bool:
 
 def run_plan(plan, workspace, progress: Progress | None = None, iterations: int | None = None,
              boundary: Boundary | None = None, resume: Resume | None = None) -> None:
-    """Execute plan in workspace. iterations overrides num_iter of the outermost iterating steps (num_iter > 1 and
-    no iterating step around them); nested loops keep their counts. boundary is called with the run's Position
+    """Execute plan in workspace. iterations sets the training iterations of each training loop (training_loops:
+    an outermost step with num_iter > 1 and the loops singly nested in it; the innermost one's iterations count,
+    and the last outer iteration stops it early); progress(step, done, total) sees the overall count after each
+    training iteration. boundary is called with the run's Position
     after each iteration of those steps and after each top-level step (checkpoints.Checkpointer saves there);
     resume continues a run from a checkpoint."""
     PlanRun(plan, workspace, progress, iterations, boundary, resume).run()

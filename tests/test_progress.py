@@ -146,6 +146,15 @@ def test_plot_without_matplotlib_names_the_extra(tmp_path, capsys, monkeypatch):
                                        "pip install 'stepnet[plots]'\n")
 
 
+def test_metrics_target_must_be_a_regular_file(tmp_path):
+    (tmp_path / "real.csv").write_text("keep")
+    (tmp_path / "link.csv").symlink_to(tmp_path / "real.csv")
+    for target in (tmp_path / "link.csv", tmp_path):
+        with pytest.raises(StepnetError, match="not a regular file"):
+            MetricsWriter(target)
+    assert (tmp_path / "real.csv").read_text() == "keep"
+
+
 def test_not_a_metrics_file(tmp_path):
     (tmp_path / "m.csv").write_text("a,b\n")
     with pytest.raises(StepnetError, match="not a metrics file"):
