@@ -4,8 +4,10 @@ models/char_rnn_sample.pbtxt (generation plan). Run from the repository root:
     python models/build_char_rnn.py
 
 The training plan reads its batches with CreateDB + TensorProtosDBInput (no Python feeding), carries the LSTM
-state across iterations (truncated BPTT), reports the average loss every REPORT iterations, evaluates the
-held-out loss (last 10 % of the text) at the end and saves a checkpoint. The sampling plan loads that
+state across iterations (truncated BPTT), reports the mean loss every REPORT iterations (over the iterations
+since the last report: `stepnet run --iterations N` may stop a block early), evaluates the held-out loss (last
+10 % of the text, the mean over every held-out batch, in a loop that stops on a blob) at the end and saves a
+checkpoint. The sampling plan loads that
 checkpoint (`stepnet run models/char_rnn_sample.pbtxt --load char_rnn_checkpoint.minidb`) and prints text.
 """
 from __future__ import annotations
@@ -30,7 +32,7 @@ TEXT = f"{DATA}/tinyshakespeare.txt"
 TRAIN_DB = f"{DATA}/char_rnn_train.minidb"
 HELDOUT_DB = f"{DATA}/char_rnn_heldout.minidb"
 CHECKPOINT = "char_rnn_checkpoint.minidb"
-INT64, INT32 = 10, 2
+INT64, INT32, BOOL = 10, 2, 5
 
 
 def vocabulary(text: str) -> list[str]:
@@ -102,6 +104,8 @@ def train_plan(vocab, B: int, T: int, H: int, iterations: int, report: int, lr: 
     init.CreateDB([], BlobRef("heldout_reader"), db=HELDOUT_DB, db_type="minidb")
     init.ConstantFill([], BlobRef("vocab_size"), shape=[], value=V, dtype=INT64)
     init.ConstantFill([], BlobRef("loss_sum"), shape=[], value=0.0)
+    init.ConstantFill([], BlobRef("loss_count"), shape=[], value=0.0)   # iterations since the last report
+    init.ConstantFill([], BlobRef("one"), shape=[], value=1.0)
     fill_states(init, B, H, T)
     batch = net.TensorProtosDBInput(BlobRef("train_reader"), BlobRef("batch"))
     inp, target = sequence_input(net, batch, T, B, V, "")
@@ -111,24 +115,29 @@ def train_plan(vocab, B: int, T: int, H: int, iterations: int, report: int, lr: 
     model.add_gradient_ops([loss])
     model.adam(lr, **({"clip_gradient_norm": clip} if clip else {}))
     net.Sum([BlobRef("loss_sum"), loss], BlobRef("loss_sum"))
+    net.Sum([BlobRef("loss_count"), BlobRef("one")], BlobRef("loss_count"))
 
+    # the mean loss over the iterations since the last report (fewer than `report` when --iterations cuts the
+    # last block short), then both sums restart
     report_net = _net("report", [
-        OperatorDef(type="Scale", input=["loss_sum"], output=["train_loss"], arg=[make_argument("scale", 1 / report)]),
-        OperatorDef(type="Print", input=["optimizer_iteration"]),
+        OperatorDef(type="Div", input=["loss_sum", "loss_count"], output=["train_loss"]),
         OperatorDef(type="Print", input=["train_loss"]),
-        OperatorDef(type="Scale", input=["loss_sum"], output=["loss_sum"], arg=[make_argument("scale", 0.0)])])
+        OperatorDef(type="Scale", input=["loss_sum"], output=["loss_sum"], arg=[make_argument("scale", 0.0)]),
+        OperatorDef(type="Scale", input=["loss_count"], output=["loss_count"], arg=[make_argument("scale", 0.0)])])
 
     n_heldout = len(minidb.MiniDB(ROOT / HELDOUT_DB))
-    eval_net = _eval_net(net.proto(), n_heldout)
+    eval_net = _eval_net(net.proto())
+    zeros = [("LSTM/hidden_state_last", [1, B, H], 0.0), ("LSTM/cell_state_last", [1, B, H], 0.0),
+             ("heldout_sum", [], 0.0), ("heldout_count", [], 0.0), ("heldout_batches", [], float(n_heldout))]
     eval_init = _net("eval_init", [
-        OperatorDef(type="ConstantFill", output=[name], arg=[make_argument("shape", [1, B, H]),
-                                                             make_argument("value", 0.0)])
-        for name in ("LSTM/hidden_state_last", "LSTM/cell_state_last")] + [
-        OperatorDef(type="ConstantFill", output=["heldout_sum"], arg=[make_argument("shape", []),
-                                                                    make_argument("value", 0.0)])])
-    eval_report = _net("eval_report", [
-        OperatorDef(type="Scale", input=["heldout_sum"], output=["heldout_loss"],
-                    arg=[make_argument("scale", 1 / n_heldout)]),
+        OperatorDef(type="ConstantFill", output=[name], arg=[make_argument("shape", shape),
+                                                             make_argument("value", value)])
+        for name, shape, value in zeros] + [
+        OperatorDef(type="ConstantFill", output=["heldout_done"], arg=[make_argument("shape", []),
+                                                                     make_argument("value", 0),
+                                                                     make_argument("dtype", BOOL)])])
+    eval_report = _net("eval_report", [   # the mean over the batches the loop ran
+        OperatorDef(type="Div", input=["heldout_sum", "heldout_count"], output=["heldout_loss"]),
         OperatorDef(type="Print", input=["heldout_loss"])])
     params = sorted(set(model.params))
     save_net = _net("save", [OperatorDef(type="Save", input=params, arg=[
@@ -143,8 +152,9 @@ def train_plan(vocab, B: int, T: int, H: int, iterations: int, report: int, lr: 
     train.substep.append(ExecutionStep(name="report", network=["report"]))
     plan.execution_step.append(train)
     plan.execution_step.append(ExecutionStep(name="heldout", network=["eval_init"]))
+    # the held-out loop stops on a blob (once every held-out batch ran), so --iterations leaves it alone
     plan.execution_step.append(ExecutionStep(name="heldout_steps", network=["prepare_state", "eval"],
-                                             num_iter=n_heldout))
+                                             should_stop_blob="heldout_done"))
     plan.execution_step.append(ExecutionStep(name="heldout_report", network=["eval_report"]))
     plan.execution_step.append(ExecutionStep(name="save", network=["save"]))
     return plan
@@ -156,8 +166,9 @@ def _net(name, ops) -> NetDef:
     return nd
 
 
-def _eval_net(train: NetDef, n_batches: int) -> NetDef:
-    """The forward part of the training net reading held-out batches, forward-only, summing the loss."""
+def _eval_net(train: NetDef) -> NetDef:
+    """The forward part of the training net reading held-out batches, forward-only, summing the loss and
+    counting the batches; heldout_done once heldout_batches ran."""
     nd = NetDef(name="eval")
     for op in train.op:
         if op.type == "ConstantFill" and op.input and op.input[0] == "loss":
@@ -172,6 +183,8 @@ def _eval_net(train: NetDef, n_batches: int) -> NetDef:
             copy.arg.extend(keep)
         nd.op.append(copy)
     nd.op.append(OperatorDef(type="Sum", input=["heldout_sum", "loss"], output=["heldout_sum"]))
+    nd.op.append(OperatorDef(type="Sum", input=["heldout_count", "one"], output=["heldout_count"]))
+    nd.op.append(OperatorDef(type="GE", input=["heldout_count", "heldout_batches"], output=["heldout_done"]))
     return nd
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import time
@@ -17,6 +18,10 @@ from .errors import ArgumentError, MissingBlobError, StepnetError
 from .graph import Graph
 from .limits import add_limit_flags, limits_of
 from .int8 import Int8Tensor
+from .metrics import MetricsWriter
+from .plan import training_loops
+from .profile import Profiler
+from .progress import Monitor
 from .cli_tools import (cmd_convert, cmd_inspect, cmd_ops, cmd_synth_init, describe_net,  # noqa: F401
                         op_table, unsupported_ops)
 from .onnx.cli import add_parser as add_onnx_parser, run_in_onnxruntime
@@ -44,35 +49,24 @@ def save_npz(path: Path, arrays: dict) -> None:
     proto.atomic_write(path, buf.getvalue())
 
 
-class ProgressBar:
-    """A one-line progress bar on stderr for long plan steps (only on a terminal)."""
-
-    def __init__(self, stream=sys.stderr):
-        self.stream = stream
-        self.enabled = stream.isatty()
-        self.start = time.monotonic()
-        self.last = 0.0
-
-    def __call__(self, step: str, i: int, total: int) -> None:
-        if not self.enabled:
-            return
-        now = time.monotonic()
-        if i < total and now - self.last < 0.1:
-            return
-        self.last = now
-        width = 30
-        done = int(width * i / total)
-        rate = i / max(now - self.start, 1e-9)
-        self.stream.write(f"\r{step} [{'#' * done}{'.' * (width - done)}] {i}/{total} {rate:.1f} it/s")
-        if i == total:
-            self.stream.write("\n")
-        self.stream.flush()
-
-
 # --------------------------------------------------------------------------------------------- commands
 def cmd_run(a) -> int:
-    ws = Workspace(seed=a.seed, gpu=a.device, strict=a.strict, check_nan=a.check_nan, limits=limits_of(a))
     model = proto.load(a.model)
+    predict_def = proto.load(a.predict_net, kind="net") if a.predict_net else None
+    profiler = Profiler() if a.profile or _has_prof_dag(model, predict_def) else None
+    ws = Workspace(seed=a.seed, gpu=a.device, strict=a.strict, check_nan=a.check_nan, limits=limits_of(a),
+                   profiler=profiler)
+    monitor = Monitor(show=not a.quiet, metrics=MetricsWriter(a.metrics) if a.metrics else None)
+    try:
+        return _run(a, ws, model, predict_def, monitor, profiler)
+    finally:
+        monitor.close()
+        if monitor.metrics is not None:
+            monitor.metrics.close()
+
+
+def _run(a, ws, model, predict_def, monitor: Monitor, profiler: Profiler | None) -> int:
+    started_at = time.time()
     feeds = {}
     for spec in a.feed:
         feeds.update(parse_feed(spec, ws.limits.max_blob_bytes))
@@ -93,14 +87,22 @@ def cmd_run(a) -> int:
         previous = signal.signal(signal.SIGINT, saver.interrupt) if saver else None
         if a.engine == "onnxruntime":
             print("stepnet: onnxruntime engine: it runs predict nets; a plan runs on stepnet's engine", file=sys.stderr)
+        ws.reporter = monitor.report    # scalars the plan's Print ops print: labeled lines, metrics rows
+        if not a.quiet:
+            _describe_loops(model, a.iterations)
+        start = time.perf_counter()
         try:
-            ws.run_plan(model, progress=ProgressBar(), iterations=a.iterations, boundary=saver, resume=resume)
+            ws.run_plan(model, progress=monitor, iterations=a.iterations, boundary=saver, resume=resume)
         finally:
             if saver:
                 signal.signal(signal.SIGINT, previous)
+        wall = time.perf_counter() - start
+        monitor.close()
+        if not a.quiet:
+            _report_plan_saves(model, started_at)
     else:
         if a.predict_net:
-            init, predict = model, proto.load(a.predict_net, kind="net")
+            init, predict = model, predict_def
             ws.run_net_once(init)
         else:
             init, predict = None, model
@@ -112,11 +114,17 @@ def cmd_run(a) -> int:
         from .shapes import infer_net, specs_of_workspace
         infer_net(predict, specs_of_workspace(ws, ws.blobs()),  # static mismatches, reported before running
                   max_blob_bytes=ws.limits.max_blob_bytes)
+        start = time.perf_counter()   # the init net ran above: time from here, and count only the runs
+        if profiler is not None:
+            profiler.stats.clear()
         if a.engine != "onnxruntime" or not run_in_onnxruntime(ws, predict, feeds, a.fetch, a.iterations or 1):
             net = ws.create_net(predict)
             for _ in range(a.iterations or 1):
                 net.run()
+        wall = time.perf_counter() - start
         outputs = list(predict.external_output)
+    if profiler is not None:
+        print(profiler.report(wall), flush=True)
     if a.checkpoint:
         saved = checkpoints.save(ws, a.checkpoint, checkpoints.Position(checkpoints.FINISHED) if is_plan else None)
         if not a.quiet:
@@ -139,6 +147,46 @@ def cmd_run(a) -> int:
         proto.atomic_write(Path(path), images.image_bytes(value, layout, images.format_of(path)))
         if not a.quiet:
             print(f"saved {name} as image {path}")
+    return 0
+
+
+def _has_prof_dag(*models) -> bool:
+    """Caffe2's profiling net type in the model: profile the run as --profile does."""
+    nets = [n for m in models if m is not None for n in (m.network if isinstance(m, proto.PlanDef) else [m])]
+    return any(n.type == "prof_dag" for n in nets)
+
+
+def _describe_loops(plan, iterations: int | None) -> None:
+    """Say what the run will train for: exactly what an --iterations override set."""
+    loops = training_loops(plan, iterations)
+    prefix = f"--iterations {iterations}: " if iterations is not None else "running "
+    for loop in loops.values():
+        print(f"{prefix}{loop.describe()}", file=sys.stderr, flush=True)
+    if iterations is not None and not loops:
+        print(f"--iterations {iterations}: plan {plan.name!r} has no loop with num_iter > 1 outside loops with a "
+              "stop blob; nothing was set", file=sys.stderr, flush=True)
+
+
+def _report_plan_saves(plan, since: float) -> None:
+    """Where the plan's own Save ops wrote (the checkpoint of a plan that saves itself)."""
+    for net in plan.network:
+        for i, op in enumerate(net.op):
+            if op.type != "Save":
+                continue
+            db = next((arg.s.decode("utf-8", "replace") for arg in op.arg if arg.name == "db"), None)
+            try:
+                fresh = db and os.path.getmtime(db) >= since - 1
+            except OSError:
+                fresh = False
+            if fresh:
+                print(f"checkpoint: the plan saved {len(op.input)} blob(s) to {db} (net {net.name!r}, op #{i} Save)")
+
+
+def cmd_plot(a) -> int:
+    from .metrics import plot
+
+    n = plot(a.metrics, a.output, a.name or None, a.title)
+    print(f"plotted {n} curve(s) from {a.metrics} to {a.output}")
     return 0
 
 
@@ -178,7 +226,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("model", help="PlanDef or NetDef (.pb / .pbtxt); with PREDICT_NET: the init net")
     r.add_argument("predict_net", nargs="?", help="predict net, run after the init net")
     r.add_argument("--iterations", "-n", type=int,
-                   help="runs of the net; for a plan, num_iter of its outermost iterating steps")
+                   help="runs of the net; for a plan, its training iterations: the iterations of the innermost of "
+                        "the single loops nested in each outermost loop (what it set is printed)")
     r.add_argument("--feed", action="append", default=[], metavar="NAME=FILE.npy|FILE.npz|VALUE[:dtype]")
     r.add_argument("--fetch", nargs="+", default=[], metavar="NAME", help="blobs to print and save")
     r.add_argument("--save", metavar="OUT.npz", help="write the fetched blobs (default: external outputs)")
@@ -201,7 +250,15 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--check-nan", action="store_true", help="stop at the first op that produces NaN or Inf")
     r.add_argument("--engine", choices=("stepnet", "onnxruntime"), default="stepnet",
                    help="onnxruntime: export a predict net in memory and run it there (needs the onnx extra)")
-    r.add_argument("--quiet", "-q", action="store_true")
+    r.add_argument("--quiet", "-q", action="store_true",
+                   help="no progress bar or lines, notices or fetched blobs (a model's Print ops still print, "
+                        "scalars as labeled lines)")
+    r.add_argument("--profile", action="store_true",
+                   help="time every op (step-net ops per timestep) and print a table by op type and the slowest "
+                        "ops after the run; a model with a prof_dag net is profiled without it")
+    r.add_argument("--metrics", metavar="FILE.csv",
+                   help="write every scalar the plan reports (its Print ops: losses, accuracies) as rows "
+                        "iteration,name,value, flushed as they come; draw them with stepnet plot")
     add_limit_flags(r, paths=True)
     r.set_defaults(func=cmd_run)
 
@@ -234,6 +291,13 @@ def build_parser() -> argparse.ArgumentParser:
                     help="a parameter's dims, as --input takes them but without :dtype (fills are float32)")
     si.add_argument("--seed", type=int, default=0)
     si.set_defaults(func=cmd_synth_init)
+
+    pl = sub.add_parser("plot", help="draw a --metrics CSV file's curves (needs the plots extra: matplotlib)")
+    pl.add_argument("metrics", metavar="FILE.csv")
+    pl.add_argument("-o", "--output", required=True, metavar="OUT.png", help="the image (format by extension)")
+    pl.add_argument("--name", action="append", default=[], help="only these values (default: all)")
+    pl.add_argument("--title")
+    pl.set_defaults(func=cmd_plot)
 
     c = sub.add_parser("convert", help="convert between .pb and .pbtxt (by the output's extension)")
     c.add_argument("input")

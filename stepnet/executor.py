@@ -195,6 +195,8 @@ class Net:
         if schema.alloc is not None:
             call = _alloc_checked(call, functools.partial(schema.alloc, **args), ws.limits.max_blob_bytes, label,
                                   list(opdef.output))
+        if ws.profiler is not None:   # opt-in timing, chosen once here: nets without a profiler run unchanged
+            call = ws.profiler.timed(call, self.name, index, opdef.type)
         return BoundOp(schema, opdef, index, inputs, outputs, call, device, label)
 
     # ----------------------------------------------------------------------------- running

@@ -313,8 +313,10 @@ class ModelBuilder:
         """A PlanDef: run init_net once, then net `iterations` times, report_net after every `report_every`
         iterations (and after the last one), then each of final_nets once (e.g. a test net).
 
-        With a report net the training loop is two nested steps, so `stepnet run --iterations N` (which sets
-        num_iter of every iterating step) multiplies; rebuild the plan to change the length of a run."""
+        With a report net the training loop is two nested steps; `stepnet run --iterations N` counts the inner
+        one's iterations (plan.training_loops), stopping the last round early and reporting after it. When
+        iterations is not a multiple of report_every the remainder is a loop of its own, which --iterations
+        sets too; rebuild such a plan to change the length of a run."""
         if iterations < 1:
             raise ArgumentError(f"iterations must be >= 1, got {iterations}")
         plan = PlanDef(name=name or self.name + "_plan")

@@ -55,7 +55,8 @@ class Workspace:
     blobs up to a quarter of the memory); child workspaces inherit their parent's."""
 
     def __init__(self, parent: "Workspace | None" = None, *, seed: int | None = None, gpu: str | None = None,
-                 strict: bool | None = None, check_nan: bool | None = None, limits: Limits | None = None):
+                 strict: bool | None = None, check_nan: bool | None = None, limits: Limits | None = None,
+                 profiler=None, reporter=None):
         self.parent = parent
         if limits is None and parent is not None:
             self.limits = parent.limits
@@ -68,6 +69,10 @@ class Workspace:
         self.strict = bool(strict) if strict is not None else (False if root else parent.strict)
         self.check_nan = bool(check_nan) if check_nan is not None else (False if root else parent.check_nan)
         self.rng = np.random.default_rng(seed) if (root or seed is not None) else parent.rng
+        # opt-in observers, inherited: a profile.Profiler times every op of nets bound here; a reporter
+        # (name, value) -> bool takes the scalars Print ops print (True: it showed them)
+        self.profiler = profiler if (root or profiler is not None) else parent.profiler
+        self.reporter = reporter if (root or reporter is not None) else parent.reporter
 
     # ----------------------------------------------------------------------------- blobs
     def find(self, name: str) -> Blob | None:

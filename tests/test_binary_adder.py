@@ -82,10 +82,10 @@ def bit_accuracy(logits: np.ndarray, sums: np.ndarray) -> float:
 
 def test_plan_trains_to_full_bit_accuracy(trained):
     assert trained["rc"] == 0, trained["stdout"]
-    printed = re.findall(r"Tensor bit_accuracy of type float32\. Dims: \(\): (\S+)", trained["stdout"])
+    printed = re.findall(r"^iteration \d+/\d+: bit_accuracy = (\S+)$", trained["stdout"], re.M)
     assert printed and float(printed[-1]) == 1.0, trained["stdout"]
     assert trained["accuracy"].shape == () and float(trained["accuracy"]) == 1.0
-    found = re.findall(r"Tensor loss of type float32\. Dims: \(\): (\S+)", trained["stdout"])
+    found = re.findall(r"^iteration \d+/\d+: loss = (\S+)$", trained["stdout"], re.M)
     losses = [float(v) for v in found]
     assert len(losses) == 8 and losses[-1] < 0.01 < losses[0], losses  # the report net printed the loss
     print(f"time {trained['seconds']:.1f} s, bit accuracy {float(trained['accuracy'])}, losses {losses}")

@@ -104,9 +104,9 @@ def train(tmp_path, monkeypatch, capsys, iterations: int | None = None):
     saved = tmp_path / "weights.npz"
     assert cli.main(["run", str(plan), "--fetch", "accuracy", *PARAMS, "--save", str(saved)]) == 0
     out = capsys.readouterr().out
-    printed = re.findall(r"Tensor accuracy of type float32\. Dims: \(\): (\S+)", out)
+    printed = re.findall(r"^iteration \d+/\d+: accuracy = (\S+)$", out, re.M)
     fetched = re.findall(r"^accuracy: shape \(\) float32 \[(\S+)\]", out, re.M)
-    losses = [float(v) for v in re.findall(r"Tensor loss of type float32\. Dims: \(\): (\S+)", out)]
+    losses = [float(v) for v in re.findall(r"^iteration \d+/\d+: loss = (\S+)$", out, re.M)]
     assert len(printed) == 1 and len(fetched) == 1, out
     weights = dict(np.load(saved))
     return float(printed[0]), float(fetched[0]), losses, weights
@@ -126,3 +126,15 @@ def test_the_tester_a_broken_accuracy_is_caught(tmp_path, monkeypatch, capsys, b
     broken("Accuracy", lambda xp, X, label, *, top_k: xp.ones((), np.float32))
     _, fetched, _, weights = train(tmp_path, monkeypatch, capsys, iterations=20)
     assert abs(float(weights["accuracy"]) - numpy_accuracy(weights)) > 1e-3
+
+
+def test_iterations_are_optimizer_steps(monkeypatch, capsys):
+    """--iterations 75 on the 12 x 50 plan: 75 optimizer steps, reports after 50 and after the 25 of the cut
+    second block, then the test net."""
+    monkeypatch.chdir(ROOT)
+    assert cli.main(["run", str(DIGITS / "train.pbtxt"), "--iterations", "75", "--fetch", "optimizer_iteration"]) == 0
+    out, err = capsys.readouterr()
+    assert "--iterations 75: 75 iterations of 'train' > 'train_inner' (the plan has 12 x 50 = 600)" in err
+    assert re.findall(r"^iteration (\d+)/75: loss = ", out, re.M) == ["50", "75"]
+    assert re.search(r"^iteration 75/75: accuracy = ", out, re.M)
+    assert "optimizer_iteration: shape (1,) int64 [75]" in out

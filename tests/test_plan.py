@@ -84,13 +84,35 @@ def test_iterations_override():
     assert count(run('execution_step { name: "t" network: "tick" num_iter: 50 }', iterations=7)) == 7
 
 
-@pytest.mark.parametrize("iterations, ticks", [(None, 12), (2, 8), (1, 4)])
-def test_iterations_override_sets_only_the_outermost_loop(iterations, ticks):
-    """An epoch loop of 3 around an inner loop of 4 ticks (inside a step that runs once): --iterations sets the
-    epochs, never the inner count, so nested loops do not multiply."""
+@pytest.mark.parametrize("iterations, ticks, reports", [(None, 12, 3), (2, 2, 1), (8, 8, 2), (13, 13, 4)])
+def test_iterations_override_counts_the_innermost_loop(iterations, ticks, reports):
+    """An epoch loop of 3 around an inner loop of 4 ticks (inside a step that runs once) and a report: the
+    training iterations are the ticks, so --iterations N runs N ticks (the last epoch stops its inner loop
+    early, then reports), as many epochs as that takes."""
     steps = """execution_step { name: "main" substep { name: "epochs" num_iter: 3
-                 substep { name: "once" substep { name: "inner" network: "tick" num_iter: 4 } } } }"""
-    assert count(run(steps, iterations=iterations)) == ticks
+                 substep { name: "once" substep { name: "inner" network: "tick" num_iter: 4 } }
+                 substep { name: "rep" network: "report" } } }"""
+    ws = run(steps, iterations=iterations)
+    assert count(ws) == ticks
+    assert int(ws.fetch("rep")[0]) == reports
+
+
+def test_progress_counts_overall_iterations_of_nested_loops():
+    seen = []
+    steps = """execution_step { name: "epochs" num_iter: 2 substep { name: "inner" network: "tick" num_iter: 3 }
+                 substep { name: "rep" network: "report" } }
+               execution_step { name: "eval" network: "check" should_stop_blob: "stop" }"""
+    run(steps, progress=lambda s, i, n: seen.append((s, i, n)))
+    assert seen == [("inner", i, 6) for i in range(1, 7)]     # one count over both epochs; the eval loop uncounted
+
+
+def test_training_loops_describe_what_iterations_set():
+    from stepnet.plan import training_loops
+    p = plan("""execution_step { name: "epochs" num_iter: 8 substep { name: "steps" network: "tick" num_iter: 250 }
+                  substep { name: "rep" network: "report" } }""")
+    (loop,) = training_loops(p, 30).values()
+    assert (loop.units, loop.head_iterations, loop.natural) == (30, 1, 2000)
+    assert loop.describe() == "30 iterations of 'epochs' > 'steps' (the plan has 8 x 250 = 2000)"
 
 
 def test_progress_callback():

@@ -5,7 +5,7 @@ prints the test accuracy. Run it from the repository root (the db paths are rela
 
 The plan: the init net fills the parameters and opens both datasets (CreateDB); the train net reads a batch
 (TensorProtosDBInput), computes SoftmaxWithLoss, its gradients and a momentum SGD step (LR halved every
-STEP_SIZE iterations); the report net prints the iteration and the loss every REPORT_EVERY iterations; at the
+STEP_SIZE iterations); the report net prints the loss every REPORT_EVERY iterations; at the
 end the test net reads the whole test set in one batch and prints its Accuracy. Regenerate with
 `python models/digits/build.py` (options: --iterations, --out, --data-dir).
 """
@@ -47,7 +47,6 @@ def build(iterations: int = ITERATIONS, data_dir: str = DATA_DIR):
     train.sgd(BASE_LR, policy="step", stepsize=STEP_SIZE, gamma=GAMMA, momentum=MOMENTUM)
 
     report = NetBuilder("digits_report", train.scope)
-    report.Print("optimizer_iteration")
     report.Print(loss)
 
     test = ModelBuilder("digits_test", param_model=train)

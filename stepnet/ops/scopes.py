@@ -33,7 +33,8 @@ class ScopeWorkspace(Workspace):
     generator."""
 
     def __init__(self, outer: Workspace):
-        super().__init__(None, gpu=outer.gpu, strict=outer.strict, check_nan=outer.check_nan)
+        super().__init__(None, gpu=outer.gpu, strict=outer.strict, check_nan=outer.check_nan,
+                         profiler=outer.profiler, reporter=outer.reporter)
         self.rng = outer.rng
         self.forwarded: dict[str, Blob] = {}   # inner name -> the outer blob it stands for
         self._copies: dict[str, Blob] = {}     # inner name -> its local copy (copy_external_blobs), kept for reuse

@@ -65,7 +65,8 @@ def _print_shape(specs, to_file=0, limit=0, every_n=1):
 def print_op(ctx, xp, x, *, to_file, limit, every_n):
     """Print the input blob's name, type, dims and first `limit` values (default 1000) to stdout, on runs
     1, 1+every_n, 1+2*every_n, ... Limitation: `to_file` (Caffe2 writes <root folder>/<blob>.log) is not
-    supported; stepnet warns once per op and prints to stdout instead."""
+    supported; stepnet warns once per op and prints to stdout instead. A workspace `reporter` may take the value
+    instead (the command line shows scalars as labeled results)."""
     _check_every_n(every_n)
     state = ctx.state
     if to_file and not state.get("warned"):
@@ -75,6 +76,9 @@ def print_op(ctx, xp, x, *, to_file, limit, every_n):
     runs = state.get("runs", 0) + 1
     state["runs"] = runs
     if (runs - 1) % every_n == 0:
+        reporter = ctx.workspace.reporter   # e.g. the CLI's: a scalar becomes a labeled result and a metric
+        if reporter is not None and reporter(ctx.opdef.input[0], x):
+            return
         print(format_tensor(ctx.opdef.input[0], x, limit if limit > 0 else PRINT_LIMIT_DEFAULT), flush=True)
 
 

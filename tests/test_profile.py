@@ -1,0 +1,109 @@
+"""--profile (stepnet/profile.py): op timings that add up to the measured run, counts per op and per timestep,
+the RecurrentNetwork's split into its step nets and overhead, prof_dag nets."""
+import re
+import time
+
+import numpy as np
+import pytest
+
+from stepnet import Workspace, proto
+from stepnet.cli import main
+from stepnet.builder import BlobRef
+from stepnet.model import ModelBuilder
+from stepnet.profile import Profiler
+from stepnet.rnn_cell import lstm
+
+T, N, D, H = 6, 16, 32, 128
+
+
+def lstm_plan(iterations: int):
+    """A trainable LSTM over fed-by-fill data: forward RecurrentNetwork, its gradient, SGD."""
+    m = ModelBuilder("prof")
+    init, net = m.init_net, m.net
+    init.GaussianFill([], BlobRef("x"), shape=[T, N, D])
+    init.ConstantFill([], BlobRef("seq"), shape=[N], value=T, dtype=2)
+    for name in ("h0", "c0"):
+        init.ConstantFill([], BlobRef(name), shape=[1, N, H], value=0.0)
+    h_all, _, _, _ = lstm(m, BlobRef("x"), BlobRef("seq"), ("h0", "c0"), D, H, scope="LSTM")
+    loss = net.AveragedLoss(h_all, BlobRef("loss"))
+    m.add_gradient_ops([loss])
+    m.sgd(0.01)
+    return m.to_plan(iterations)
+
+
+def profiled_run(plan):
+    profiler = Profiler()
+    ws = Workspace(seed=0, profiler=profiler)
+    start = time.perf_counter()
+    ws.run_plan(plan)
+    return profiler, time.perf_counter() - start
+
+
+def test_counts_are_ops_times_iterations_times_timesteps():
+    plan = lstm_plan(4)
+    profiler, _ = profiled_run(plan)
+    nets = {n.name: n for n in plan.network}
+    stats = profiler.stats
+    for i, op in enumerate(nets["prof"].op):                    # the training net: once per iteration
+        assert stats[("prof", i)].calls == 4 and stats[("prof", i)].type == op.type
+    inner = {s.net for s in stats.values()} - set(nets)
+    assert inner == {"LSTM", "RecurrentBackwardStep", "RecurrentBackwardStep_weight_gradients"}
+    for name, runs in (("LSTM", 4 * T), ("RecurrentBackwardStep", 4 * T),   # step nets: once per timestep
+                       ("RecurrentBackwardStep_weight_gradients", 4)):      # after the backward loop
+        ops = [s for s in stats.values() if s.net == name]
+        assert ops and all(s.calls == runs for s in ops), (name, [(s.type, s.calls) for s in ops])
+    by_type = profiler.by_type()
+    assert by_type["RecurrentNetwork"][0] == by_type["RecurrentNetworkGradient"][0] == 4
+    assert by_type["rnn_internal_lstm_unit"][0] == by_type["rnn_internal_lstm_unit_gradient"][0] == 4 * T
+
+
+def test_the_recurrent_op_splits_into_its_step_nets_and_overhead():
+    profiler, _ = profiled_run(lstm_plan(3))
+    (rnn,) = [s for s in profiler.stats.values() if s.type == "RecurrentNetwork"]
+    (step,) = rnn.inner
+    inside = sum(s.total for s in profiler.stats.values() if s.net == step)
+    assert inside == pytest.approx(rnn.inner[step], rel=1e-9)   # its step-net time is the time of those ops
+    assert 0 <= rnn.self_time < rnn.total
+    text = profiler.report(1.0)
+    assert re.search(rf"RecurrentNetwork \(net 'prof', op #\d+\): [\d.]+ s = net '{re.escape(step)}' [\d.]+ s "
+                     r"\+ overhead [\d.]+ s", text)
+
+
+def test_the_profile_adds_up_to_the_measured_run():
+    """Self times add up to the time spent in ops, which is nearly all of a run whose ops do real work."""
+    profiler, wall = profiled_run(lstm_plan(6))
+    assert abs(profiler.total() - wall) < 0.1 * wall, (profiler.total(), wall)
+    assert sum(t for _, t in profiler.by_type().values()) == pytest.approx(profiler.total())
+
+
+def test_no_profiler_no_timing():
+    ws = Workspace()
+    net = ws.create_net(proto.parse_text('name: "n" op { type: "ConstantFill" output: "y" '
+                                         'arg { name: "shape" ints: 2 } }', "net"))
+    assert net.ops[0].call.__name__ != "run"     # the kernel's own partial, not the profiler's wrapper
+    assert Workspace(profiler=Profiler()).create_net(net.netdef).ops[0].call.__name__ == "run"
+
+
+def test_cli_profile_table_and_prof_dag(tmp_path, capsys):
+    plan = lstm_plan(5)
+    path = tmp_path / "plan.pbtxt"
+    proto.save(plan, path)
+    assert main(["run", str(path), "--profile", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    ops_s, wall = map(float, re.search(r"profile: ([\d.]+) s in ops of ([\d.]+) s measured", out).groups())
+    assert abs(ops_s - wall) < 0.1 * wall
+    assert re.search(r"^RecurrentNetwork\s+5\s", out, re.M)
+    assert "slowest ops" in out
+    for net in plan.network:             # Caffe2's profiling net type runs as a normal net, profiled
+        net.type = "prof_dag"
+    proto.save(plan, path)
+    assert main(["run", str(path), "--quiet"]) == 0
+    assert "profile: " in capsys.readouterr().out
+
+
+def test_prof_dag_net_runs_as_a_plain_net():
+    ws = Workspace()
+    nd = proto.parse_text('name: "n" type: "prof_dag" op { type: "ConstantFill" output: "y" '
+                          'arg { name: "shape" ints: 2 } arg { name: "value" f: 3 } }', "net")
+    ws.run_net_once(nd)
+    np.testing.assert_array_equal(ws.fetch("y"), [3, 3])
