@@ -14,10 +14,11 @@ import numpy as np
 from . import checkpoints, images, proto
 from .feeds import parse_feed
 from .errors import ArgumentError, MissingBlobError, StepnetError
+from .draw import COLLAPSE_AT, MAX_OPS
 from .graph import Graph
 from .limits import add_limit_flags, limits_of
 from .int8 import Int8Tensor
-from .cli_tools import (cmd_convert, cmd_inspect, cmd_ops, cmd_synth_init, describe_net,  # noqa: F401
+from .cli_tools import (cmd_convert, cmd_draw, cmd_inspect, cmd_ops, cmd_synth_init, describe_net,  # noqa: F401
                         op_table, unsupported_ops)
 from .workspace import Workspace
 
@@ -228,6 +229,18 @@ def build_parser() -> argparse.ArgumentParser:
                     help="a parameter's dims, as --input takes them but without :dtype (fills are float32)")
     si.add_argument("--seed", type=int, default=0)
     si.set_defaults(func=cmd_synth_init)
+
+    d = sub.add_parser("draw", help="a picture of nets and plans (.svg, .png, .pdf or .dot; layout by Graphviz's dot)")
+    d.add_argument("models", nargs="+", metavar="MODEL", help="NetDefs or PlanDefs; an init net given with other "
+                   "nets marks the parameters it fills and is not drawn")
+    d.add_argument("-o", "--output", required=True, metavar="OUT.svg|.png|.pdf|.dot")
+    d.add_argument("--backward", action="store_true", help="also draw backward step nets and gradient ops' nets")
+    d.add_argument("--max-ops", type=int, default=MAX_OPS, metavar="N",
+                   help=f"draw at most N ops, then a note (default {MAX_OPS})")
+    d.add_argument("--collapse", choices=("auto", "yes", "no"), default="auto",
+                   help=f"draw runs of a repeated block once, labelled ×k (auto: in nets over {COLLAPSE_AT} ops)")
+    d.add_argument("--net", action="append", default=[], metavar="NAME", help="for a plan: draw only this net")
+    d.set_defaults(func=cmd_draw)
 
     c = sub.add_parser("convert", help="convert between .pb and .pbtxt (by the output's extension)")
     c.add_argument("input")

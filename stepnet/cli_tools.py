@@ -1,4 +1,4 @@
-"""The commands that look at models without running them: inspect, ops, convert, synth-init."""
+"""The commands that look at models without running them: inspect, ops, convert, synth-init, draw."""
 from __future__ import annotations
 
 from collections import Counter
@@ -142,4 +142,14 @@ def cmd_synth_init(a) -> int:
     init = synth_init(a.predict_net, inputs, width=a.width, classes=a.classes, params=params, seed=a.seed)
     proto.save(init, a.output)
     print(f"wrote init net {a.output} ({len(init.op)} fill ops)")
+    return 0
+
+
+def cmd_draw(a) -> int:
+    from .draw import Options, draw
+
+    models = [proto.load(path) for path in a.models]
+    options = Options(backward=a.backward, max_ops=a.max_ops, collapse=a.collapse, nets=a.net)
+    done = draw(models, a.output, options)
+    print(f"wrote {done.path}" + (f"; {done.note}" if done.note else ""))
     return 0
