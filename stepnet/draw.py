@@ -24,6 +24,7 @@ from .draw_blocks import Block, filled_blobs, is_init_net, parameters, repeated_
 from .errors import ArgumentError, StepnetError
 from .graph import Graph, nested_nets, walk
 from .proto import NetDef, PlanDef
+from .validate import NET_IN_ARG
 
 COLLAPSE_AT = 100      # collapse="auto": nets with more ops than this have their repeated blocks collapsed
 MAX_OPS = 600          # default --max-ops
@@ -90,7 +91,7 @@ def to_dot(models: Sequence, options: Options | None = None, title: str | None =
     for plan in plans:
         filled |= filled_blobs(n for n in plan.network if is_init_net(n))
     d.lines += ["digraph stepnet {", '  graph [rankdir=TB, fontname="Helvetica", nodesep=0.25, ranksep=0.3, '
-                'newrank=true];', '  node [fontname="Helvetica", fontsize=11];',
+                'compound=true];', '  node [fontname="Helvetica", fontsize=11];',
                 '  edge [color="#555555", arrowsize=0.6];']
     if title:
         d.lines.append(f"  labelloc=t; label=<<B>{text(title, 200)}</B>>;")
@@ -147,12 +148,13 @@ def _step_lines(step, depth: int) -> list[str]:
 
 
 def _net(d: _Dot, net: NetDef, filled: set, level: int, cluster: bool, label: str | None = None,
-         indent: str = "  ") -> None:
-    """Draw one net (in a cluster when `cluster`): its ops, blob versions and nested nets."""
+         indent: str = "  ") -> tuple[str, str | None]:
+    """Draw one net (in a cluster when `cluster`): its ops, blob versions and nested nets. Returns the
+    cluster's id ('' without one) and the id of its first op drawn (None: none)."""
     list(walk(net, level=level))  # a net nested too deep is an error here, before any recursion
     graph = Graph.of(net)
     params = parameters(graph, filled)
-    inner = indent
+    inner, cid = indent, ""
     if cluster:
         cid = d.new_id("cluster_net")
         head = label if label is not None else f"<B>net</B> {text(net.name)}"
@@ -213,6 +215,7 @@ def _net(d: _Dot, net: NetDef, filled: set, level: int, cluster: bool, label: st
     d.lines += tail + edges   # after the body: a node belongs to the cluster where it first appears
     if cluster:
         d.lines.append(f"{indent}}}")
+    return cid, next(iter(op_ids.values()), None)
 
 
 def _representatives(blocks: list[Block]) -> dict[int, int]:
@@ -222,7 +225,7 @@ def _representatives(blocks: list[Block]) -> dict[int, int]:
 
 def _nested_ops(op, level: int):
     for _, sub in nested_nets(op, level):
-        yield from walk(sub, level=level + 2)
+        yield from walk(sub, level=level + NET_IN_ARG)
 
 
 def _op(d: _Dot, op, index: int, graph: Graph, params: set, filled: set, level: int, indent: str) -> str:
@@ -246,10 +249,13 @@ def _op(d: _Dot, op, index: int, graph: Graph, params: set, filled: set, level: 
     d.lines += [f'{indent}subgraph {d.new_id("cluster_op")} {{',
                 f'{indent}  label=<<B>{text(op.type)}</B> #{index}>; style="rounded,filled"; fillcolor="#F8F8F8"; '
                 'color="#999999";', indent + "  " + box]
-    for arg, sub in subs:
-        _net(d, sub, filled, level + 2, cluster=True, indent=indent + "  ",
-             label=f"<I>{text(arg)}</I> {text(sub.name)}")
-    d.lines.append(f"{indent}}}")
+    links = []
+    for arg, sub in subs:   # each nested net hangs below the op's box, joined by a dashed line
+        cid, first = _net(d, sub, filled, level + NET_IN_ARG, cluster=True, indent=indent + "  ",
+                          label=f"<I>{text(arg)}</I> {text(sub.name)}")
+        if first is not None:
+            links.append(f'{indent}  {oid} -> {first} [lhead={cid}, style=dashed, color="#999999", arrowhead=none];')
+    d.lines += links + [f"{indent}}}"]
     return oid
 
 
