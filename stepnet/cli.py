@@ -18,7 +18,7 @@ from .draw import COLLAPSE_AT, MAX_OPS
 from .graph import Graph
 from .limits import add_limit_flags, limits_of
 from .int8 import Int8Tensor
-from .cli_tools import (cmd_convert, cmd_draw, cmd_inspect, cmd_ops, cmd_synth_init, describe_net,  # noqa: F401
+from .cli_tools import (cmd_convert, cmd_draw, cmd_export, cmd_inspect, cmd_ops, cmd_synth_init, describe_net,  # noqa: F401
                         op_table, unsupported_ops)
 from .workspace import Workspace
 
@@ -241,6 +241,20 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"draw runs of a repeated block once, labelled ×k (auto: in nets over {COLLAPSE_AT} ops)")
     d.add_argument("--net", action="append", default=[], metavar="NAME", help="for a plan: draw only this net")
     d.set_defaults(func=cmd_draw)
+
+    e = sub.add_parser("export-predict", help="a trained plan's checkpoint as init_net.pb + predict_net.pb (or .npz)")
+    e.add_argument("plan", metavar="PLAN", help="the training PlanDef (or a training NetDef)")
+    e.add_argument("--load", required=True, metavar="CHECKPOINT", help="a minidb checkpoint of a run of PLAN")
+    e.add_argument("-o", "--output", required=True, metavar="DIR|FILE.npz")
+    e.add_argument("--net", action="append", default=[], metavar="NAME",
+                   help="a net the predict net is cut from (repeat for several, in order; default: the training "
+                        "net and the nets its step runs before it)")
+    e.add_argument("--outputs", metavar="BLOB,...", help="the predict net's outputs (default: what the loss reads; "
+                   "without a loss, the last op's outputs)")
+    e.add_argument("--format", choices=("pb", "pbtxt", "npz"), default="pb",
+                   help="pb: DIR/init_net.pb + DIR/predict_net.pb (default); pbtxt: text; npz: the weights alone")
+    add_limit_flags(e, paths=False)
+    e.set_defaults(func=cmd_export)
 
     c = sub.add_parser("convert", help="convert between .pb and .pbtxt (by the output's extension)")
     c.add_argument("input")

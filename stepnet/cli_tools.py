@@ -1,7 +1,10 @@
-"""The commands that look at models without running them: inspect, ops, convert, synth-init, draw."""
+"""The commands that look at models without running them: inspect, ops, convert, synth-init, draw,
+export-predict."""
 from __future__ import annotations
 
 from collections import Counter
+
+import numpy as np
 
 from . import proto
 from .errors import ArgumentError, did_you_mean
@@ -152,4 +155,21 @@ def cmd_draw(a) -> int:
     options = Options(backward=a.backward, max_ops=a.max_ops, collapse=a.collapse, nets=a.net)
     done = draw(models, a.output, options)
     print(f"wrote {done.path}" + (f"; {done.note}" if done.note else ""))
+    return 0
+
+
+def cmd_export(a) -> int:
+    from .export import export, write_npz, write_pair
+
+    outputs = [o.strip() for o in a.outputs.split(",") if o.strip()] if a.outputs else None
+    result = export(proto.load(a.plan), a.load, a.net, outputs, limits_of(a).max_blob_bytes)
+    values = sum(int(np.asarray(v).size) for v in result.params.values())
+    if a.format == "npz":
+        print(f"wrote {write_npz(result, a.output)} ({len(result.params)} blobs, {values} values)")
+        return 0
+    init, predict = write_pair(result, a.output, text=a.format == "pbtxt")
+    print(f"wrote {init} ({len(result.params)} blobs, {values} values) and {predict} ({len(result.predict.op)} ops; "
+          f"outputs: {', '.join(result.predict.external_output)})")
+    feeds = " ".join(f"--feed {n}=..." for n in result.feeds)
+    print(f"run it: stepnet run {init} {predict}" + (f" {feeds}" if feeds else ""))
     return 0
