@@ -98,6 +98,21 @@ def test_recurrent_step_net_and_if_branches_are_nested_clusters(tmp_path):
     assert inside(svg, "If", "Relu")
 
 
+def test_loop_bodies_are_clusters():
+    body = net("body", make_op("Add", ["i", "one"], ["i"]))
+    cond = net("cond", make_op("LT", ["i", "n"], ["go"]))
+    inner = net("scope", make_op("Sqr", ["a"], ["b"]))
+    do = make_op("Do", ["a", "ws"], ["b", "ws"], net=inner, inner_blobs=["a", "b"], outer_blobs_idx=[0, 1])
+    dot = to_dot([net("loops", make_op("While", ["go"], ["i"], loop_net=body, cond_net=cond), do)])
+    clusters = re.findall(r"subgraph (cluster_\w+) \{\n\s*label=<([^\n]*)>;", dot)
+    labels = [label for _, label in clusters]
+    assert any(label.startswith("<I>loop_net</I> body") for label in labels)
+    assert any(label.startswith("<I>cond_net</I> cond") for label in labels)
+    assert any(label.startswith("<I>net</I> scope") for label in labels)
+    body_at = dot.index("<I>loop_net</I> body")
+    assert body_at < dot.index("<B>Add</B>") < dot.index("<I>cond_net</I>") < dot.index("<B>LT</B>")
+
+
 def test_backward_step_net_only_with_backward():
     plan = load(ROOT / "models/char_rnn.pbtxt")
     plain = to_dot([plan], Options(nets=["char_rnn"]))
