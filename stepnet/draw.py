@@ -87,7 +87,7 @@ def to_dot(models: Sequence, options: Options | None = None, title: str | None =
         raise ArgumentError("only NetDefs and PlanDefs can be drawn")
     inits = [n for n in nets if is_init_net(n)] if len(nets) > 1 else []
     filled = filled_blobs(inits)
-    drawn = [n for n in nets if not any(n is i for i in inits)]
+    drawn = [n for n in nets if not any(n is i for i in inits)] or nets   # init nets alone: draw them
     for plan in plans:
         filled |= filled_blobs(n for n in plan.network if is_init_net(n))
     d.lines += ["digraph stepnet {", '  graph [rankdir=TB, fontname="Helvetica", nodesep=0.25, ranksep=0.3, '

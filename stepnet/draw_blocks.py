@@ -3,6 +3,7 @@ data, fill), which blobs are parameters, which nets of a plan only initialize, a
 (ResNet's residual blocks, DenseNet's dense layers) to draw once as one cluster labelled ×k."""
 from __future__ import annotations
 
+import heapq
 import re
 from dataclasses import dataclass
 from typing import Iterable
@@ -18,6 +19,7 @@ DATA_TYPES = frozenset({"TensorProtosDBInput", "CreateDB", "DBExists", "Save", "
                         "SafeDequeueBlobs", "CloseBlobsQueue", "WeightedSampleDequeueBlobs"})
 COUNTER_TYPES = frozenset({"Iter", "AtomicIter", "CreateMutex"})
 # Ops that compute a loss from a prediction (their first input) and a target.
+MAX_PERIOD = 64   # the longest block looked for (a residual or inception block is 10-25 ops)
 LOSS_TYPES = frozenset({"LabelCrossEntropy", "CrossEntropy", "SoftmaxWithLoss", "SpatialSoftmaxWithLoss",
                         "SigmoidCrossEntropyWithLogits", "WeightedSigmoidCrossEntropyWithLogits",
                         "SquaredL2Distance", "L1Distance", "AveragedLoss", "MakeTwoClass"})
@@ -90,22 +92,36 @@ def repeated_blocks(graph: Graph, params: set[str], min_ops: int = 8) -> list[Bl
     text = "".join(codes.setdefault(op.type, chr(0x100 + len(codes))) for op in ops)
     weighted = [any(n in params for n in op.input) for op in ops]
     n = len(text)
-    candidates = []
+
+    def candidate(i: int, p: int, k: int):   # a heap entry: the best run pops first
+        if k >= 2 and p * k >= min_ops and (p > 1 or k >= 3):
+            return (_entries(graph, params, i, p) != 1, -k, -p * k, not weighted[i], i, p, k)
+        return None
+    heap = []
     for i in range(n):
-        for p in range(1, (n - i) // 2 + 1):
+        for p in range(1, min(MAX_PERIOD, (n - i) // 2) + 1):
             unit = text[i:i + p]
+            if i >= p and text.startswith(unit, i - p):
+                continue   # the run starting p ops earlier holds this one (tried if that one is no chain)
             k = 1
             while text.startswith(unit, i + k * p):
                 k += 1
-            if k >= 2 and p * k >= min_ops and (p > 1 or k >= 3) and _chained(graph, i, p, k):
-                candidates.append((_entries(graph, params, i, p) == 1, k, p * k, weighted[i], -i, p, k))
+            heap.append(candidate(i, p, k))
+    heap = [c for c in heap if c is not None]
+    heapq.heapify(heap)
     taken = [False] * n
     blocks = []
-    for *_, neg_i, p, k in sorted(candidates, reverse=True):
-        i, cover = -neg_i, p * k
-        if not any(taken[i:i + cover]):
-            taken[i:i + cover] = [True] * cover
-            blocks.append(Block(i, p, k))
+    while heap:
+        *_, i, p, k = heapq.heappop(heap)
+        if any(taken[i:i + p * k]):
+            continue
+        if not _chained(graph, i, p, k):   # the costly check last; without its first block it may be one
+            shorter = candidate(i + p, p, k - 1)
+            if shorter is not None:
+                heapq.heappush(heap, shorter)
+            continue
+        taken[i:i + p * k] = [True] * (p * k)
+        blocks.append(Block(i, p, k))
     return sorted(blocks, key=lambda b: b.start)
 
 

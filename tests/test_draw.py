@@ -233,3 +233,12 @@ def test_max_ops_truncates_with_a_note(tmp_path, capsys):
     assert "165 more ops not drawn (max_ops 10; raise it with --max-ops N)" in text
     full = to_dot([load(RESNET)], Options(collapse="no"))
     assert full.count("shape=box, style=\"rounded,filled\"") == 175 and "more ops not drawn" not in full
+
+
+def test_block_search_stays_fast_on_long_runs():
+    chain = Graph([make_op("Relu", [f"x{i}"], [f"x{i + 1}"]) for i in range(3000)])
+    fan = Graph([make_op("Relu", ["y0" if i else "x"], [f"y{i}"]) for i in range(2000)])  # op 0 feeds every op
+    start = time.monotonic()
+    assert [(b.start, b.period, b.count) for b in repeated_blocks(chain, set())] == [(0, 1, 3000)]
+    assert [(b.start, b.period, b.count) for b in repeated_blocks(fan, set())] == [(1, 1, 1999)]
+    assert time.monotonic() - start < 30   # about 2 s alone
