@@ -306,8 +306,7 @@ def draw(models: Sequence, out, options: Options | None = None, title: str | Non
         dot_path = out.with_suffix(".dot")
         proto.atomic_write(dot_path, dot_text.encode())
         return Drawn(dot_path, "dot", f"Graphviz's dot is not installed (Debian/Ubuntu: apt-get install graphviz), "
-                     f"so {out} was not made; wrote {dot_path}: render it with dot -T{fmt} {_shell(dot_path)} -o "
-                     f"{_shell(out)}")
+                     f"so {out} was not made; render it with: dot -T{fmt} {_shell(dot_path)} -o {_shell(out)}")
     proto.atomic_write(out, render(dot_text, fmt))
     return Drawn(out, fmt)
 
