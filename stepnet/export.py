@@ -200,6 +200,11 @@ def _setup_fills(plan: PlanDef) -> dict:
 
 def fill_op(name: str, value) -> OperatorDef:
     """A GivenTensor*Fill op writing `value` (an array, or strings) to `name` with its shape."""
+    from .int8 import Int8Tensor
+
+    if isinstance(value, Int8Tensor):
+        raise ArgumentError(f"blob {name!r} is an Int8 tensor, which export-predict does not write as a fill; "
+                            "export the weights with --format npz (real values)")
     if isinstance(value, (str, bytes)):
         value = np.array([value], dtype=object).reshape(())
     arr = np.asarray(value)
@@ -259,8 +264,10 @@ def write_npz(result: Export, out) -> Path:
 
 
 def _plain(value) -> np.ndarray:
-    """value as an array np.load reads without pickles: strings as unicode."""
-    arr = np.asarray(value)
+    """value as an array np.load reads without pickles: strings as unicode, Int8 tensors as their real values."""
+    from .int8 import Int8Tensor
+
+    arr = value.dequantize() if isinstance(value, Int8Tensor) else np.asarray(value)
     if arr.dtype == object:
         arr = np.asarray([v.decode(errors="backslashreplace") if isinstance(v, bytes) else str(v)
                           for v in arr.reshape(-1)]).reshape(arr.shape)

@@ -175,3 +175,20 @@ def test_python_api_picks_nets_and_outputs(trained):
     sampler = export(load(sample), ckpt, outputs=["softmax"])
     types = [op.type for op in sampler.predict.op]
     assert "WeightedSample" in types and "Concat" not in types   # it writes `char`, which the next run reads
+
+
+def test_int8_blobs_go_to_npz_only():
+    from stepnet.errors import ArgumentError
+    from stepnet.int8 import Int8Tensor
+
+    q = Int8Tensor(np.array([1, 2, 3], np.uint8), 0.5, 1)
+    with pytest.raises(ArgumentError, match="'q' is an Int8 tensor.*--format npz"):
+        fill_op("q", q)
+
+
+def test_int8_npz_holds_real_values(tmp_path):
+    from stepnet.export import Export, write_npz
+    from stepnet.int8 import Int8Tensor
+
+    path = write_npz(Export(None, None, {"q": Int8Tensor(np.array([1, 3], np.uint8), 0.5, 1)}, []), tmp_path / "q.npz")
+    assert np.load(path)["q"].tolist() == [0.0, 1.0]
