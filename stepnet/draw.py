@@ -37,13 +37,15 @@ PARAM_BG, PARAM_FG = "#FFF4C2", "#6B5200"
 
 
 def text(value, limit: int = MAX_LABEL) -> str:
-    """A name as HTML-label text: control characters shown as escapes, cut at limit characters, and & < > " '
+    """A name as HTML-label text: control characters shown as escapes, cut at limit characters, and & < > " ' ]
     escaped, so that no name can end the label or add markup."""
     s = str(value)
     s = "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in s)
     if len(s) > limit:
         s = s[:limit - 1] + "…"
-    return html.escape(s, quote=True)
+    if not s:
+        return "&quot;&quot;"   # an empty name, shown as ""; Graphviz refuses empty HTML text
+    return html.escape(s, quote=True).replace("]", "&#93;")   # a label of only ']' trips Graphviz's lexer
 
 
 @dataclass

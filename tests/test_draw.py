@@ -130,7 +130,8 @@ def test_plan_draws_its_steps_and_nets_compactly():
 
 
 # ------------------------------------------------------------------------------------------- hostile input
-HOSTILE = ['a"b', 'back\\slash', "new\nline", "<script>x</script>", "&amp; &bogus;", "}]; evil -> x [", "\x07\x1b[31m"]
+HOSTILE = ['a"b', 'back\\slash', "new\nline", "<script>x</script>", "&amp; &bogus;", "}]; evil -> x [", "\x07\x1b[31m",
+           "]", ""]
 
 
 @needs_dot
@@ -139,12 +140,14 @@ def test_hostile_names_are_text(tmp_path):
     ops[0].name = HOSTILE[3]
     ops[1].type = HOSTILE[0]
     ops[2].type = HOSTILE[5]
+    ops[3].type = ""                     # Graphviz refuses empty HTML text, and a label of only "]"
     out = tmp_path / "hostile.svg"
     draw([net(HOSTILE[4], *ops, inputs=[HOSTILE[0]])], out)
     svg = svg_of(out)                     # parses: nothing broke out of a label
     shown = {"new\\nline", "\\x07\\x1b[31m"}  # control characters are shown as escapes
     assert {'a"b', "back\\slash", "<script>x</script>", "&amp; &bogus;", "}]; evil -> x ["} <= set(svg["texts"])
     assert shown <= set(svg["texts"])
+    assert {"]", '""'} <= set(svg["texts"])
     assert len(svg["nodes"]) == len(ops) + len(HOSTILE)   # one node per op and per blob: no injected nodes
     dot = out.with_suffix(".dot")
     draw([net("n", *ops)], dot)
