@@ -28,6 +28,7 @@ from .validate import NET_IN_ARG
 
 COLLAPSE_AT = 100      # collapse="auto": nets with more ops than this have their repeated blocks collapsed
 MAX_OPS = 600          # default --max-ops
+MAX_STEP_LINES = 40   # lines of a plan's execution-step note
 MAX_LABEL = 48         # characters of a name shown before it is cut with "…"
 RENDER_TIMEOUT_S = 300
 FORMATS = {".svg": "svg", ".png": "png", ".dot": "dot", ".gv": "dot", ".pdf": "pdf"}
@@ -112,7 +113,10 @@ def _plan(d: _Dot, plan: PlanDef, filled: set) -> None:
     cid = d.new_id("cluster_plan")
     d.lines += [f"  subgraph {cid} {{", f'    label=<<B>plan</B> {text(plan.name)}>; style="rounded"; '
                 'color="#888888";']
-    steps = "".join(f"{line}<BR ALIGN=\"LEFT\"/>" for step in plan.execution_step for line in _step_lines(step, 0))
+    lines = [line for step in plan.execution_step for line in _step_lines(step, 0)]
+    if len(lines) > MAX_STEP_LINES:
+        lines = lines[:MAX_STEP_LINES - 1] + [f"… {len(lines) - MAX_STEP_LINES + 1} more lines"]
+    steps = "".join(f"{line}<BR ALIGN=\"LEFT\"/>" for line in lines)
     d.lines.append(f'    {d.new_id("steps")} [shape=note, style=filled, fillcolor="#FFFFFF", fontsize=10, '
                    f'label=<<B>execution steps</B><BR ALIGN="LEFT"/>{steps}>];')
     wanted = set(d.options.nets)

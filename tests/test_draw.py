@@ -127,6 +127,12 @@ def test_plan_draws_its_steps_and_nets_compactly():
     assert "<B>net</B> char_rnn>" in dot and "<B>net char_rnn_init</B><BR/>init: 28 ops" in dot
     with pytest.raises(Exception, match="no network named 'nope'"):
         to_dot([load(ROOT / "models/char_rnn.pbtxt")], Options(nets=["nope"]))
+    from stepnet.proto import PlanDef
+    many = PlanDef(name="many", network=[net("n", make_op("Relu", ["x"], ["y"]))])
+    for i in range(100):
+        many.execution_step.add(name=f"s{i}", network=["n"])
+    dot = to_dot([many])
+    assert "s38: n" in dot and "s39: n" not in dot and "… 61 more lines" in dot   # the note stays small
 
 
 # ------------------------------------------------------------------------------------------- hostile input
