@@ -4,11 +4,12 @@ deployment form) or the weights alone as .npz.
 The predict net is cut from the plan's nets (by default its training net, with the nets its execution step runs
 before it): ops that compute gradients, update parameters, count iterations, read data or print are dropped,
 the rest are pruned to what the outputs need (by default the prediction a loss op reads; without a loss op, the
-last op's outputs) plus what they carry from one run to the next (a sampler's state), and RecurrentNetwork ops
-lose their backward step nets. Its external inputs are what it reads before writing: data the dropped readers
-made (to be fed), and values the init net fills — a parameter an optimizer updates comes from the checkpoint,
-any other value from the plan's own deterministic setup fill when there is one (initial states, constants), else
-from the checkpoint. The init net holds each as a GivenTensor*Fill of its dtype with its shape."""
+last op's outputs) plus what they carry from one run to the next (a sampler's state); RecurrentNetwork ops lose
+their backward step nets, SpatialBN and Dropout run in test mode. Its external inputs are what it reads before
+writing: data the dropped readers made (to be fed), and values the init net fills. A value that training
+updates (written by an optimizer, or by an op that also reads it, as BN's running statistics) comes from the
+checkpoint; any other from the plan's own deterministic setup fill when there is one (initial states,
+constants), else from the checkpoint. The init net holds each as a GivenTensor*Fill of its dtype and shape."""
 from __future__ import annotations
 
 import io
@@ -30,6 +31,7 @@ DROPPED_TYPES = frozenset({"Print", "Assert", "NanCheck", "EnforceFinite"})
 BACKWARD_ARGS = frozenset({"backward_step_net", "backward_link_internal", "backward_link_external",
                            "backward_link_offset", "recompute_blobs_on_backward", "param", "param_grads",
                            "outputs_with_grads"})
+TEST_MODE_TYPES = frozenset({"SpatialBN", "Dropout"})
 FILL_OF = {np.dtype(np.float32): "GivenTensorFill", np.dtype(np.float64): "GivenTensorDoubleFill",
            np.dtype(np.int32): "GivenTensorIntFill", np.dtype(np.int64): "GivenTensorInt64Fill",
            np.dtype(np.int16): "GivenTensorInt16Fill", np.dtype(np.bool_): "GivenTensorBoolFill",
@@ -135,11 +137,20 @@ def predict_net(nets: Sequence[NetDef], outputs: Sequence[str] | None = None, na
 
 
 def _forward_only(op: OperatorDef) -> OperatorDef:
+    """op as inference runs it: RecurrentNetwork without its backward step net, SpatialBN and Dropout in test
+    mode (running statistics read, not updated; no mask), with only their first output."""
     op = copy_op(op)
     if op.type == "RecurrentNetwork":
         kept = [a for a in op.arg if a.name not in BACKWARD_ARGS]
         del op.arg[:]
         op.arg.extend(kept)
+    if op.type in TEST_MODE_TYPES:
+        kept = [a for a in op.arg if a.name not in ("is_test", "momentum", "num_batches")]
+        del op.arg[:]
+        op.arg.extend([*kept, make_argument("is_test", 1)])
+        del op.output[1:]
+        if op.type == "SpatialBN":
+            del op.input[5:]   # the per-batch sums of num_batches > 1
     return op
 
 
@@ -156,7 +167,8 @@ def export(plan, checkpoint, nets: Sequence[str] = (), outputs: Sequence[str] | 
     saved = {k: v for k, v in load_blobs(checkpoint, max_blob_bytes=max_blob_bytes).items()
              if not k.startswith("__stepnet__/")}
     all_ops = [op for net in plan.network for op in net.op]
-    updated = {name for op in all_ops if role(op) == "optimizer" for name in op.output}
+    # Trained values: what an optimizer writes, or an op updating a blob it reads (BN's running statistics).
+    updated = {name for op in all_ops for name in op.output if role(op) == "optimizer" or name in op.input}
     written = {name for op in all_ops for name in op.output}
     data = {name for net in chosen for op in net.op if not _kept(op) and role(op) == "data" for name in op.output}
     setup = _setup_fills(plan)

@@ -192,3 +192,53 @@ def test_int8_npz_holds_real_values(tmp_path):
 
     path = write_npz(Export(None, None, {"q": Int8Tensor(np.array([1, 3], np.uint8), 0.5, 1)}, []), tmp_path / "q.npz")
     assert np.load(path)["q"].tolist() == [0.0, 1.0]
+
+
+def conv_bn_model(is_test: bool):
+    """data (N, 2, 5, 5) -> Conv -> SpatialBN -> Relu -> Dropout -> FC logits (-> SoftmaxWithLoss)."""
+    from stepnet.model import ModelBuilder
+
+    m = ModelBuilder("cnn")
+    x = m.relu(m.spatial_bn(m.conv("data", "c", 2, 3, 3, pad=1), "bn", 3, is_test=is_test), "r")
+    logits = m.fc(m.dropout(x, "drop", 0.5, is_test=is_test), "logits", 3 * 5 * 5, 4)
+    if not is_test:
+        _, loss = m.net.SoftmaxWithLoss([logits, "label"], ["prob", "loss"])
+        m.add_gradient_ops([loss])
+        m.sgd(0.05)
+    return m
+
+
+def test_batch_norm_and_dropout_run_in_test_mode_with_trained_statistics(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    x = rng.normal(2.0, 3.0, (6, 2, 5, 5)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "label.npy", rng.integers(0, 4, 6).astype(np.int32))
+    save(conv_bn_model(False).to_plan(5), tmp_path / "cnn.pbtxt")
+    ckpt = tmp_path / "cnn.minidb"
+    assert main(["run", str(tmp_path / "cnn.pbtxt"), "-q", "--feed", f"data={tmp_path / 'x.npy'}", "--feed",
+                 f"label={tmp_path / 'label.npy'}", "--checkpoint", str(ckpt)]) == 0
+    assert main(["export-predict", str(tmp_path / "cnn.pbtxt"), "--load", str(ckpt), "-o", str(tmp_path / "m")]) == 0
+    assert "outputs: logits" in capsys.readouterr().out
+    predict = load(tmp_path / "m" / "predict_net.pb")
+    bn = next(op for op in predict.op if op.type == "SpatialBN")
+    drop = next(op for op in predict.op if op.type == "Dropout")
+    for op in (bn, drop):
+        assert len(op.output) == 1 and [a.i for a in op.arg if a.name == "is_test"] == [1]
+    saved = minidb.load_blobs(ckpt)
+    assert not np.allclose(saved["bn_rm"], 0)            # trained running mean, not the initial zeros
+    ws = Workspace()
+    ws.run_net_once(load(tmp_path / "m" / "init_net.pb"))
+    np.testing.assert_array_equal(ws.fetch("bn_rm"), saved["bn_rm"])
+    np.testing.assert_array_equal(ws.fetch("bn_riv"), saved["bn_riv"])
+    for run in range(2):   # no dropout at inference: the same output every run
+        assert main(["run", str(tmp_path / "m" / "init_net.pb"), str(tmp_path / "m" / "predict_net.pb"), "-q",
+                     "--feed", f"data={tmp_path / 'x.npy'}", "--save", str(tmp_path / f"y{run}.npz")]) == 0
+    got = [np.load(tmp_path / f"y{run}.npz")["logits"] for run in range(2)]
+    np.testing.assert_array_equal(got[0], got[1])
+    ref = Workspace()   # the same layers built for inference, fed the checkpoint
+    for name, value in saved.items():
+        if not name.startswith("__"):
+            ref.feed(name, value)
+    ref.feed("data", x)
+    ref.run_net_once(conv_bn_model(True).net.proto())
+    np.testing.assert_allclose(got[0], ref.fetch("logits"), rtol=1e-6, atol=1e-6)
