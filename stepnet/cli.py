@@ -22,7 +22,8 @@ from .metrics import MetricsWriter
 from .plan import training_loops
 from .profile import Profiler
 from .progress import Monitor
-from .cli_tools import (cmd_convert, cmd_inspect, cmd_ops, cmd_synth_init, describe_net,  # noqa: F401
+from .cli_tools import (add_tool_parsers, cmd_convert, cmd_inspect, cmd_ops, cmd_synth_init,  # noqa: F401
+                        describe_net,
                         op_table, unsupported_ops)
 from .onnx.cli import add_parser as add_onnx_parser, run_in_onnxruntime
 from .workspace import Workspace
@@ -298,6 +299,8 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--name", action="append", default=[], help="only these values (default: all)")
     pl.add_argument("--title")
     pl.set_defaults(func=cmd_plot)
+
+    add_tool_parsers(sub)
 
     c = sub.add_parser("convert", help="convert between .pb and .pbtxt (by the output's extension)")
     c.add_argument("input")

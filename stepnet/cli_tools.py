@@ -1,13 +1,17 @@
-"""The commands that look at models without running them: inspect, ops, convert, synth-init."""
+"""The commands that look at models without running them: inspect, ops, convert, synth-init, draw,
+export-predict."""
 from __future__ import annotations
 
 from collections import Counter
+
+import numpy as np
 
 from . import proto
 from .errors import ArgumentError, did_you_mean
 from .feeds import parse_dims
 from .graph import walk
-from .limits import limits_of
+from .draw import COLLAPSE_AT, MAX_OPS
+from .limits import add_limit_flags, limits_of
 from .ops import REGISTRY
 from .ops.registry import REQUIRED
 
@@ -143,3 +147,59 @@ def cmd_synth_init(a) -> int:
     proto.save(init, a.output)
     print(f"wrote init net {a.output} ({len(init.op)} fill ops)")
     return 0
+
+
+def cmd_draw(a) -> int:
+    from .draw import Options, draw
+
+    models = [proto.load(path) for path in a.models]
+    options = Options(backward=a.backward, max_ops=a.max_ops, collapse=a.collapse, nets=a.net)
+    done = draw(models, a.output, options)
+    print(f"wrote {done.path}" + (f"; {done.note}" if done.note else ""))
+    return 0
+
+
+def cmd_export(a) -> int:
+    from .export import export, write_npz, write_pair
+
+    outputs = [o.strip() for o in a.outputs.split(",") if o.strip()] if a.outputs else None
+    result = export(proto.load(a.plan), a.load, a.net, outputs, limits_of(a).max_blob_bytes)
+    values = sum(int(np.asarray(v).size) for v in result.params.values())
+    if a.format == "npz":
+        print(f"wrote {write_npz(result, a.output)} ({len(result.params)} blobs, {values} values)")
+        return 0
+    init, predict = write_pair(result, a.output, text=a.format == "pbtxt")
+    print(f"wrote {init} ({len(result.params)} blobs, {values} values) and {predict} ({len(result.predict.op)} ops; "
+          f"outputs: {', '.join(result.predict.external_output)})")
+    feeds = " ".join(f"--feed {n}=..." for n in result.feeds)
+    print(f"run it: stepnet run {init} {predict}" + (f" {feeds}" if feeds else ""))
+    return 0
+
+
+def add_tool_parsers(sub) -> None:
+    """The draw and export-predict subcommands."""
+    d = sub.add_parser("draw", help="a picture of nets and plans (.svg, .png, .pdf or .dot; layout by Graphviz's dot)")
+    d.add_argument("models", nargs="+", metavar="MODEL", help="NetDefs or PlanDefs; an init net given with other "
+                   "nets marks the parameters it fills and is not drawn")
+    d.add_argument("-o", "--output", required=True, metavar="OUT.svg|.png|.pdf|.dot")
+    d.add_argument("--backward", action="store_true", help="also draw backward step nets and gradient ops' nets")
+    d.add_argument("--max-ops", type=int, default=MAX_OPS, metavar="N",
+                   help=f"draw at most N ops, then a note (default {MAX_OPS})")
+    d.add_argument("--collapse", choices=("auto", "yes", "no"), default="auto",
+                   help=f"draw runs of a repeated block once, labelled ×k (auto: in nets over {COLLAPSE_AT} ops)")
+    d.add_argument("--net", action="append", default=[], metavar="NAME", help="for a plan: draw only this net")
+    d.set_defaults(func=cmd_draw)
+
+    e = sub.add_parser("export-predict", help="a trained plan's checkpoint as init_net.pb + predict_net.pb (or .npz)")
+    e.add_argument("plan", metavar="PLAN", help="the training PlanDef (or a training NetDef)")
+    e.add_argument("--load", required=True, metavar="CHECKPOINT", help="a minidb checkpoint of a run of PLAN")
+    e.add_argument("-o", "--output", required=True, metavar="DIR|FILE.npz")
+    e.add_argument("--net", action="append", default=[], metavar="NAME",
+                   help="a net the predict net is cut from (repeat for several, in order; default: the training "
+                        "net and the nets its step runs before it)")
+    e.add_argument("--outputs", metavar="BLOB,...", help="the predict net's outputs (default: what the loss reads; "
+                   "without a loss, the last op's outputs)")
+    e.add_argument("--format", choices=("pb", "pbtxt", "npz"), default="pb",
+                   help="pb: DIR/init_net.pb + DIR/predict_net.pb (default); pbtxt: text; npz: the weights alone")
+    add_limit_flags(e, paths=False)
+    e.set_defaults(func=cmd_export)

@@ -4,6 +4,7 @@ create_*/write_* that run Graphviz's `dot` (absent: an error that says how to in
 write_raw need nothing)."""
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 
@@ -13,10 +14,15 @@ GRAPHVIZ_HINT = ("Graphviz's `dot` program is not installed (Debian/Ubuntu: apt-
                  ".dot text (to_string(), write_dot) can be rendered elsewhere with `dot -Tsvg graph.dot`")
 
 
+# A whole dot quoted string: no quote inside but escaped ones, no raw line break, not ending in a lone backslash.
+_QUOTED = re.compile(r'"(?:[^"\\\n]|\\[^\n])*"')
+
+
 def quote(text) -> str:
-    """A dot ID: an already quoted string stays as it is; anything else is quoted and escaped."""
+    """A dot ID: an already quoted string stays as it is (only a well-formed one: a name such as '"a" -> "b"'
+    from a file is escaped, never spliced into the graph); anything else is quoted and escaped."""
     text = str(text)
-    if len(text) >= 2 and text[0] == text[-1] == '"':
+    if _QUOTED.fullmatch(text):
         return text
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 

@@ -78,6 +78,8 @@ def test_graph_in_json(tmp_path):
 
 def test_dot_quoting_and_structure():
     assert quote('a "b"\\c\nd') == '"a \\"b\\"\\\\c\\nd"' and quote('"kept"') == '"kept"'
+    assert quote('"a" -> "b"') == '"\\"a\\" -> \\"b\\""'      # not a quoted ID: escaped, cannot add an edge
+    assert quote('"x\\"') == '"\\"x\\\\\\""' and quote('"a\\"b"') == '"a\\"b"'
     graph = Dot("g", rankdir="LR")
     graph.add_node(Node('say "hi"', shape="box"))
     sub = Cluster("step", label="step net")
