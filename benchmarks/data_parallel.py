@@ -215,6 +215,9 @@ def report(a, results, load) -> list[str]:
             cells = [f"{statistics.median(v):.3f} ({np.percentile(v, 25):.3f}–{np.percentile(v, 75):.3f})"
                      for v in (r["step_ratio"], r["comm_ratio"])]
             lines.append(f"| {H} | {cells[0]} | {cells[1]} |")
+        from stepnet.passes.data_parallel import FUSE_DEFAULT
+        lines += ["", f"ModelBuilder.data_parallel's default when this ran: fuse={FUSE_DEFAULT} "
+                  "(stepnet.passes.data_parallel.FUSE_DEFAULT, set from these paired ratios over several runs)."]
     big = next((r for (H, _), r in results.items() if H == 512), None)
     if big:
         lines += ["", f"Paper estimate for H=512 ({big['tensors']} gradient tensors, {big['grad_bytes'] / 1e6:.2f} MB "
@@ -230,7 +233,7 @@ def report(a, results, load) -> list[str]:
 
 def mpi_version() -> str:
     from mpi4py import MPI
-    return MPI.Get_library_version().splitlines()[0].strip()
+    return " ".join(MPI.Get_library_version().splitlines()[0].split())
 
 
 def main() -> None:

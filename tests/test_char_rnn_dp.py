@@ -36,7 +36,9 @@ def test_the_plan_reads_rank_shards_and_reduces_gradients_and_losses():
     assert dbs == ["models/data/char_rnn_train_{rank}of{size}.minidb",
                    "models/data/char_rnn_heldout_{rank}of{size}.minidb"]
     train = [op.type for op in nets["char_rnn"].op]
-    assert train.count("MPIAllreduce") == 6 and train.index("MPIAllreduce") < train.index("SumSqrElements")
+    # fused (the default): the 6 gradients in one buffer, one allreduce
+    assert train.count("MPIAllreduce") == 1 and train.count("Concat") == 1
+    assert train.index("Concat") < train.index("MPIAllreduce") < train.index("Split") < train.index("SumSqrElements")
     assert [op.type for op in nets["char_rnn_init"].op].count("MPIBroadcast") == 6
     for name in ("report", "eval_report"):
         assert nets[name].op[0].type == "MPIAllreduce"

@@ -38,8 +38,7 @@ def full_path(workspace, db: str, absolute_path) -> str:
     """Caffe2's rule: the db as given with absolute_path, else '<root folder>/<db>' ({rank}, {size} expanded)."""
     if absolute_path:
         return world.expand(db)
-    root = getattr(workspace, "root_folder", None) or "."
-    return f"{root}/{world.expand(db)}"
+    return f"{getattr(workspace, 'root_folder', None) or '.'}/{world.expand(db)}"
 
 
 def _missing_file_hint(db: str, absolute_path) -> str:

@@ -6,8 +6,8 @@ new nets in which
   0 (`MPIBroadcast`) and computes 1/K (an allreduce of a one, so the nets run on any number of processes, and
   alone as plain single-process training);
 - the training net, right after the backward pass and before anything reads a gradient (the optimizer), sums
-  every parameter gradient over the ranks and scales it by 1/K: dense ones with `MPIAllreduce` (with `fuse`, all
-  those of one device, of one dtype, in one buffer: one allreduce per step, as Horovod's tensor fusion), sparse ones
+  every parameter gradient over the ranks and scales it by 1/K: dense ones with `MPIAllreduce` (with `fuse`, the
+  default, all those of one device in one buffer: one allreduce per step, as Horovod's tensor fusion), sparse ones
   (GradientSlice) with `MPIAllgather` of their indices and values, whose readers then read the gathered blobs.
 Each rank's mean-loss gradient averaged over K equal batches is the gradient of the mean loss over the
 concatenated batch, so K ranks train as one process on K times the batch.
@@ -25,7 +25,7 @@ COMM = "dp_comm"                 # the common world
 WORLD_SIZE = "dp_world_size"     # K, as a float [1] tensor
 GRAD_SCALE = "dp_grad_scale"     # 1/K (on the CPU; dp_grad_scale_gpu<k> on CUDA device k)
 FUSED = "dp_fused_grads"         # the fused buffer of one device (dp_fused_grads_<k> for the next ones)
-FUSE_DEFAULT = False             # measured faster unfused on this machine: benchmarks/RESULTS.md
+FUSE_DEFAULT = True              # fused measured as fast or faster (paired runs, benchmarks/RESULTS.md)
 GPU_TYPES = (1, 6)               # CUDA, HIP
 
 
