@@ -190,6 +190,11 @@ class NetBuilder:
         """The NetDef being built (live: later ops appear in it)."""
         return self._net
 
+    def replace(self, netdef: NetDef) -> None:
+        """Continue building from netdef (a rewrite of this net), in this builder and its scope."""
+        self._net.CopyFrom(netdef)
+        self._defined = set(Graph.of(self._net).final)
+
     def add_gradient_ops(self, losses):
         """Append the backward pass of losses; returns {blob: gradient}."""
         from .gradients import add_gradient_ops

@@ -16,6 +16,7 @@ from . import checkpoints, images, proto
 from .feeds import parse_feed
 from .errors import ArgumentError, MissingBlobError, StepnetError
 from .graph import Graph
+from .launch import per_rank
 from .limits import add_limit_flags, limits_of
 from .int8 import Int8Tensor
 from .metrics import MetricsWriter
@@ -51,6 +52,7 @@ def save_npz(path: Path, arrays: dict) -> None:
 
 
 # --------------------------------------------------------------------------------------------- commands
+@per_rank  # under mpiexec: {rank}/{size} in paths, rank 0 prints and writes, a failing rank aborts the job
 def cmd_run(a) -> int:
     model = proto.load(a.model)
     predict_def = proto.load(a.predict_net, kind="net") if a.predict_net else None

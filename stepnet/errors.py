@@ -64,6 +64,11 @@ class GradientError(StepnetError):
     """A gradient that cannot be built: a non-differentiable op on the path, an overwritten blob version, ..."""
 
 
+class CollectiveError(StepnetError):
+    """A collective or point-to-point op across processes that cannot run: no common world, ranks that disagree
+    on the op or its blob's shape, MPI unavailable under mpiexec."""
+
+
 class StepnetWarning(UserWarning):
     """Something in a model that stepnet ignores, said once so it is never silent."""
 

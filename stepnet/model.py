@@ -168,6 +168,21 @@ class ModelBuilder:
     def average_pool(self, blob_in, blob_out=None, **kwargs):
         return self.net.AveragePool(blob_in, blob_out, **kwargs)
 
+    def data_parallel(self, fuse: bool | None = None) -> None:
+        """Train data-parallel over the processes of an mpiexec job (stepnet.passes.data_parallel, in place of
+        Caffe2's data_parallel_model): the init net broadcasts the parameters from rank 0; after the backward
+        pass every parameter gradient is summed over the K ranks and scaled by 1/K (sparse ones allgathered).
+        Call it after add_gradient_ops, before or after the optimizer. fuse: all dense gradients in one buffer
+        (one allreduce per step); default data_parallel.FUSE_DEFAULT (True: measured as fast or faster)."""
+        from .passes.data_parallel import FUSE_DEFAULT, data_parallel
+        if not self.gradient_ops_added:
+            raise StepnetError(f"model {self.name!r}: data_parallel reduces gradients; call add_gradient_ops first")
+        dp = data_parallel(self.init_net.proto(), self.net.proto(), list(self.param_shapes), self.param_to_grad,
+                           fuse=FUSE_DEFAULT if fuse is None else fuse)
+        self.init_net.replace(dp.init_net)
+        self.net.replace(dp.net)
+        self.param_to_grad.update(dp.grads)
+
     # ------------------------------------------------------------------------------------ optimizers
     def _iteration(self) -> BlobRef:
         """optimizer_iteration (int64, +1 before the LR is computed) and its mutex, as build_sgd makes

@@ -124,7 +124,7 @@ def test_backward_step_net_only_with_backward():
 def test_plan_draws_its_steps_and_nets_compactly():
     dot = to_dot([load(ROOT / "models/char_rnn.pbtxt")])
     assert "train ×8" in dot and "train_steps ×250: prepare_state, char_rnn" in dot
-    assert "<B>net</B> char_rnn>" in dot and "<B>net char_rnn_init</B><BR/>init: 30 ops" in dot   # the 30 fills of models/char_rnn.pbtxt
+    assert "<B>net</B> char_rnn>" in dot and "<B>net char_rnn_init</B><BR/>init: 30 ops" in dot
     with pytest.raises(Exception, match="no network named 'nope'"):
         to_dot([load(ROOT / "models/char_rnn.pbtxt")], Options(nets=["nope"]))
     from stepnet.proto import PlanDef

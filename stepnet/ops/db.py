@@ -15,7 +15,7 @@ import re
 
 import numpy as np
 
-from .. import backend, minidb
+from .. import backend, minidb, world
 from ..errors import ArgumentError, DTypeError, FileFormatError, MissingBlobError, ShapeError, did_you_mean
 from ..limits import blob_bytes, check_tensor_proto, over_limit
 from ..proto import DBReaderProto
@@ -35,11 +35,10 @@ def check_db_type(db_type: str, what: str = "db_type") -> None:
 
 
 def full_path(workspace, db: str, absolute_path) -> str:
-    """Caffe2's rule: the db as given with absolute_path, else '<root folder>/<db>'."""
+    """Caffe2's rule: the db as given with absolute_path, else '<root folder>/<db>' ({rank}, {size} expanded)."""
     if absolute_path:
-        return db
-    root = getattr(workspace, "root_folder", None) or "."
-    return f"{root}/{db}"
+        return world.expand(db)
+    return f"{getattr(workspace, 'root_folder', None) or '.'}/{world.expand(db)}"
 
 
 def _missing_file_hint(db: str, absolute_path) -> str:
@@ -151,7 +150,7 @@ def create_db(ctx, xp, *, db, db_type, num_shards, shard_id):
     if not db:
         raise ArgumentError("CreateDB needs the db argument (the path of the db to read)")
     check_db_type(db_type, f"db_type{' (CreateDB defaults to leveldb)' if db_type == 'leveldb' else ''}")
-    return DBReader(db, db_type, num_shards, shard_id, ctx)
+    return DBReader(world.expand(db), db_type, num_shards, shard_id, ctx)
 
 
 @op("TensorProtosDBInput", inputs=1, outputs=(1, None), context=True, devices="any", gradient=NO_GRADIENT,
@@ -237,7 +236,8 @@ def _save(ctx, values, db, db_type, absolute_path, strip_prefix, blob_name_overr
         records.extend(minidb.serialize_blob(name, value, chunk_size))
     path = ctx.workspace.limits.confine(full_path(ctx.workspace, db, absolute_path), ctx.label)
     try:
-        minidb.write_records(path, records)
+        if world.writes(db):  # under mpiexec only rank 0 writes a file whose path names no {rank}
+            minidb.write_records(path, records)
     except FileFormatError as e:
         raise FileFormatError(f"{e}{_missing_file_hint(db, absolute_path)}") from None
 

@@ -1,0 +1,128 @@
+"""Caffe2's generic communication operators as its Gloo engine runs them (caffe2/operators/communicator_op.cc,
+caffe2/contrib/gloo/*_ops.h): CreateCommonWorld, CloneCommonWorld, DestroyCommonWorld, Broadcast, Allreduce,
+Allgather and Barrier, mapped onto the same MPI transport as the MPI ops, so files written for either run.
+
+Gloo's rendezvous (store handler, transport, interface, timeout) is MPI's here: those arguments are accepted and
+ignored, and the rank is this process's MPI rank. `size`, when given, must be the job's number of processes.
+Several tensors in one Broadcast / Allreduce / Allgather act as Gloo's several local buffers: Allreduce sums them
+all, on every rank, into each; Broadcast copies root's first one into every one; Allgather returns a flat vector
+of every rank's tensors in rank order. `engine` (GLOO) selects nothing.
+"""
+from __future__ import annotations
+
+import math
+
+from .. import world as process
+from ..collectives import Call, CommonWorld
+from ..errors import ArgumentError, ArityError, CollectiveError, DTypeError, ShapeError
+from .base import like, out_spec
+from .mpi import comm_shape, common_world
+from .registry import SHOULD_NOT_DO_GRADIENT, op
+
+MAX_BUFFERS = 256
+IN_PLACE = [(i + 1, i) for i in range(MAX_BUFFERS)]   # output i is input i + 1
+STATUS = {"status_blob": ""}
+RENDEZVOUS = {"size": 0, "rank": 0, "sync": False, "transport": "tcp", "interface": "", "mpi_rendezvous": False,
+              "timeout_ms": -1, **STATUS}
+
+
+def _buffers(ctx, xs, outputs: bool = True) -> None:
+    """Gloo's checks: one output per tensor (for the in-place ops), all of one size and type."""
+    if outputs and len(ctx.opdef.output) != len(xs):
+        raise ArityError(f"{ctx.opdef.type} writes one output per tensor input (in place): {len(xs)} tensors, "
+                         f"{len(ctx.opdef.output)} outputs")
+    for name, x in zip(ctx.opdef.input[2:], xs[1:]):
+        if x.size != xs[0].size:
+            raise ShapeError(f"{ctx.opdef.type}: {name!r} has {x.size} elements, {ctx.opdef.input[1]!r} "
+                             f"{xs[0].size}; every tensor must have the same size")
+        if x.dtype != xs[0].dtype:
+            raise DTypeError(f"{ctx.opdef.type}: {name!r} is {x.dtype}, {ctx.opdef.input[1]!r} {xs[0].dtype}; "
+                             "every tensor must have the same type")
+
+
+def _call(ctx, x, root: int = 0) -> Call:
+    return Call.of(ctx.opdef.type, ", ".join(ctx.opdef.input[1:]), x, root)
+
+
+def _each(specs, **_):
+    return [like(s) for s in specs[1:]]
+
+
+@op("CreateCommonWorld", inputs=(0, 1), outputs=1, context=True, devices="any", args=RENDEZVOUS,
+    gradient=SHOULD_NOT_DO_GRADIENT, shape=comm_shape)
+def create_common_world(ctx, xp, *kv_handler, size, rank, sync, transport, interface, mpi_rendezvous, timeout_ms,
+                        status_blob):
+    """A common world of every process of the job (the optional key/value handler input is not needed: MPI did
+    the rendezvous). size > 0 must equal the number of processes; rank, if given with it, must be below it."""
+    world = CommonWorld(ctx.opdef.output[0])
+    if size > 0 and size != world.size:
+        raise CollectiveError(f"the net was built for a common world of size={size} but this job has {world.size} "
+                              f"process(es); run it with mpiexec -n {size}")
+    if size > 0 and not 0 <= rank < size:
+        raise ArgumentError(f"rank={rank} is not below size={size}")
+    ctx.outputs[0].set(world)
+    return (None,)
+
+
+@op("CloneCommonWorld", inputs=1, outputs=1, context=True, devices="any", args={"sync": False, **STATUS},
+    gradient=SHOULD_NOT_DO_GRADIENT, shape=comm_shape)
+def clone_common_world(ctx, xp, existing, *, sync, status_blob):
+    """Another common world of the same processes."""
+    common_world(ctx, existing)
+    ctx.outputs[0].set(CommonWorld(ctx.opdef.output[0]))
+    return (None,)
+
+
+@op("DestroyCommonWorld", inputs=1, outputs=1, inplace=(), enforce_inplace=[(0, 0)], context=True, devices="any",
+    gradient=SHOULD_NOT_DO_GRADIENT)
+def destroy_common_world(ctx, xp, existing):
+    """Close the common world's connections: nothing to do over MPI (an empty blob is accepted, as in Caffe2)."""
+    if existing is not None:
+        common_world(ctx, existing)
+    return (None,)
+
+
+@op("Broadcast", inputs=(2, None), outputs=(1, None), inplace=(), enforce_inplace=IN_PLACE, context=True,
+    devices="any", args={"root": 0, **STATUS}, gradient=SHOULD_NOT_DO_GRADIENT, shape=_each)
+def broadcast(ctx, xp, comm, *xs, root, status_blob):
+    """Every tensor (in place) becomes the first tensor of rank root; all must be pre-created with the same size
+    and type on every rank."""
+    world = common_world(ctx, comm)
+    _buffers(ctx, xs)
+    value = world.broadcast(xs[0], root, _call(ctx, xs[0], root))
+    return tuple(value.reshape(x.shape) if k == 0 else value.reshape(x.shape).copy() for k, x in enumerate(xs))
+
+
+@op("Allreduce", inputs=(2, None), outputs=(1, None), inplace=(), enforce_inplace=IN_PLACE, context=True,
+    devices="any", args={"gpu_direct": False, **STATUS}, gradient=SHOULD_NOT_DO_GRADIENT, shape=_each)
+def allreduce(ctx, xp, comm, *xs, gpu_direct, status_blob):
+    """Every tensor (in place) becomes the sum of all the tensors of every rank."""
+    world = common_world(ctx, comm)
+    _buffers(ctx, xs)
+    local = xs[0]
+    for x in xs[1:]:
+        local = local + x.reshape(local.shape)
+    total = world.allreduce(local, _call(ctx, local))
+    return tuple(total.reshape(x.shape) if k == 0 else total.reshape(x.shape).copy() for k, x in enumerate(xs))
+
+
+def _allgather_shape(specs, **_):
+    return [out_spec(((len(specs) - 1) * math.prod(specs[1].shape) * process.size(),), specs[1].dtype)]
+
+
+@op("Allgather", inputs=(2, None), outputs=1, inplace=(), context=True, devices="any", args=STATUS,
+    gradient=SHOULD_NOT_DO_GRADIENT, shape=_allgather_shape)
+def allgather(ctx, xp, comm, *xs, status_blob):
+    """A flat vector of every rank's tensors, in rank order (rank 0's tensors in input order, then rank 1's,
+    ...); the tensors must have the same size and type."""
+    world = common_world(ctx, comm)
+    _buffers(ctx, xs, outputs=False)
+    local = xp.concatenate([x.reshape(-1) for x in xs]) if len(xs) > 1 else xs[0].reshape(-1)
+    out = world.allgather(local, _call(ctx, local))
+    return out.copy() if out is local and len(xs) == 1 else out   # a lone process gets a view of its input
+
+
+@op("Barrier", inputs=1, outputs=0, context=True, devices="any", args=STATUS, gradient=SHOULD_NOT_DO_GRADIENT)
+def barrier(ctx, xp, comm, *, status_blob):
+    """Wait until every rank of the common world reaches its Barrier."""
+    common_world(ctx, comm).barrier(Call(ctx.opdef.type, ctx.opdef.input[0]))
