@@ -127,15 +127,7 @@ def train_plan(vocab, B: int, T: int, H: int, iterations: int, report: int, lr: 
 
     n_heldout = len(minidb.MiniDB(ROOT / HELDOUT_DB))
     eval_net = _eval_net(net.proto())
-    zeros = [("LSTM/hidden_state_last", [1, B, H], 0.0), ("LSTM/cell_state_last", [1, B, H], 0.0),
-             ("heldout_sum", [], 0.0), ("heldout_count", [], 0.0), ("heldout_batches", [], float(n_heldout))]
-    eval_init = _net("eval_init", [
-        OperatorDef(type="ConstantFill", output=[name], arg=[make_argument("shape", shape),
-                                                             make_argument("value", value)])
-        for name, shape, value in zeros] + [
-        OperatorDef(type="ConstantFill", output=["heldout_done"], arg=[make_argument("shape", []),
-                                                                     make_argument("value", 0),
-                                                                     make_argument("dtype", BOOL)])])
+    eval_init = eval_init_net(B, H, n_heldout)
     eval_report = _net("eval_report", [   # the mean over the batches the loop ran
         OperatorDef(type="Div", input=["heldout_sum", "heldout_count"], output=["heldout_loss"]),
         OperatorDef(type="Print", input=["heldout_loss"])])
@@ -143,9 +135,29 @@ def train_plan(vocab, B: int, T: int, H: int, iterations: int, report: int, lr: 
     save_net = _net("save", [OperatorDef(type="Save", input=params, arg=[
         make_argument("db", CHECKPOINT), make_argument("db_type", "minidb"), make_argument("absolute_path", 1)])])
 
-    plan = PlanDef(name="char_rnn")
-    plan.network.extend([init.proto(), prepare_state(), net.proto(), report_net, eval_init, eval_net, eval_report,
-                         save_net])
+    return plan_of("char_rnn", [init.proto(), prepare_state(), net.proto(), report_net, eval_init, eval_net,
+                                eval_report, save_net], iterations, report)
+
+
+def eval_init_net(B: int, H: int, n_heldout: int) -> NetDef:
+    """Zero LSTM state, zero held-out sums, the batch count and heldout_done = False."""
+    zeros = [("LSTM/hidden_state_last", [1, B, H], 0.0), ("LSTM/cell_state_last", [1, B, H], 0.0),
+             ("heldout_sum", [], 0.0), ("heldout_count", [], 0.0), ("heldout_batches", [], float(n_heldout))]
+    return _net("eval_init", [
+        OperatorDef(type="ConstantFill", output=[name], arg=[make_argument("shape", shape),
+                                                             make_argument("value", value)])
+        for name, shape, value in zeros] + [
+        OperatorDef(type="ConstantFill", output=["heldout_done"], arg=[make_argument("shape", []),
+                                                                     make_argument("value", 0),
+                                                                     make_argument("dtype", BOOL)])])
+
+
+def plan_of(name: str, nets: list, iterations: int, report: int) -> PlanDef:
+    """The training plan over nets (init, prepare_state, the training net, report, eval_init, eval,
+    eval_report, save): init; train x (train_steps x report, report); the held-out pass; save."""
+    init, net = nets[0], nets[2]
+    plan = PlanDef(name=name)
+    plan.network.extend(nets)
     plan.execution_step.append(ExecutionStep(name="init", network=[init.name]))
     train = ExecutionStep(name="train", num_iter=iterations // report)
     train.substep.append(ExecutionStep(name="train_steps", network=["prepare_state", net.name], num_iter=report))

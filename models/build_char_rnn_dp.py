@@ -28,7 +28,7 @@ from stepnet import minidb, save  # noqa: E402
 from stepnet.builder import BlobRef  # noqa: E402
 from stepnet.model import ModelBuilder  # noqa: E402
 from stepnet.passes.data_parallel import COMM, GRAD_SCALE  # noqa: E402
-from stepnet.proto import ExecutionStep, OperatorDef, PlanDef, make_argument  # noqa: E402
+from stepnet.proto import OperatorDef, PlanDef, make_argument  # noqa: E402
 
 SHARD = "char_rnn_{part}_{rank}of{size}.minidb"
 CHECKPOINT = "char_rnn_dp_checkpoint.minidb"
@@ -93,35 +93,15 @@ def train_plan(vocab, B: int, T: int, H: int, iterations: int, report: int, lr: 
         OperatorDef(type="Scale", input=["loss_count"], output=["loss_count"], arg=[make_argument("scale", 0.0)])])
     n_heldout = len(minidb.MiniDB(ROOT / shard.format(part="heldout", rank=0, size=K)))
     eval_net = single._eval_net(net.proto())
-    zeros = [("LSTM/hidden_state_last", [1, b, H], 0.0), ("LSTM/cell_state_last", [1, b, H], 0.0),
-             ("heldout_sum", [], 0.0), ("heldout_count", [], 0.0), ("heldout_batches", [], float(n_heldout))]
-    eval_init = single._net("eval_init", [
-        OperatorDef(type="ConstantFill", output=[name], arg=[make_argument("shape", shape),
-                                                             make_argument("value", value)])
-        for name, shape, value in zeros] + [
-        OperatorDef(type="ConstantFill", output=["heldout_done"], arg=[make_argument("shape", []),
-                                                                     make_argument("value", 0),
-                                                                     make_argument("dtype", single.BOOL)])])
+    eval_init = single.eval_init_net(b, H, n_heldout)
     # every rank's shard has the same number of batches: the mean over the ranks of each rank's mean
     eval_report = single._net("eval_report", [*_mean_over_ranks("heldout_sum", "heldout_count", "heldout_loss"),
                                               OperatorDef(type="Print", input=["heldout_loss"])])
     save_net = single._net("save", [OperatorDef(type="Save", input=sorted(set(model.params)), arg=[
         make_argument("db", checkpoint), make_argument("db_type", "minidb"), make_argument("absolute_path", 1)])])
 
-    plan = PlanDef(name="char_rnn_dp")
-    plan.network.extend([init.proto(), single.prepare_state(), net.proto(), report_net, eval_init, eval_net,
-                         eval_report, save_net])
-    plan.execution_step.append(ExecutionStep(name="init", network=[init.name]))
-    train = ExecutionStep(name="train", num_iter=iterations // report)
-    train.substep.append(ExecutionStep(name="train_steps", network=["prepare_state", net.name], num_iter=report))
-    train.substep.append(ExecutionStep(name="report", network=["report"]))
-    plan.execution_step.append(train)
-    plan.execution_step.append(ExecutionStep(name="heldout", network=["eval_init"]))
-    plan.execution_step.append(ExecutionStep(name="heldout_steps", network=["prepare_state", "eval"],
-                                             should_stop_blob="heldout_done"))
-    plan.execution_step.append(ExecutionStep(name="heldout_report", network=["eval_report"]))
-    plan.execution_step.append(ExecutionStep(name="save", network=["save"]))
-    return plan
+    return single.plan_of("char_rnn_dp", [init.proto(), single.prepare_state(), net.proto(), report_net, eval_init,
+                                          eval_net, eval_report, save_net], iterations, report)
 
 
 def main(argv=None):
