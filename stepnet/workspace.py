@@ -55,7 +55,8 @@ class Workspace:
     blobs up to a quarter of the memory); child workspaces inherit their parent's."""
 
     def __init__(self, parent: "Workspace | None" = None, *, seed: int | None = None, gpu: str | None = None,
-                 strict: bool | None = None, check_nan: bool | None = None, limits: Limits | None = None):
+                 strict: bool | None = None, check_nan: bool | None = None, limits: Limits | None = None,
+                 compile_steps: bool | None = None):
         self.parent = parent
         if limits is None and parent is not None:
             self.limits = parent.limits
@@ -67,6 +68,9 @@ class Workspace:
         self.gpu = gpu if gpu is not None else ("auto" if root else parent.gpu)
         self.strict = bool(strict) if strict is not None else (False if root else parent.strict)
         self.check_nan = bool(check_nan) if check_nan is not None else (False if root else parent.check_nan)
+        # RecurrentNetwork step nets run compiled (stepnet.compiled) unless False: the op-by-op path is the reference
+        self.compile_steps = (bool(compile_steps) if compile_steps is not None
+                              else (True if root else parent.compile_steps))
         self.rng = np.random.default_rng(seed) if (root or seed is not None) else parent.rng
 
     # ----------------------------------------------------------------------------- blobs
@@ -97,6 +101,10 @@ class Workspace:
         if blob is None:
             blob = self._blobs[name] = Blob(name)
         return blob
+
+    def local_blob(self, name: str) -> Blob | None:
+        """The blob of that name in this workspace itself (not an ancestor's), or None."""
+        return self._blobs.get(name)
 
     def has(self, name: str) -> bool:
         return self.find(name) is not None

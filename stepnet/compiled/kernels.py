@@ -1,0 +1,176 @@
+"""The compiled forms of step-net ops: `make(bop, ins, outs) -> Fast | None`, called once per input-shape
+signature with the arrays of an interpreted timestep (`ins`: the op's inputs, `outs`: its outputs' values
+after that step). Everything that depends only on shapes, dtypes and arguments is settled there; the returned
+`fn(ins, outs)` only computes, writing every output array in place (out=), with the same numpy operations in
+the same order as the op's kernel, so results are bit-identical. None: no compiled form for these inputs
+(the net then runs op by op)."""
+from __future__ import annotations
+
+import math
+import numpy as np
+
+from ..errors import ShapeError
+from ..ops import lstm, rnn_internal, sums
+from ..ops import math as math_ops
+from ..ops.rnn_internal import _link_error
+from .cells import FLOATS, Fast, lstm_unit, lstm_unit_gradient
+
+
+def _floats(*arrays) -> bool:
+    dt = arrays[0].dtype
+    return dt in FLOATS and all(a.dtype == dt for a in arrays)
+
+
+def _shaped(out, shape):
+    """out seen with `shape` (a view: compiled outputs are contiguous)."""
+    return out if out.shape == shape else out.reshape(shape)
+
+
+# ------------------------------------------------------------------------------------------- FC, Sum
+def fc(bop, ins, outs):
+    x, w, b = ins
+    args = bop.call.keywords
+    if not _floats(x, w, b) or args.get("float16_compute") or b.ndim != 1:
+        return None
+    a, aw = args["axis"], args["axis_w"]
+    a, aw = a + x.ndim if a < 0 else a, aw + w.ndim if aw < 0 else aw
+    if not (0 < a < x.ndim and 0 < aw < w.ndim):
+        return None
+    m, k, n = math.prod(x.shape[:a]), math.prod(x.shape[a:]), math.prod(w.shape[:aw])
+    if w.size != n * k or b.size != n or outs[0].size != m * n:
+        return None
+    xs, ws, ys = (m, k), (n, k), (m, n)
+
+    def run(ins, outs):
+        x, w, b = ins
+        y = _shaped(outs[0], ys)
+        np.matmul(_shaped(x, xs), _shaped(w, ws).T, out=y)
+        y += b
+    return Fast(run)
+
+
+def sum_(bop, ins, outs):
+    if not _floats(*ins) or any(x.shape != ins[0].shape for x in ins) or outs[0].size != ins[0].size:
+        return None
+    shape = ins[0].shape
+
+    def run(ins, outs):
+        out = _shaped(outs[0], shape)
+        if out is ins[0]:
+            for x in ins[1:]:
+                out += x
+            return
+        if len(ins) == 1:
+            np.copyto(out, ins[0])
+            return
+        np.add(ins[0], ins[1], out=out)
+        for x in ins[2:]:
+            out += x
+    return Fast(run)
+
+
+# ------------------------------------------------------------------------------------------- RNN internals
+def apply_links(bop, ins, outs):
+    args = bop.call.keywords
+    offsets, windows = list(args["offsets"]), list(args["windows"])
+    if not len(ins) - 1 == len(offsets) == len(windows) == len(outs):
+        return None
+    links = tuple(zip(offsets, windows, bop.opdef.input[1:]))
+
+    def run(ins, blobs):
+        t = int(ins[0].flat[0])
+        for blob, external, (offset, window, name) in zip(blobs, ins[1:], links):
+            start = t + offset
+            if start + window > external.shape[0] or not external.size:
+                _link_error(blob.name, name, external, start, start + window, offset, window)
+            blob.value = external[start:start + window]
+            blob.view = True
+    return Fast(run, blobs=True)
+
+
+def fc_gradient_deferred(bop, ins, outs):
+    _, sequence, x, w, dy, xs, dys = ins
+    args = bop.call.keywords
+    a, aw = args["axis"], args["axis_w"]
+    a, aw = a + x.ndim if a < 0 else a, aw + w.ndim if aw < 0 else aw
+    m, k, n = math.prod(x.shape[:a]), math.prod(x.shape[a:]), math.prod(w.shape[:aw])
+    T = sequence.shape[0]
+    if (not _floats(x, w, dy, xs, dys) or dy.size != m * n or w.size != n * k
+            or xs.shape != (T * m, k) or dys.shape != (T * m, n) or outs[0].size != x.size):
+        return None
+    x2, w2, y2 = (m, k), (n, k), (m, n)
+
+    def run(ins, outs):
+        timestep, _, x, w, dy, xs, dys = ins
+        t = int(timestep.flat[0])
+        if not 0 <= t < T:
+            raise ShapeError(f"timestep {t} is outside the {T} steps of the sequence")
+        block = (T - 1 - t) * m
+        dy = _shaped(dy, y2)
+        xs[block:block + m] = _shaped(x, x2)
+        dys[block:block + m] = dy
+        np.matmul(dy, _shaped(w, w2), out=_shaped(outs[0], x2))
+    return Fast(run)
+
+
+# ------------------------------------------------------------------------------------------- generic form
+def _put(out, value) -> None:
+    if value is out:
+        return
+    if value.size != out.size:
+        raise ShapeError(f"a compiled step wrote {tuple(value.shape)} into a {tuple(out.shape)} buffer: the op's "
+                         "output shape changed between timesteps")
+    np.copyto(_shaped(out, value.shape), value)
+
+
+def generic(bop, ins, outs):
+    """The op's bound kernel, its results copied into the buffers (in-place results skipped): no executor
+    dispatch or Blob.set, the kernel's own checks kept. For ops whose output shapes follow from input shapes."""
+    call = bop.call
+    if len(outs) == 1:
+        def run(ins, outs):
+            result = call(*ins)
+            if result is not None:
+                _put(outs[0], result if type(result) is not tuple else result[0])
+        return Fast(run)
+
+    def run_many(ins, outs):
+        for out, value in zip(outs, call(*ins)):
+            if value is not None:
+                _put(out, np.asarray(value))
+    return Fast(run_many)
+
+
+# Ops whose output shapes and dtypes follow from their inputs' shapes and dtypes (never from values): the
+# generic form may run them. Others (Gather, Slice with tensor bounds, ...) leave the net interpreted.
+SHAPE_DETERMINED = frozenset((
+    "Add", "Sub", "Mul", "Div", "Sigmoid", "Tanh", "Relu", "Softsign", "Exp", "Log", "Abs", "Negative", "Scale",
+    "Copy", "CopyFromCPUInput", "EnsureCPUOutput", "Alias", "Cast", "GT", "GE", "LT", "LE", "EQ", "Not", "And", "Or",
+    "Split", "Concat", "Transpose", "ExpandDims", "Squeeze", "FCTransposed", "MatMul", "BatchMatMul",
+    "SigmoidGradient", "TanhGradient", "ReluGradient", "MulGradient", "AddGradient", "SumReduceLike",
+    "FCGradient", "FCTransposedGradient", "GRUUnit", "GRUUnitGradient", "SumInt", "WeightedSum",
+    "ElementwiseLinear", "LayerNorm", "Softmax", "LSTMUnit", "LSTMUnitGradient",
+    "rnn_internal_accumulate_gradient_input", "Dropout",
+))
+
+SPECIALIZED = {   # type -> (the kernel it specializes, its maker); a record whose kernel was replaced gets none
+    "FC": (math_ops.fc, fc), "Sum": (sums.sum_, sum_),
+    "rnn_internal_apply_links": (rnn_internal.apply_links, apply_links),
+    "rnn_internal_fc_gradient_deferred": (rnn_internal.fc_gradient_deferred, fc_gradient_deferred),
+    "LSTMUnit": (lstm.lstm_unit, lstm_unit(saving=False)),
+    "rnn_internal_lstm_unit": (lstm.lstm_unit_saving, lstm_unit(saving=True)),
+    "LSTMUnitGradient": (lstm.lstm_unit_gradient, lstm_unit_gradient(saved=False)),
+    "rnn_internal_lstm_unit_gradient": (lstm.lstm_unit_gradient_saved, lstm_unit_gradient(saved=True)),
+}
+
+
+def compiled_form(bop, ins, outs) -> Fast | None:
+    """The op's compiled form for these arrays, or None."""
+    kernel, make = SPECIALIZED.get(bop.opdef.type, (None, None))
+    fast = make(bop, ins, outs) if make is not None and bop.schema.kernel is kernel else None
+    if fast is not None:
+        return fast
+    schema = bop.schema
+    if bop.opdef.type in SHAPE_DETERMINED and not schema.context and not schema.random:
+        return generic(bop, ins, outs)
+    return None
