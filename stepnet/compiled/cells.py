@@ -12,9 +12,11 @@ FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 class Fast(NamedTuple):
     """fn(ins, outs): the op on input arrays, writing its output arrays (or, with `blobs`, setting its output
-    Blobs itself: the link op)."""
+    Blobs itself: the link op). rebind(bop) -> fn: the same form on another step workspace's bound op (for
+    forms that call the bound kernel)."""
     fn: Callable
     blobs: bool = False
+    rebind: Callable | None = None
 
 
 def _args(bop):

@@ -123,22 +123,27 @@ def _put(out, value) -> None:
     np.copyto(_shaped(out, value.shape), value)
 
 
-def generic(bop, ins, outs):
-    """The op's bound kernel, its results copied into the buffers (in-place results skipped): no executor
-    dispatch or Blob.set, the kernel's own checks kept. For ops whose output shapes follow from input shapes."""
+def _generic_fn(bop):
     call = bop.call
-    if len(outs) == 1:
+    if len(bop.outputs) == 1:
         def run(ins, outs):
             result = call(*ins)
             if result is not None:
                 _put(outs[0], result if type(result) is not tuple else result[0])
-        return Fast(run)
+        return run
 
     def run_many(ins, outs):
         for out, value in zip(outs, call(*ins)):
             if value is not None:
                 _put(out, np.asarray(value))
-    return Fast(run_many)
+    return run_many
+
+
+def generic(bop, ins, outs):
+    """The op's bound kernel (each step workspace's own), its results copied into the buffers (in-place results
+    skipped): no executor dispatch or Blob.set, the kernel's own checks kept. For ops whose output shapes
+    follow from input shapes."""
+    return Fast(_generic_fn(bop), rebind=_generic_fn)
 
 
 # Ops whose output shapes and dtypes follow from their inputs' shapes and dtypes (never from values): the
@@ -150,8 +155,10 @@ SHAPE_DETERMINED = frozenset((
     "SigmoidGradient", "TanhGradient", "ReluGradient", "MulGradient", "AddGradient", "SumReduceLike",
     "FCGradient", "FCTransposedGradient", "GRUUnit", "GRUUnitGradient", "SumInt", "WeightedSum",
     "ElementwiseLinear", "LayerNorm", "Softmax", "LSTMUnit", "LSTMUnitGradient",
-    "rnn_internal_accumulate_gradient_input", "Dropout",
+    "rnn_internal_accumulate_gradient_input",
 ))
+# Context ops among them read only their own op's structure (output count, net, device) from the context.
+CONTEXT_SAFE = frozenset(("Split", "SigmoidGradient", "CopyFromCPUInput", "EnsureCPUOutput"))
 
 SPECIALIZED = {   # type -> (the kernel it specializes, its maker); a record whose kernel was replaced gets none
     "FC": (math_ops.fc, fc), "Sum": (sums.sum_, sum_),
@@ -171,6 +178,7 @@ def compiled_form(bop, ins, outs) -> Fast | None:
     if fast is not None:
         return fast
     schema = bop.schema
-    if bop.opdef.type in SHAPE_DETERMINED and not schema.context and not schema.random:
+    if bop.opdef.type in SHAPE_DETERMINED and not schema.random and (not schema.context or
+                                                                      bop.opdef.type in CONTEXT_SAFE):
         return generic(bop, ins, outs)
     return None

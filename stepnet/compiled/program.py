@@ -114,7 +114,8 @@ class Program:
                 if kind == _BUFFER:
                     blob.value = np.empty(shape, dtype)
                     blob.view = False
-            entries.append((fast.fn, tuple(bop.inputs), tuple(bop.outputs), fast.blobs))
+            fn = fast.fn if fast.rebind is None else fast.rebind(bop)
+            entries.append((fn, tuple(bop.inputs), tuple(bop.outputs), fast.blobs))
         ops = net.ops
 
         def run() -> None:
