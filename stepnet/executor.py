@@ -199,6 +199,16 @@ class Net:
 
     # ----------------------------------------------------------------------------- running
     def run(self) -> None:
+        """Run every op once; a top-level net holds BLAS at the workspace's `threads` meanwhile."""
+        limit = self.workspace.blas_threads() if self.level == 0 and self.workspace.threads is not None else None
+        if limit is None:
+            self.run_ops()
+            return
+        with limit:
+            self.run_ops()
+
+    def run_ops(self) -> None:
+        """The flat loop: per bound op, read its input blobs, call it, store its results."""
         check, check_nan = self.mixed_devices, self.check_nan
         for bop in self.ops:
             values = [b.value for b in bop.inputs]
