@@ -71,6 +71,30 @@ class BoundOp:
         self.inputs, self.outputs, self.call, self.device, self.label = inputs, outputs, call, device, label
 
 
+class Specialized:
+    """A bound op's call for a record with `specialize` (hot CPU ops): bind once, check once per input
+    signature. The first call with a new signature (shape and dtype of every input) asks the record's
+    specialize(*inputs, **args), which does every check that depends only on those and returns the kernel
+    without them; later calls of that signature go straight to it. Non-numpy inputs take the kernel."""
+    __slots__ = ("call", "specialize", "signature", "fast")
+
+    def __init__(self, call, specialize):
+        self.call, self.specialize, self.signature, self.fast = call, specialize, None, None
+
+    def __call__(self, *values):
+        sig = []
+        for v in values:
+            if type(v) is not np.ndarray:
+                return self.call(*values)
+            sig.append((v.shape, v.dtype))
+        sig = tuple(sig)
+        if sig != self.signature:
+            self.signature, self.fast = None, None
+            self.fast = self.specialize(*values) or self.call     # raises as the kernel would on bad inputs
+            self.signature = sig
+        return self.fast(*values)
+
+
 def parse_args(schema, opdef, label: str, strict: bool, level: int = 0) -> dict:
     """Declared arguments with defaults filled; undeclared ones warn (error when strict) unless known hints.
     `level`: the nesting level of the op's net (nets given as text in arguments are nested below it)."""
@@ -195,6 +219,9 @@ class Net:
         if schema.alloc is not None:
             call = _alloc_checked(call, functools.partial(schema.alloc, **args), ws.limits.max_blob_bytes, label,
                                   list(opdef.output))
+        if (schema.specialize is not None and device.is_cpu and kernel is schema.kernel and schema.alloc is None
+                and not schema.context and not schema.random):
+            call = Specialized(call, functools.partial(schema.specialize, **args))
         return BoundOp(schema, opdef, index, inputs, outputs, call, device, label)
 
     # ----------------------------------------------------------------------------- running

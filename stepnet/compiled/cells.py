@@ -19,8 +19,14 @@ class Fast(NamedTuple):
     rebind: Callable | None = None
 
 
+def bound_args(bop) -> dict:
+    """The arguments a bound op's kernel is called with."""
+    call = bop.call
+    return getattr(call, "call", call).keywords   # executor.Specialized keeps the plain call
+
+
 def _args(bop):
-    a = bop.call.keywords
+    a = bound_args(bop)
     return float(a["forget_bias"]), bool(a["drop_states"]), bool(a["sequence_lengths"])
 
 

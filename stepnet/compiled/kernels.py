@@ -13,7 +13,7 @@ from ..errors import ShapeError
 from ..ops import lstm, rnn_internal, sums
 from ..ops import math as math_ops
 from ..ops.rnn_internal import _link_error
-from .cells import FLOATS, Fast, lstm_unit, lstm_unit_gradient
+from .cells import FLOATS, Fast, bound_args, lstm_unit, lstm_unit_gradient
 
 
 def _floats(*arrays) -> bool:
@@ -29,7 +29,7 @@ def _shaped(out, shape):
 # ------------------------------------------------------------------------------------------- FC, Sum
 def fc(bop, ins, outs):
     x, w, b = ins
-    args = bop.call.keywords
+    args = bound_args(bop)
     if not _floats(x, w, b) or args.get("float16_compute") or b.ndim != 1:
         return None
     a, aw = args["axis"], args["axis_w"]
@@ -71,7 +71,7 @@ def sum_(bop, ins, outs):
 
 # ------------------------------------------------------------------------------------------- RNN internals
 def apply_links(bop, ins, outs):
-    args = bop.call.keywords
+    args = bound_args(bop)
     offsets, windows = list(args["offsets"]), list(args["windows"])
     if not len(ins) - 1 == len(offsets) == len(windows) == len(outs):
         return None
@@ -90,7 +90,7 @@ def apply_links(bop, ins, outs):
 
 def fc_gradient_deferred(bop, ins, outs):
     _, sequence, x, w, dy, xs, dys = ins
-    args = bop.call.keywords
+    args = bound_args(bop)
     a, aw = args["axis"], args["axis_w"]
     a, aw = a + x.ndim if a < 0 else a, aw + w.ndim if aw < 0 else aw
     m, k, n = math.prod(x.shape[:a]), math.prod(x.shape[a:]), math.prod(w.shape[:aw])

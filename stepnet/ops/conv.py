@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from ..errors import ArgumentError, ShapeError
 from .base import Meta, check_float, out_spec
 from .registry import op
@@ -105,14 +107,27 @@ def _conv_shape(specs, *, order, group, float16_compute, no_gradient_to_input, *
     return [out_spec(in_order(X.shape[0], W.shape[0], g.out, order), X.dtype)]
 
 
+def _conv_specialize(X, W, b=None, *, order, group, float16_compute, no_gradient_to_input, **args):
+    """Conv's checks and geometry once per input signature; the returned kernel only computes."""
+    order, g = conv_geometry(X, W, b, order, group, args)
+
+    def fast(X, W, b=None):
+        return _conv(np, X, W, b, order, g, group)
+    return fast
+
+
 @op("Conv", inputs=(2, 3), outputs=1, inplace=(), aliases=("Conv1D", "Conv2D", "Conv3D"), shape=_conv_shape,
-    gradient=_conv_gradient,
+    gradient=_conv_gradient, specialize=_conv_specialize,
     args={**window_args("kernel", "stride", "pad", "dilation"), "group": 1, "float16_compute": False,
           "no_gradient_to_input": False})
 def conv(xp, X, W, b=None, *, order, group, float16_compute, no_gradient_to_input, **args):
     """N-D convolution Y = X * filter + bias (filter M x C/group x kernel in NCHW, M x kernel x C/group in
     NHWC): im2col + one GEMM per group."""
     order, g = conv_geometry(X, W, b, order, group, args)
+    return _conv(xp, X, W, b, order, g, group)
+
+
+def _conv(xp, X, W, b, order, g, group):
     xc, wc = channels_first(xp, X, order), canonical_filter(xp, W, order)
     n, m = xc.shape[0], wc.shape[0]
     cols = _columns(xp, xc, g, group)                                 # N x G x Cg*K x P
