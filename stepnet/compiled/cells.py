@@ -17,7 +17,6 @@ class Fast(NamedTuple):
     fn: Callable
     blobs: bool = False
     rebind: Callable | None = None
-    reset: Callable | None = None     # called at the start of every run (drops what was kept for one run)
 
 
 def bound_args(bop) -> dict:
@@ -59,7 +58,7 @@ def _fits(ins, outs, n_in: int, states, blocks_shape) -> bool:
 
 
 def lstm_unit(saving: bool):
-    def make(bop, ins, outs, constant=()):
+    def make(bop, ins, outs):
         fb, drop, has_seq = _args(bop)
         if not _fits(ins, outs, 5 if has_seq else 4, (0, 1), lambda n, d: (1, n, 4 * d)):
             return None
@@ -103,7 +102,7 @@ def lstm_unit(saving: bool):
 
 
 def lstm_unit_gradient(saved: bool):
-    def make(bop, ins, outs, constant=()):
+    def make(bop, ins, outs):
         fb, drop, has_seq = _args(bop)
         n_in = 9 if has_seq else 8
         blocks = (lambda n, d: (5, n, d)) if saved else (lambda n, d: (1, n, 4 * d))
@@ -168,7 +167,7 @@ def lstm_unit_gradient(saved: bool):
 
 
 def _fast(make):
-    def wrapped(bop, ins, outs, constant=()):
-        run = make(bop, ins, outs, constant)
+    def wrapped(bop, ins, outs):
+        run = make(bop, ins, outs)
         return None if run is None else Fast(run)
     return wrapped

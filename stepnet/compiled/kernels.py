@@ -1,7 +1,6 @@
-"""The compiled forms of step-net ops: `make(bop, ins, outs, constant) -> Fast | None`, called once per
-input-shape signature with the arrays of an interpreted timestep (`ins`: the op's inputs, `outs`: its outputs'
-values after that step, `constant`: per input, whether no op of the step net writes it, so it holds one
-value for the whole run). Everything that depends only on shapes, dtypes and arguments is settled there; the returned
+"""The compiled forms of step-net ops: `make(bop, ins, outs) -> Fast | None`, called once per input-shape
+signature with the arrays of an interpreted timestep (`ins`: the op's inputs, `outs`: its outputs' values
+after that step). Everything that depends only on shapes, dtypes and arguments is settled there; the returned
 `fn(ins, outs)` only computes, writing every output array in place (out=), with the same numpy operations in
 the same order as the op's kernel, so results are bit-identical. None: no compiled form for these inputs
 (the net then runs op by op)."""
@@ -28,10 +27,7 @@ def _shaped(out, shape):
 
 
 # ------------------------------------------------------------------------------------------- FC, Sum
-def fc(bop, ins, outs, constant=()):
-    """FC as one GEMM out= plus the bias in place. A weight constant over the run is multiplied in a contiguous
-    transposed copy made at its first timestep (reset() at each run's start): OpenBLAS's NN product is ~30 %
-    faster than the NT one on these shapes, with bit-identical results."""
+def fc(bop, ins, outs):
     x, w, b = ins
     args = bound_args(bop)
     if not _floats(x, w, b) or args.get("float16_compute") or b.ndim != 1:
@@ -44,27 +40,16 @@ def fc(bop, ins, outs, constant=()):
     if w.size != n * k or b.size != n or outs[0].size != m * n:
         return None
     xs, ws, ys = (m, k), (n, k), (m, n)
-    transposed = [None, None]     # [the weight array it was made from, its contiguous transpose]
-
-    def weight(w):
-        if transposed[0] is not w:
-            transposed[1] = np.ascontiguousarray(_shaped(w, ws).T)
-            transposed[0] = w
-        return transposed[1]
-
-    def reset():
-        transposed[0] = transposed[1] = None
-    cache = len(constant) > 1 and constant[1]
 
     def run(ins, outs):
         x, w, b = ins
         y = _shaped(outs[0], ys)
-        np.matmul(_shaped(x, xs), weight(w) if cache else _shaped(w, ws).T, out=y)
+        np.matmul(_shaped(x, xs), _shaped(w, ws).T, out=y)
         y += b
-    return Fast(run, reset=reset if cache else None)
+    return Fast(run)
 
 
-def sum_(bop, ins, outs, constant=()):
+def sum_(bop, ins, outs):
     if not _floats(*ins) or any(x.shape != ins[0].shape for x in ins) or outs[0].size != ins[0].size:
         return None
     shape = ins[0].shape
@@ -85,7 +70,7 @@ def sum_(bop, ins, outs, constant=()):
 
 
 # ------------------------------------------------------------------------------------------- RNN internals
-def apply_links(bop, ins, outs, constant=()):
+def apply_links(bop, ins, outs):
     args = bound_args(bop)
     offsets, windows = list(args["offsets"]), list(args["windows"])
     if not len(ins) - 1 == len(offsets) == len(windows) == len(outs):
@@ -103,7 +88,7 @@ def apply_links(bop, ins, outs, constant=()):
     return Fast(run, blobs=True)
 
 
-def fc_gradient_deferred(bop, ins, outs, constant=()):
+def fc_gradient_deferred(bop, ins, outs):
     _, sequence, x, w, dy, xs, dys = ins
     args = bound_args(bop)
     a, aw = args["axis"], args["axis_w"]
@@ -154,7 +139,7 @@ def _generic_fn(bop):
     return run_many
 
 
-def generic(bop, ins, outs, constant=()):
+def generic(bop, ins, outs):
     """The op's bound kernel (each step workspace's own), its results copied into the buffers (in-place results
     skipped): no executor dispatch or Blob.set, the kernel's own checks kept. For ops whose output shapes
     follow from input shapes."""
@@ -186,10 +171,10 @@ SPECIALIZED = {   # type -> (the kernel it specializes, its maker); a record who
 }
 
 
-def compiled_form(bop, ins, outs, constant=()) -> Fast | None:
+def compiled_form(bop, ins, outs) -> Fast | None:
     """The op's compiled form for these arrays, or None."""
     kernel, make = SPECIALIZED.get(bop.opdef.type, (None, None))
-    fast = make(bop, ins, outs, constant) if make is not None and bop.schema.kernel is kernel else None
+    fast = make(bop, ins, outs) if make is not None and bop.schema.kernel is kernel else None
     if fast is not None:
         return fast
     schema = bop.schema

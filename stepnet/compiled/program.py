@@ -66,7 +66,6 @@ class Program:
 
     def __init__(self, ops):
         self.ops = ops   # [(Fast, [(kind, shape, dtype) per output])]
-        self.resets = [fast.reset for fast, _ in ops if fast.reset is not None]
 
     @classmethod
     def of(cls, net) -> "Program | None":
@@ -75,13 +74,11 @@ class Program:
         if net.check_nan or net.mixed_devices:
             return None
         ops, views, buffers = [], set(), {}
-        written = {id(b) for bop in net.ops for b in bop.outputs}
         for bop in net.ops:
             ins, outs = [b.value for b in bop.inputs], [b.value for b in bop.outputs]
             if any(type(v) is not np.ndarray for v in ins):
                 return None
-            constant = [id(b) not in written for b in bop.inputs]
-            fast = compiled_form(bop, ins, outs, constant) if all(type(v) is np.ndarray for v in outs) or \
+            fast = compiled_form(bop, ins, outs) if all(type(v) is np.ndarray for v in outs) or \
                 bop.opdef.type == "rnn_internal_apply_links" else None
             if fast is None:
                 return None
@@ -159,11 +156,7 @@ class StepCompiler:
             entry = self.externals[id(net)] = (net, external_blobs(net))
         sig = signature(entry[1])
         if sig is not None and sig == self.signature and not self.pending:
-            if self.program is None:
-                return False
-            for reset in self.program.resets:
-                reset()
-            return True
+            return self.program is not None
         self.signature, self.program, self.routines, self.pending = sig, None, {}, sig is not None
         return False
 
