@@ -10,7 +10,8 @@ import math
 import numpy as np
 
 from ..errors import ShapeError
-from ..ops import lstm, rnn_internal, sums
+from ..ops import REGISTRY, lstm, rnn_internal, sums
+from ..ops import shape as shape_ops
 from ..ops import math as math_ops
 from ..ops.rnn_internal import _link_error
 from .cells import FLOATS, Fast, bound_args, lstm_unit, lstm_unit_gradient
@@ -66,6 +67,84 @@ def sum_(bop, ins, outs):
         np.add(ins[0], ins[1], out=out)
         for x in ins[2:]:
             out += x
+    return Fast(run)
+
+
+# ------------------------------------------------------------------------------------------- GRU step ops
+def mul(bop, ins, outs):
+    """Mul of two same-shape float tensors (no broadcast) into its output."""
+    a, b = ins
+    if not _floats(a, b) or a.shape != b.shape or outs[0].size != a.size:
+        return None
+    shape = a.shape
+
+    def run(ins, outs):
+        np.multiply(ins[0], ins[1], out=_shaped(outs[0], shape))
+    return Fast(run)
+
+
+def sigmoid(bop, ins, outs):
+    """The Sigmoid kernel's passes (exp(-|x|), then 1/(1+e) or e/(1+e) by the sign of x) into scratch."""
+    x = ins[0]
+    if not _floats(x) or outs[0].size != x.size:
+        return None
+    shape = x.shape
+    e, d, q = np.empty(shape, x.dtype), np.empty(shape, x.dtype), np.empty(shape, x.dtype)
+    positive = np.empty(shape, bool)
+
+    def run(ins, outs):
+        x, out = ins[0], _shaped(outs[0], shape)
+        np.abs(x, out=e)
+        np.negative(e, out=e)
+        np.exp(e, out=e)
+        np.add(1, e, out=d)
+        np.divide(1, d, out=q)
+        np.divide(e, d, out=out)
+        np.greater_equal(x, 0, out=positive)
+        np.copyto(out, q, where=positive)
+    return Fast(run)
+
+
+def split(bop, ins, outs):
+    """Split by argument sizes (or equal parts): each part copied straight into its buffer."""
+    args = bound_args(bop)
+    if len(ins) != 1 or (args["add_axis"] and args["axis"] is not None):
+        return None
+    x = ins[0]
+    ax = shape_ops.canonical_axis(shape_ops._axis_from(args["axis"], args["order"]), x.ndim)
+    parts, start = [], 0
+    for out in outs:
+        size = out.shape[ax] if out.ndim == x.ndim else -1
+        if size < 0 or out.shape[:ax] + out.shape[ax + 1:] != x.shape[:ax] + x.shape[ax + 1:]:
+            return None
+        parts.append((slice(None),) * ax + (slice(start, start + size),))
+        start += size
+    if start != x.shape[ax] or x.dtype != outs[0].dtype:
+        return None
+    shapes = [o.shape for o in outs]
+
+    def run(ins, outs):
+        x = ins[0]
+        for out, shape, part in zip(outs, shapes, parts):
+            np.copyto(_shaped(out, shape), x[part])
+    return Fast(run)
+
+
+def concat(bop, ins, outs):
+    """Concat along an existing axis into its output, and the constant part sizes into the second."""
+    args = bound_args(bop)
+    if args["add_axis"] and args["axis"] is not None:
+        return None
+    ax = shape_ops.canonical_axis(shape_ops._axis_from(args["axis"], args["order"]), ins[0].ndim)
+    shape = ins[0].shape[:ax] + (sum(x.shape[ax] for x in ins),) + ins[0].shape[ax + 1:]
+    if any(x.dtype != ins[0].dtype or x.ndim != ins[0].ndim for x in ins) or outs[0].size != math.prod(shape):
+        return None
+    sizes = np.array([x.shape[ax] for x in ins], np.int32)
+
+    def run(ins, outs):
+        np.concatenate(ins, axis=ax, out=_shaped(outs[0], shape))
+        if len(outs) > 1:
+            np.copyto(outs[1], sizes)
     return Fast(run)
 
 
@@ -168,6 +247,8 @@ SPECIALIZED = {   # type -> (the kernel it specializes, its maker); a record who
     "rnn_internal_lstm_unit": (lstm.lstm_unit_saving, lstm_unit(saving=True)),
     "LSTMUnitGradient": (lstm.lstm_unit_gradient, lstm_unit_gradient(saved=False)),
     "rnn_internal_lstm_unit_gradient": (lstm.lstm_unit_gradient_saved, lstm_unit_gradient(saved=True)),
+    "Mul": (REGISTRY.get("Mul").kernel, mul), "Sigmoid": (REGISTRY.get("Sigmoid").kernel, sigmoid),
+    "Split": (shape_ops.split, split), "Concat": (shape_ops.concat, concat),
 }
 
 
