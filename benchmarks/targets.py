@@ -235,6 +235,7 @@ def rows(args):
         for batch in (1, 8):
             run, out, weights, x = stepnet_model(batch)
             peer = torch_timer(weights, x)[0]
+            run()
             diff = float(np.abs(out() - peer()).max())
             yield "squeeze", "pytorch", "squeezenet", f"batch {batch}", run, peer, f"max |Δp| {diff:.0e}"
 
