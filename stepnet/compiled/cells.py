@@ -171,3 +171,87 @@ def _fast(make):
         run = make(bop, ins, outs)
         return None if run is None else Fast(run)
     return wrapped
+
+
+def _gru_fits(ins, outs, n_in: int, states) -> bool:
+    """1×N×D float states, 1×N×3D gates of their dtype, int32 host seq_lengths/timestep, outputs' dtypes."""
+    if len(ins) != n_in:
+        return False
+    ref, g = ins[0], ins[1]
+    if ref.ndim != 3 or ref.shape[0] != 1 or ref.dtype not in FLOATS or g.dtype != ref.dtype:
+        return False
+    if g.shape != (1, ref.shape[1], 3 * ref.shape[2]) or any(ins[i].shape != ref.shape for i in states):
+        return False
+    if any(ins[i].dtype != ref.dtype for i in states) or any(o.dtype != ref.dtype for o in outs):
+        return False
+    host = ins[2:n_in - len(states) + 1]
+    return all(type(x) is np.ndarray and x.dtype == np.int32 for x in host)
+
+
+def gru_unit(bop, ins, outs):
+    """GRUUnit's passes (σ(u) through tanh, tanh(o), h = out + u·(h_prev − out)) into scratch and the output."""
+    a = bound_args(bop)
+    drop, has_seq = bool(a["drop_states"]), bool(a["sequence_lengths"])
+    if not _gru_fits(ins, outs, 4 if has_seq else 3, (0,)) or outs[0].size != ins[0].size:
+        return None
+    _, n, d = ins[0].shape
+    dt = ins[0].dtype
+    half, state = dt.type(0.5), (1, n, d)
+    u, o = np.empty(state, dt), np.empty(state, dt)
+
+    def run(ins, outs):
+        h_prev, gates = ins[0], ins[1]
+        h = outs[0].reshape(state)
+        np.multiply(gates[..., d:2 * d], half, out=u)
+        np.tanh(u, out=u)
+        np.multiply(u, half, out=u)
+        np.add(u, half, out=u)
+        np.tanh(gates[..., 2 * d:], out=o)
+        np.subtract(h_prev, o, out=h)
+        h *= u
+        h += o
+        ended = _ended(ins[2] if has_seq else None, ins[-1])
+        if ended is not None:
+            h[:, ended] = 0 if drop else h_prev[:, ended]
+    return Fast(run)
+
+
+def gru_unit_gradient(bop, ins, outs):
+    """GRUUnitGradient's passes into scratch and the outputs (dh_prev, dgates)."""
+    a = bound_args(bop)
+    drop, has_seq = bool(a["drop_states"]), bool(a["sequence_lengths"])
+    n_in = 6 if has_seq else 5
+    if not _gru_fits(ins, outs, n_in, (0, n_in - 2, n_in - 1)) or outs[0].size != ins[0].size \
+            or outs[1].size != ins[1].size:
+        return None
+    _, n, d = ins[0].shape
+    dt = ins[0].dtype
+    one, zero, half, state = dt.type(1), dt.type(0), dt.type(0.5), (1, n, d)
+    u, o, omu = np.empty(state, dt), np.empty(state, dt), np.empty(state, dt)
+
+    def run(ins, outs):
+        h_prev, gates, dh = ins[0], ins[1], ins[-1]
+        dh_prev, dgates = outs[0].reshape(state), outs[1].reshape(1, n, 3 * d)
+        np.multiply(gates[..., d:2 * d], half, out=u)
+        np.tanh(u, out=u)
+        np.multiply(u, half, out=u)
+        np.add(u, half, out=u)
+        np.tanh(gates[..., 2 * d:], out=o)
+        np.subtract(one, u, out=omu)
+        dgates[..., :d] = zero
+        block = dgates[..., d:2 * d]            # du = dH·(h_prev − out)·u·(1 − u)
+        np.subtract(h_prev, o, out=block)
+        block *= dh
+        block *= u
+        block *= omu
+        block = dgates[..., 2 * d:]             # do = dH·(1 − u)·(1 − out²)
+        np.multiply(o, o, out=block)
+        np.subtract(one, block, out=block)
+        block *= omu
+        block *= dh
+        np.multiply(dh, u, out=dh_prev)
+        ended = _ended(ins[2] if has_seq else None, ins[n_in - 3])
+        if ended is not None:
+            dh_prev[:, ended] = 0 if drop else dh[:, ended]
+            dgates[:, ended] = 0
+    return Fast(run)

@@ -10,11 +10,11 @@ import math
 import numpy as np
 
 from ..errors import ShapeError
-from ..ops import REGISTRY, lstm, rnn_internal, sums
+from ..ops import REGISTRY, gru, lstm, rnn_internal, sums
 from ..ops import shape as shape_ops
 from ..ops import math as math_ops
 from ..ops.rnn_internal import _link_error
-from .cells import FLOATS, Fast, bound_args, lstm_unit, lstm_unit_gradient
+from .cells import FLOATS, Fast, bound_args, gru_unit, gru_unit_gradient, lstm_unit, lstm_unit_gradient
 
 
 def _floats(*arrays) -> bool:
@@ -253,6 +253,7 @@ SPECIALIZED = {   # type -> (the kernel it specializes, its maker); a record who
     "rnn_internal_lstm_unit_gradient": (lstm.lstm_unit_gradient_saved, lstm_unit_gradient(saved=True)),
     "Mul": (REGISTRY.get("Mul").kernel, mul), "Sigmoid": (REGISTRY.get("Sigmoid").kernel, sigmoid),
     "Split": (shape_ops.split, split), "Concat": (shape_ops.concat, concat),
+    "GRUUnit": (gru.gru_unit, gru_unit), "GRUUnitGradient": (gru.gru_unit_gradient, gru_unit_gradient),
 }
 
 
