@@ -186,3 +186,18 @@ def test_op_by_op_when_asked():
     net.run()
     net.run()
     assert compilers(net)["RecurrentNetwork"].program is None
+
+
+def test_new_sequence_lengths_of_the_same_shape_run_compiled():
+    """seq_lengths' values are read at every timestep: new lengths of the same shape keep the compiled program
+    and still match the op-by-op path."""
+    rng = np.random.default_rng(9)
+    feeds = {**sequence(rng), "h0": rng.uniform(-1, 1, (1, N, H)).astype(F),
+             "c0": rng.uniform(-1, 1, (1, N, H)).astype(F)}
+    lengths = [np.array([T, 1, T - 1], np.int32), np.array([2, T, 0], np.int32), np.array([1, 1, 1], np.int32)]
+
+    def build(m):
+        h = lstm(m, "X", "seq", ["h0", "c0"], D, H)
+        m.add_gradient_ops([loss_of(m, h[0])])
+    _, net = run_both(build, feeds, change=lambda ws, r: ws.feed("seq", lengths[r]))
+    assert_compiled(net, "RecurrentNetwork", "RecurrentNetworkGradient")
