@@ -64,11 +64,36 @@ class OpContext:
 
 
 class BoundOp:
-    __slots__ = ("schema", "opdef", "index", "inputs", "outputs", "call", "device", "label")
+    __slots__ = ("schema", "opdef", "index", "inputs", "outputs", "call", "device", "label", "plain")
 
-    def __init__(self, schema, opdef, index, inputs, outputs, call, device, label):
+    def __init__(self, schema, opdef, index, inputs, outputs, call, device, label, plain=None):
         self.schema, self.opdef, self.index = schema, opdef, index
         self.inputs, self.outputs, self.call, self.device, self.label = inputs, outputs, call, device, label
+        self.plain = call if plain is None else plain   # the call without observers (what compiled forms use)
+
+
+class Specialized:
+    """A bound op's call for a record with `specialize` (hot CPU ops): bind once, check once per input
+    signature. The first call with a new signature (shape and dtype of every input) asks the record's
+    specialize(*inputs, **args), which does every check that depends only on those and returns the kernel
+    without them; later calls of that signature go straight to it. Non-numpy inputs take the kernel."""
+    __slots__ = ("call", "specialize", "signature", "fast")
+
+    def __init__(self, call, specialize):
+        self.call, self.specialize, self.signature, self.fast = call, specialize, None, None
+
+    def __call__(self, *values):
+        sig = []
+        for v in values:
+            if type(v) is not np.ndarray:
+                return self.call(*values)
+            sig.append((v.shape, v.dtype))
+        sig = tuple(sig)
+        if sig != self.signature:
+            self.signature, self.fast = None, None
+            self.fast = self.specialize(*values) or self.call     # raises as the kernel would on bad inputs
+            self.signature = sig
+        return self.fast(*values)
 
 
 def parse_args(schema, opdef, label: str, strict: bool, level: int = 0) -> dict:
@@ -195,12 +220,26 @@ class Net:
         if schema.alloc is not None:
             call = _alloc_checked(call, functools.partial(schema.alloc, **args), ws.limits.max_blob_bytes, label,
                                   list(opdef.output))
+        if (schema.specialize is not None and device.is_cpu and kernel is schema.kernel and schema.alloc is None
+                and not schema.context and not schema.random):
+            call = Specialized(call, functools.partial(schema.specialize, **args))
+        plain = call
         if ws.profiler is not None:   # opt-in timing, chosen once here: nets without a profiler run unchanged
             call = ws.profiler.timed(call, self.name, index, opdef.type)
-        return BoundOp(schema, opdef, index, inputs, outputs, call, device, label)
+        return BoundOp(schema, opdef, index, inputs, outputs, call, device, label, plain)
 
     # ----------------------------------------------------------------------------- running
     def run(self) -> None:
+        """Run every op once; a top-level net holds BLAS at the workspace's `threads` meanwhile."""
+        limit = self.workspace.blas_threads() if self.level == 0 and self.workspace.threads is not None else None
+        if limit is None:
+            self.run_ops()
+            return
+        with limit:
+            self.run_ops()
+
+    def run_ops(self) -> None:
+        """The flat loop: per bound op, read its input blobs, call it, store its results."""
         check, check_nan = self.mixed_devices, self.check_nan
         for bop in self.ops:
             values = [b.value for b in bop.inputs]

@@ -56,7 +56,7 @@ class Workspace:
 
     def __init__(self, parent: "Workspace | None" = None, *, seed: int | None = None, gpu: str | None = None,
                  strict: bool | None = None, check_nan: bool | None = None, limits: Limits | None = None,
-                 profiler=None, reporter=None):
+                 profiler=None, reporter=None, compile_steps: bool | None = None, threads: int | None = None):
         self.parent = parent
         if limits is None and parent is not None:
             self.limits = parent.limits
@@ -68,11 +68,30 @@ class Workspace:
         self.gpu = gpu if gpu is not None else ("auto" if root else parent.gpu)
         self.strict = bool(strict) if strict is not None else (False if root else parent.strict)
         self.check_nan = bool(check_nan) if check_nan is not None else (False if root else parent.check_nan)
+        # RecurrentNetwork step nets run compiled (stepnet.compiled) unless False: the op-by-op path is the reference
+        self.compile_steps = (bool(compile_steps) if compile_steps is not None
+                              else (True if root else parent.compile_steps))
+        if threads is not None and (type(threads) is not int or threads < 1):
+            raise ValueError(f"threads must be a positive int, got {threads!r}")
+        self.threads = threads if threads is not None or root else parent.threads
+        self._blas = None if root or threads is not None else parent._blas   # BlasThreads, made when first used
         self.rng = np.random.default_rng(seed) if (root or seed is not None) else parent.rng
         # opt-in observers, inherited: a profile.Profiler times every op of nets bound here; a reporter
         # (name, value) -> bool takes the scalars Print ops print (True: it showed them)
         self.profiler = profiler if (root or profiler is not None) else parent.profiler
         self.reporter = reporter if (root or reporter is not None) else parent.reporter
+
+    def blas_threads(self):
+        """A context manager holding numpy's BLAS at this workspace's `threads` while a top-level net runs
+        (threadpoolctl; about 8 µs to enter and leave), or None when `threads` is None (BLAS as the process has it)."""
+        if self.threads is None:
+            return None
+        if self._blas is None:
+            from threadpoolctl import ThreadpoolController
+
+            controller = ThreadpoolController()
+            self._blas = lambda: controller.limit(limits=self.threads, user_api="blas")
+        return self._blas()
 
     # ----------------------------------------------------------------------------- blobs
     def find(self, name: str) -> Blob | None:
@@ -102,6 +121,10 @@ class Workspace:
         if blob is None:
             blob = self._blobs[name] = Blob(name)
         return blob
+
+    def local_blob(self, name: str) -> Blob | None:
+        """The blob of that name in this workspace itself (not an ancestor's), or None."""
+        return self._blobs.get(name)
 
     def has(self, name: str) -> bool:
         return self.find(name) is not None

@@ -356,3 +356,10 @@ def test_control_characters_quoted_from_a_file_stay_on_one_line(tmp_path):
     r = cli("run", tmp_path / "ctl.pbtxt")
     line = one_error_line(r)
     assert "line 2" in line and "\\x0b\\x0c\\x1b[31m\\x85" in line
+
+
+def test_run_threads_option(capsys):
+    assert main(["run", str(XOR / "plan.pbtxt"), "--fetch", "y", "--threads", "2"]) == 0
+    assert "y: shape (4, 1) float32" in capsys.readouterr().out
+    r = cli("run", XOR / "plan.pbtxt", "--threads", "-1")
+    assert r.returncode == 2 and "--threads needs a count >= 0, got '-1'" in r.stderr

@@ -229,3 +229,38 @@ def test_a_net_argument_whose_text_is_not_utf8(ws, run_net_op):
     with pytest.raises(FileFormatError, match=r"net 'outer', op #0 \(RunNet\), argument 'net': the net's text is not "
                                               r"valid UTF-8 \(byte 0xe9 at offset 10"):
         ws.run_net_once(outer)
+
+
+def _fc_net(ws, x, w, b):
+    for name, value in (("x", x), ("w", w), ("b", b)):
+        ws.feed(name, value)
+    return ws.create_net(NetDef(name="fc", op=[make_op("FC", ["x", "w", "b"], ["y"])]), overwrite=True)
+
+
+def test_specialized_ops_check_once_per_input_signature(ws, patched):
+    """FC's record specializes per input signature: same results as the kernel, checked again (with the
+    kernel's message) when the shapes change, and a replaced kernel is never bypassed."""
+    from stepnet.executor import Specialized
+    from stepnet.ops import REGISTRY
+
+    rng = np.random.default_rng(0)
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((4, 3), (5, 3), (5,)))
+    net = _fc_net(ws, x, w, b)
+    call = net.ops[0].call
+    assert isinstance(call, Specialized)
+    net.run()
+    sig = call.signature
+    net.run()
+    np.testing.assert_array_equal(ws.fetch("y"), REGISTRY.get("FC").kernel(np, x, w, b))
+    assert call.signature is sig
+    ws.feed("x", x[:2])                                   # a new signature: specialized again
+    net.run()
+    assert ws.fetch("y").shape == (2, 5) and call.signature != sig
+    ws.feed("w", w[:, :2])                                # and checked again
+    with pytest.raises(ShapeError, match=r"FC: X \(2, 3\) at axis=1 is M x K = 2 x 3"):
+        net.run()
+    patched("FC", kernel=lambda xp, X, W, b, **a: np.zeros((1,), np.float32))
+    net = _fc_net(Workspace(), x, w, b)
+    assert not isinstance(net.ops[0].call, Specialized)
+    net.run()
+    assert net.workspace.fetch("y").shape == (1,)

@@ -145,3 +145,53 @@ def test_binding_a_net_leaves_the_netdef_unchanged():
     ws.bind(nd).run()
     ws.create_net(nd, overwrite=True).run()
     assert nd.SerializeToString() == before
+
+
+def _register_recorder(temporary_op):
+    """A RecordThreads op appending the BLAS thread counts (threadpoolctl) it sees to the returned list, and a
+    RunNet op running its net argument as a sub-net."""
+    from threadpoolctl import threadpool_info
+
+    from stepnet.ops.registry import Arg
+
+    seen = []
+
+    def record(xp):
+        seen.append([i["num_threads"] for i in threadpool_info() if i.get("user_api") == "blas"])
+    temporary_op("RecordThreads", record, inputs=0, outputs=0)
+    temporary_op("RunNet", lambda ctx, xp, *, net: ctx.bind(net).run(), inputs=0, outputs=0, context=True,
+                 args={"net": Arg("net")})
+    return seen
+
+
+def _blas_threads_seen(seen, **ws_args):
+    """The counts seen inside a top-level net and inside its sub-net."""
+    from stepnet.proto import NetDef
+
+    seen.clear()
+    inner = NetDef(name="inner")
+    inner.op.add(type="RecordThreads")
+    outer = NetDef(name="outer")
+    outer.op.add(type="RecordThreads")
+    run = outer.op.add(type="RunNet")
+    run.arg.add(name="net", n=inner)
+    Workspace(**ws_args).run_net_once(outer)
+    return seen
+
+
+def test_threads_holds_blas_while_a_net_runs(temporary_op):
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    seen = _register_recorder(temporary_op)
+    with threadpool_limits(2, user_api="blas"):
+        before = [i["num_threads"] for i in threadpool_info() if i.get("user_api") == "blas"]
+        assert _blas_threads_seen(seen, threads=1) == [[1] * len(before)] * 2
+        assert [i["num_threads"] for i in threadpool_info() if i.get("user_api") == "blas"] == before
+        assert _blas_threads_seen(seen) == [before] * 2      # None: BLAS as the process has it
+
+
+def test_threads_is_inherited_and_checked():
+    parent = Workspace(threads=1)
+    assert Workspace(parent=parent).threads == 1 and Workspace().threads is None
+    with pytest.raises(ValueError, match="threads must be a positive int, got 0"):
+        Workspace(threads=0)

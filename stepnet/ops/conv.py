@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from ..errors import ArgumentError, ShapeError
 from .base import Meta, check_float, out_spec
 from .registry import op
@@ -105,24 +107,49 @@ def _conv_shape(specs, *, order, group, float16_compute, no_gradient_to_input, *
     return [out_spec(in_order(X.shape[0], W.shape[0], g.out, order), X.dtype)]
 
 
+def _conv_specialize(X, W, b=None, *, order, group, float16_compute, no_gradient_to_input, **args):
+    """Conv's checks and geometry once per input signature; the returned kernel only computes."""
+    order, g = conv_geometry(X, W, b, order, group, args)
+
+    def fast(X, W, b=None):
+        return _conv(np, X, W, b, order, g, group)
+    return fast
+
+
 @op("Conv", inputs=(2, 3), outputs=1, inplace=(), aliases=("Conv1D", "Conv2D", "Conv3D"), shape=_conv_shape,
-    gradient=_conv_gradient,
+    gradient=_conv_gradient, specialize=_conv_specialize,
     args={**window_args("kernel", "stride", "pad", "dilation"), "group": 1, "float16_compute": False,
           "no_gradient_to_input": False})
 def conv(xp, X, W, b=None, *, order, group, float16_compute, no_gradient_to_input, **args):
     """N-D convolution Y = X * filter + bias (filter M x C/group x kernel in NCHW, M x kernel x C/group in
     NHWC): im2col + one GEMM per group."""
     order, g = conv_geometry(X, W, b, order, group, args)
+    return _conv(xp, X, W, b, order, g, group)
+
+
+def _conv(xp, X, W, b, order, g, group):
     xc, wc = channels_first(xp, X, order), canonical_filter(xp, W, order)
     n, m = xc.shape[0], wc.shape[0]
-    cols = im2col(xp, xc, g, group)                                   # G x N*P x Cg*K
-    wmat = wc.reshape(group, m // group, cols.shape[2])               # G x Mg x Cg*K
-    y = xp.matmul(cols, wmat.transpose(0, 2, 1))                      # G x N*P x Mg
-    y = y.reshape((group, n) + g.out + (m // group,))
-    y = y.transpose((1, 0, 2 + g.ndim) + tuple(range(2, 2 + g.ndim))).reshape((n, m) + g.out)
+    cols = _columns(xp, xc, g, group)                                 # N x G x Cg*K x P
+    y = xp.matmul(wc.reshape(group, m // group, cols.shape[2]), cols)  # N x G x Mg x P: channels first already
+    y = y.reshape((n, m) + g.out)
     if b is not None:
-        y = y + b.reshape((m,) + (1,) * g.ndim)
+        y += b.reshape((m,) + (1,) * g.ndim)
     return from_channels_first(xp, y, order)
+
+
+def _columns(xp, xc, g, group):
+    """The GEMM's right-hand side (N, G, C/G*kernel, out pixels) of a channels-first input: for a 1×1 kernel
+    with stride 1 and no padding the input itself (a view), otherwise one copy of its strided window view."""
+    n, c = xc.shape[:2]
+    pixels = math.prod(g.out)
+    if (all(k == 1 for k in g.kernel) and all(st == 1 for st in g.stride) and not any(g.pad_begin)
+            and not any(g.pad_end)):
+        return xc.reshape(n, group, c // group, pixels)
+    nd = g.ndim
+    v = window_view(xp, xc, g).reshape((n, group, c // group) + g.out + g.kernel)
+    v = v.transpose((0, 1, 2) + tuple(range(3 + nd, 3 + 2 * nd)) + tuple(range(3, 3 + nd)))
+    return v.reshape(n, group, (c // group) * math.prod(g.kernel), pixels)
 
 
 # --------------------------------------------------------------------------------------------- ConvTranspose

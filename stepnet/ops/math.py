@@ -75,6 +75,22 @@ def _fc(xp, X, W, b, axis, axis_w, transposed):
     return Y.reshape(out_shape)
 
 
+def _fc_specialize(transposed):
+    def specialize(X, W, b, axis=1, axis_w=1, float16_compute=False):
+        """FC's checks once per input signature; the returned kernel only computes (the same operations)."""
+        out_shape = fc_shape(X, W, b, axis, axis_w, transposed)
+        x2 = view2d_shape(X.shape, axis)[:2]
+        K, N = x2[1], out_shape[-1]
+        w2 = (K, N) if transposed else (N, K)
+
+        def fast(X, W, b):
+            Y = np.matmul(X.reshape(x2), W.reshape(w2) if transposed else W.reshape(w2).T)
+            Y += b
+            return Y.reshape(out_shape)
+        return fast
+    return specialize
+
+
 def _fc_shape(transposed):
     def shape(specs, axis=1, axis_w=1, float16_compute=False):
         X, W, b = specs
@@ -88,7 +104,7 @@ def _fc_gradient(g):
 
 
 @op("FC", inputs=3, args={"axis": 1, "axis_w": 1, "float16_compute": False}, inplace=(),
-    shape=_fc_shape(False), gradient=_fc_gradient)
+    shape=_fc_shape(False), gradient=_fc_gradient, specialize=_fc_specialize(False))
 def fc(xp, X, W, b, axis=1, axis_w=1, float16_compute=False):
     """Fully connected layer Y = X·Wᵀ + b on the 2-D views of X (at axis, M x K) and W (at axis_w, N x K);
     Y has shape X.shape[:axis] + [N]."""
@@ -96,7 +112,7 @@ def fc(xp, X, W, b, axis=1, axis_w=1, float16_compute=False):
 
 
 @op("FCTransposed", inputs=3, args={"axis": 1, "axis_w": 1, "float16_compute": False}, inplace=(),
-    shape=_fc_shape(True), gradient=_fc_gradient)
+    shape=_fc_shape(True), gradient=_fc_gradient, specialize=_fc_specialize(True))
 def fc_transposed(xp, X, W, b, axis=1, axis_w=1, float16_compute=False):
     """FC with a pre-transposed weight: Y = X·W + b, W viewed as K x N at axis_w."""
     return _fc(xp, X, W, b, axis, axis_w, transposed=True)
@@ -262,7 +278,24 @@ def _softmax_gradient(g):
     g.op("SoftmaxGradient", [g.O(0), g.GO(0)], [g.GI(0)])
 
 
-@op("Softmax", args={"axis": 1}, inplace=(), shape=_softmax_shape, gradient=_softmax_gradient)
+def _softmax_specialize(X, axis=1):
+    """Softmax's checks once per input signature."""
+    check_float("Softmax", X=X)
+    x2 = view2d_shape(X.shape, axis)[:2]
+    if not X.size:
+        return None
+    shape = X.shape
+
+    def fast(X):
+        X2 = X.reshape(x2)
+        with np.errstate(over="ignore"):
+            e = np.exp(X2 - X2.max(axis=1, keepdims=True))
+        return (e / e.sum(axis=1, keepdims=True)).reshape(shape)
+    return fast
+
+
+@op("Softmax", args={"axis": 1}, inplace=(), shape=_softmax_shape, gradient=_softmax_gradient,
+    specialize=_softmax_specialize)
 def softmax(xp, X, axis=1):
     """Softmax over each row of X's 2-D view at axis (all trailing dims together), shifted by the row max."""
     check_float("Softmax", X=X)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..compiled import StepCompiler
 from ..errors import ArgumentError, MissingBlobError, ShapeError, StepnetError
 from ..passes.step_nets import FORWARD, Link, Recurrence, StepNets, run
 from ..proto import NetDef, parse_text
@@ -169,6 +170,7 @@ class _Forward:
         nets = run(FORWARD, StepNets(a["step_net"], backward), rec)
         self.step_net, self.local = nets.step, nets.local
         self.num_workspaces = max(1, a["num_workspaces"])
+        self.compiler = StepCompiler(ctx.workspace.compile_steps)
 
     def run(self, ctx, xp, inputs):
         ws = ctx.workspace
@@ -186,6 +188,7 @@ class _Forward:
             scratch.shared.create_local_blob(name)
         k = self.num_workspaces if self.forward_only else None
         net, local, strict, level = self.step_net, self.local, ctx.net.strict, ctx.net.level + NET_IN_ARG
+        compiler, fast = self.compiler, False
         for t in range(T):
             step_ws = scratch.step(t if k is None else t % k)
             step_ws.create_blob(self.timestep).value = _timestep_value(t)
@@ -193,7 +196,15 @@ class _Forward:
                 bound = step_ws.bind(net, local, strict, level)   # once per step workspace (ctx.bind's primitive)
             except MissingBlobError as e:
                 raise missing_step_input(e, self.timestep) from None
-            bound.run()
+            if t == 0:
+                fast = compiler.start(bound)
+            if fast:
+                compiler.run(bound)
+            else:
+                bound.run()
+                if t == 0:
+                    compiler.built(bound)
+                    fast = compiler.program is not None
         for src, dst, offset in self.aliases:
             state = ws.find(src).value
             start = offset if offset >= 0 else state.shape[0] + offset

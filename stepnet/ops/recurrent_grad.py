@@ -4,6 +4,7 @@ gradient tensors, runs it from T-1 down to 0, then runs the net of FC weight gra
 loop, and returns the gradients of the initial states."""
 from __future__ import annotations
 
+from ..compiled import StepCompiler
 from ..errors import ArgumentError, MissingBlobError, ShapeError
 from ..passes.step_nets import ACTIVATIONS, BACKWARD, Link, ParamGradient, Recurrence, StepNets, run
 from .recurrent import (RNN_ARGS, StepWorkspaces, _backward_net, _distinct_names, _links, _timestep_value, _zeroed,
@@ -66,6 +67,7 @@ class _Backward:
         self.net, self.weight_gradients, self.saved = nets.backward, nets.weight_gradients, nets.local
         self.produced = [name for o in self.net.op for name in o.output]
         self.input_grad = r(opdef.input[G] + "_grad")
+        self.compiler = StepCompiler(ctx.workspace.compile_steps)
 
     def run(self, ctx, xp, inputs):
         ws = ctx.workspace
@@ -108,6 +110,7 @@ class _Backward:
             if first.find(name) is None:
                 scratch.shared.create_local_blob(name)
         net, strict, level = self.net, ctx.net.strict, ctx.net.level + NET_IN_ARG
+        compiler, fast = self.compiler, False
         for t in range(T - 1, -1, -1):
             step_ws = scratch.steps[t]
             step_ws.create_blob(self.timestep).value = _timestep_value(t)
@@ -115,7 +118,15 @@ class _Backward:
                 bound = step_ws.bind(net, (), strict, level)
             except MissingBlobError as e:
                 raise missing_step_input(e, self.timestep) from None
-            bound.run()
+            if t == T - 1:
+                fast = compiler.start(bound)
+            if fast:
+                compiler.run(bound)
+            else:
+                bound.run()
+                if t == T - 1:
+                    compiler.built(bound)
+                    fast = compiler.program is not None
         if self.weight_gradients is not None:
             ctx.bind(self.weight_gradients, scratch.shared).run()
 

@@ -81,6 +81,7 @@ class OpSchema:
     gradient: Any = None                      # a maker function, one of the no-gradient kinds, or None
     shape: Callable | None = None
     alloc: Callable | None = None             # alloc(*inputs, **args) -> [(output, shape, dtype)] it will allocate
+    specialize: Callable | None = None        # specialize(*inputs, **args) -> fast(*inputs) for that input signature
     doc: str = ""
     family: str = ""
 
@@ -108,7 +109,10 @@ class Registry:
     def op(self, type_: str, **record) -> Callable[[Callable], Callable]:
         """Decorator registering kernel under type_ with its full record: inputs=1, outputs=1 (a count or a
         (min, max) pair, None = unbounded), args, inplace, enforce_inplace, context, random, devices,
-        host_inputs, gradient, shape, alloc, doc, aliases, inplace_kernel. Raises once the registry is frozen.
+        host_inputs, gradient, shape, alloc, doc, aliases, inplace_kernel, specialize. Raises once the registry is
+        frozen. specialize (for hot CPU ops) is called once per input signature (the shape and dtype of every
+        input) with that call's inputs and the arguments, does every check that depends only on them and returns
+        fast(*inputs), the kernel without those checks for inputs of that signature (None: use the kernel).
         alloc (for ops whose output sizes a file dictates, such as fills) is called with the kernel's inputs and
         arguments before the kernel and returns (output index, shape, dtype) of each array the kernel will
         allocate; the executor refuses any over the workspace's Limits.max_blob_bytes."""
@@ -122,14 +126,15 @@ class Registry:
 
     def _add(self, type_, kernel, *, inputs=1, outputs=1, args=None, inplace=ANY_INPLACE, enforce_inplace=(),
              context=False, random=False, devices="same", host_inputs=(), gradient=None, shape=None, alloc=None,
-             doc=None, aliases=(), inplace_kernel=None) -> tuple[str, ...]:
+             doc=None, aliases=(), inplace_kernel=None, specialize=None) -> tuple[str, ...]:
         allow = inplace if inplace == ANY_INPLACE else frozenset(inplace)
         schema = OpSchema(
             type=type_, kernel=kernel, inputs=_range(inputs), outputs=_range(outputs),
             args={k: _as_arg(v) for k, v in (args or {}).items()}, allow_inplace=allow,
             enforce_inplace=frozenset(enforce_inplace), context=context, random=random, devices=devices,
             host_inputs=frozenset(host_inputs), inplace_kernel=inplace_kernel,
-            gradient=gradient, shape=shape, alloc=alloc, doc=(doc or kernel.__doc__ or "").strip(),
+            gradient=gradient, shape=shape, alloc=alloc, specialize=specialize,
+            doc=(doc or kernel.__doc__ or "").strip(),
             family=kernel.__module__.rsplit(".", 1)[-1])
         names = (type_, *aliases)
         for name in names:
@@ -153,6 +158,8 @@ class Registry:
         """Test hook: type_'s record with `fields` (OpSchema fields: kernel, shape, inplace_kernel, ...)
         replaced while the context lasts; the original record is restored on exit."""
         saved = self.get(type_)
+        if "kernel" in fields and "specialize" not in fields:
+            fields["specialize"] = None    # a specialization belongs to the kernel it was written for
         self._ops[type_] = dataclasses.replace(saved, **fields)
         try:
             yield self._ops[type_]

@@ -1,0 +1,94 @@
+"""Where one char-rnn training step goes, with the step nets compiled: every main-net op timed through its
+BoundOp.call, and every op of the compiled step-net routines through its compiled form (the RecurrentNetwork
+rows include their step ops). Prints a markdown table; --write puts it into RESULTS.md.
+
+    python benchmarks/step_profile.py [--cell lstm] [--hidden 128] [--threads 1] [--steps 20] [--write]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections import defaultdict
+
+from results import write_section
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--cell", default="lstm", choices=("lstm", "gru", "rnn"))
+    p.add_argument("--hidden", type=int, default=128)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--write", action="store_true")
+    args = p.parse_args()
+    import numpy  # noqa: F401 - loaded first, so that threadpoolctl finds its BLAS
+    from threadpoolctl import threadpool_limits
+    threadpool_limits(args.threads, user_api="blas")
+
+    import stepnet.compiled.program as program
+    from targets import stepnet_net
+
+    spent, calls = defaultdict(float), defaultdict(int)
+    plain = program.compiled_form
+
+    def timed(fn, key):
+        def run(ins, outs):
+            start = time.perf_counter()
+            fn(ins, outs)
+            spent[key] += time.perf_counter() - start
+            calls[key] += 1
+        return run
+
+    def compiled_form(bop, ins, outs):     # every compiled step op wrapped in a timer
+        fast = plain(bop, ins, outs)
+        if fast is None:
+            return None
+        key = ("step net", bop.opdef.type)
+        rebind = None if fast.rebind is None else (lambda b, r=fast.rebind: timed(r(b), key))
+        return fast._replace(fn=timed(fast.fn, key), rebind=rebind)
+    program.compiled_form = compiled_form
+
+    _, net, _ = stepnet_net(args.cell, args.hidden, 25, 32, 65, train=True)
+    for _ in range(3):
+        net.run()
+    for bop in net.ops:
+        def call(*values, _call=bop.call, _key=("main net", bop.opdef.type)):
+            start = time.perf_counter()
+            try:
+                return _call(*values)
+            finally:
+                spent[_key] += time.perf_counter() - start
+                calls[_key] += 1
+        bop.call = call
+    spent.clear()
+    calls.clear()
+    n = args.steps
+    start = time.perf_counter()
+    for _ in range(n):
+        net.run()
+    total = 1000 * (time.perf_counter() - start) / n
+    rows = sorted(((w, t, calls[(w, t)] // n, 1000 * s / n) for (w, t), s in spent.items()), key=lambda r: -r[3])
+    main_ops = sum(ms for w, _, _, ms in rows if w == "main net")
+    inner = sum(ms for w, _, _, ms in rows if w == "step net")
+    rnn = sum(ms for w, t, _, ms in rows if w == "main net" and t.startswith("RecurrentNetwork"))
+    lines = [f"## Where the training step goes ({args.cell.upper()}, H={args.hidden}, compiled step nets)", "",
+             f"- command: `python benchmarks/step_profile.py {' '.join(sys.argv[1:])}`; {args.threads} BLAS "
+             f"thread(s); load average {', '.join(f'{v:.2f}' for v in os.getloadavg())}",
+             f"- {total:.2f} ms per step while instrumented (mean of {n} steps after 3); the RecurrentNetwork rows "
+             "include their step ops (the 'step net' rows)", "",
+             "| where | op | calls/step | ms/step | share |", "|---|---|---|---|---|"]
+    lines += [f"| {w} | {t} | {c} | {ms:.2f} | {100 * ms / total:.0f} % |" for w, t, c, ms in rows]
+    lines += [f"| — | RecurrentNetwork ops outside their step ops (links bookkeeping, zeroing, weight GEMM, "
+              f"state setup) | | {rnn - inner:.2f} | {100 * (rnn - inner) / total:.0f} % |",
+              f"| — | executor loop outside the ops | | {total - main_ops:.2f} | "
+              f"{100 * (total - main_ops) / total:.0f} % |", ""]
+    text = "\n".join(lines)
+    print(text)
+    if args.write:
+        write_section(text, lines[0] + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,300 @@
+"""Issue #16's speed targets, every row measured in one process with interleaved rounds.
+
+Each row times stepnet and one peer alternately (the order swapped every round) and reports the median of the
+per-round ratios stepnet ÷ peer (with quartiles) and both medians in ms: a machine shared with other busy
+processes slows both halves of a round alike, so the ratio is far steadier than two separate medians. numpy's
+BLAS (threadpoolctl), torch and onnxruntime all get --threads threads.
+
+Rows (B=32, T=25, V=65 unless said; one-hot input, SGD):
+  train    one char-rnn training step (forward, BPTT, SGD) of LSTM / GRU / basic RNN vs torch nn.LSTM/GRU/RNN,
+           vs an nn.LSTMCell/GRUCell/RNNCell loop, and (LSTM) vs the hand-written numpy BPTT (numpy_lstm.py)
+  forward  the predict net (RNN over T steps, output FC, Softmax), forward-only, vs onnxruntime running
+           the same torch module exported to ONNX
+  sample   sampling at B=1: per character feed the one-hot char and the states, run the T=1 predict net,
+           fetch the probabilities and states; vs the same step written in numpy (outputs compared)
+  squeeze  SqueezeNet 1.1 forward at 224×224, batch 1 and 8, vs torch (squeezenet.py's models)
+
+    python benchmarks/targets.py [--threads 1] [--rounds 20] [--rows train forward sample squeeze]
+        [--cells lstm gru rnn] [--hidden 128 512] [--write]
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import statistics
+import sys
+import time
+import warnings
+
+import numpy as np
+from results import write_section
+
+HEADER = "## Speed targets (issue #16)"
+GAMMA = 0.9999
+TORCH_CELLS = {"lstm": ("LSTM", "LSTMCell"), "gru": ("GRU", "GRUCell"), "rnn": ("RNN", "RNNCell")}
+TARGETS = {("train", "pytorch"): 1.3, ("train", "numpy"): 1.0, ("train", "pytorch-cell", 128): 0.8,
+           ("train", "pytorch-cell", 512): 0.9, ("forward", "onnxruntime"): 1.3, ("sample", "numpy"): 1.5,
+           ("squeeze", "pytorch"): 1.3}
+
+
+def make_data(T: int, B: int, V: int, seed: int = 0):
+    ids = np.random.default_rng(seed).integers(0, V, (T + 1, B))
+    x = np.zeros((T, B, V), np.float32)
+    x[np.arange(T)[:, None], np.arange(B)[None, :], ids[:-1]] = 1
+    return x, ids[1:].reshape(-1).astype(np.int32)
+
+
+# --------------------------------------------------------------------------------------------- stepnet
+def stepnet_net(cell: str, H: int, T: int, B: int, V: int, train: bool):
+    """(workspace, bound net) of the char-rnn model with this cell: the training step or the predict net."""
+    from stepnet.builder import BlobRef
+    from stepnet.model import ModelBuilder
+    from stepnet.rnn_cell import basic_rnn, gru, lstm
+    from stepnet.workspace import Workspace
+
+    m = ModelBuilder("char_rnn")
+    x, h0, c0 = BlobRef("input_blob"), BlobRef("hidden_init"), BlobRef("cell_init")
+    if cell == "lstm":
+        outs = lstm(m, x, BlobRef("seq_lengths"), (h0, c0), V, H, scope="LSTM", forward_only=not train)
+    elif cell == "gru":
+        outs = gru(m, x, BlobRef("seq_lengths"), (h0,), V, H, scope="GRU", forward_only=not train)
+    else:
+        outs = basic_rnn(m, x, None, (h0,), V, H, scope="RNN", forward_only=not train)
+    logits = m.fc(outs[0], "output", H, V, axis=2)
+    probs = m.net.Softmax(logits, BlobRef("softmax"), axis=2)
+    if train:
+        flat, _ = m.net.Reshape(probs, [BlobRef("softmax_reshaped"), BlobRef("_")], shape=[-1, V])
+        loss = m.net.AveragedLoss(m.net.LabelCrossEntropy([flat, BlobRef("target")], BlobRef("xent")),
+                                  BlobRef("loss"))
+        m.add_gradient_ops([loss])
+        m.sgd(0.1 * T, policy="step", stepsize=1, gamma=GAMMA)
+    ws = Workspace(seed=0)
+    ws.run_net_once(m.init_net.proto())
+    xs, target = make_data(T, B, V)
+    zeros = np.zeros((1, B, H), np.float32)
+    for name, value in (("input_blob", xs), ("target", target), ("seq_lengths", np.full(B, T, np.int32)),
+                        ("hidden_init", zeros), ("cell_init", zeros)):
+        ws.feed(name, value)
+    return ws, ws.create_net(m.net.proto()), [str(o) for o in outs]
+
+
+# --------------------------------------------------------------------------------------------- torch, ORT
+def torch_model(cell: str, H: int, V: int, loop: bool):
+    from torch import nn
+
+    whole, step = TORCH_CELLS[cell]
+    rnn = getattr(nn, step if loop else whole)(V, H)
+    return rnn, nn.Linear(H, V)
+
+
+def torch_train(cell: str, H: int, T: int, B: int, V: int, loop: bool):
+    import torch
+    from torch import nn
+
+    rnn, lin = torch_model(cell, H, V, loop)
+    opt = torch.optim.SGD(list(rnn.parameters()) + list(lin.parameters()), lr=0.1 * T)
+    xs, target = make_data(T, B, V)
+    x, tgt = torch.from_numpy(xs), torch.from_numpy(target.astype(np.int64))
+    h0 = torch.zeros(B, H) if loop else torch.zeros(1, B, H)
+    it = [0]
+
+    def forward():
+        if not loop:
+            out, _ = rnn(x, (h0, h0) if cell == "lstm" else h0)
+        else:
+            state, hs = ((h0, h0) if cell == "lstm" else h0), []
+            for t in range(T):
+                state = rnn(x[t], state)
+                hs.append(state[0] if cell == "lstm" else state)
+            out = torch.stack(hs)
+        return nn.functional.cross_entropy(lin(out).reshape(-1, V), tgt)
+
+    def run():
+        it[0] += 1
+        opt.param_groups[0]["lr"] = 0.1 * T * GAMMA ** it[0]
+        opt.zero_grad(set_to_none=True)
+        loss = forward()
+        loss.backward()
+        opt.step()
+    return run
+
+
+def onnx_forward(cell: str, H: int, T: int, B: int, V: int, threads: int):
+    import io
+
+    import onnxruntime as ort
+    import torch
+
+    rnn, lin = torch_model(cell, H, V, loop=False)
+
+    class Predict(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.rnn, self.lin = rnn, lin
+
+        def forward(self, x):
+            return torch.softmax(self.lin(self.rnn(x)[0]), dim=2)
+
+    xs, _ = make_data(T, B, V)
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(Predict().eval(), (torch.from_numpy(xs),), buf, input_names=["x"], output_names=["p"],
+                          dynamo=False)
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
+    sess = ort.InferenceSession(buf.getvalue(), opts, providers=["CPUExecutionProvider"])
+    feed = {"x": xs}
+    return lambda: sess.run(None, feed)
+
+
+# --------------------------------------------------------------------------------------------- sampling
+def sampler_pair(H: int, V: int, chars: int):
+    """(stepnet sampler, numpy sampler): each draws `chars` characters at B=1 from the same LSTM weights,
+    feeding the previous character and states back (greedy: the most likely next character)."""
+    ws, net, outs = stepnet_net("lstm", H, 1, 1, V, train=False)
+    p = {k: ws.fetch(f"LSTM/{k}") for k in ("i2h_w", "i2h_b", "gates_t_w", "gates_t_b")}
+    p.update({k: ws.fetch(k) for k in ("output_w", "output_b")})
+    h_last, c_last = outs[1], outs[3]
+    eye = np.eye(V, dtype=np.float32)
+
+    def stepnet_sample(first=0):
+        ch, h, c = first, np.zeros((1, 1, H), np.float32), np.zeros((1, 1, H), np.float32)
+        for _ in range(chars):
+            ws.feed("input_blob", eye[ch].reshape(1, 1, V))
+            ws.feed("hidden_init", h)
+            ws.feed("cell_init", c)
+            net.run()
+            probs, h, c = ws.fetch("softmax"), ws.fetch(h_last), ws.fetch(c_last)
+            ch = int(probs.argmax())
+        return probs
+
+    wi, wh, wo = p["i2h_w"].T.copy(), p["gates_t_w"].T.copy(), p["output_w"].T.copy()
+    bias, bo = p["i2h_b"] + p["gates_t_b"], p["output_b"]
+
+    def numpy_sample(first=0):
+        ch, h, c = first, np.zeros((1, H), np.float32), np.zeros((1, H), np.float32)
+        for _ in range(chars):
+            g = wi[ch] + bias + h @ wh
+            s = 0.5 * np.tanh(0.5 * g[:, :3 * H]) + 0.5
+            c = s[:, H:2 * H] * c + s[:, :H] * np.tanh(g[:, 3 * H:])
+            h = s[:, 2 * H:] * np.tanh(c)
+            logits = h @ wo + bo
+            e = np.exp(logits - logits.max())
+            probs = e / e.sum()
+            ch = int(probs.argmax())
+        return probs
+
+    diff = float(np.abs(stepnet_sample().reshape(-1) - numpy_sample().reshape(-1)).max())
+    return stepnet_sample, numpy_sample, diff
+
+
+# --------------------------------------------------------------------------------------------- rounds
+def interleaved(a, b, rounds: int, warmup: int) -> dict:
+    for _ in range(warmup):
+        a()
+        b()
+    ta, tb = [], []
+    for r in range(rounds):
+        for fn, times in ((a, ta), (b, tb)) if r % 2 == 0 else ((b, tb), (a, ta)):
+            start = time.perf_counter()
+            fn()
+            times.append(1000 * (time.perf_counter() - start))
+    ratios = [x / y for x, y in zip(ta, tb)]
+    q = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratios[0]] * 3
+    return {"ratio": statistics.median(ratios), "q1": q[0], "q3": q[2], "a": statistics.median(ta),
+            "b": statistics.median(tb)}
+
+
+def rows(args):
+    """(row, peer, size label, stepnet fn, peer fn, note) for every requested row."""
+    T, B, V = 25, 32, 65
+    for H in args.hidden:
+        for cell in args.cells:
+            if "train" in args.rows:
+                _, net, _ = stepnet_net(cell, H, T, B, V, train=True)
+                yield "train", "pytorch", cell, H, net.run, torch_train(cell, H, T, B, V, loop=False), ""
+                yield "train", "pytorch-cell", cell, H, net.run, torch_train(cell, H, T, B, V, loop=True), ""
+                if cell == "lstm":
+                    from char_rnn import numpy_timer, stepnet_timer
+                    cfg = argparse.Namespace(batch=B, steps=T, vocab=V, optimizer="sgd", lr=0.1 * T)
+                    run, _, init = stepnet_timer(cfg, H)
+                    yield "train", "numpy", cell, H, run, numpy_timer(cfg, H, init)[0], ""
+            if "forward" in args.rows:
+                _, net, _ = stepnet_net(cell, H, T, B, V, train=False)
+                yield "forward", "onnxruntime", cell, H, net.run, onnx_forward(cell, H, T, B, V, args.threads), ""
+    if "sample" in args.rows:
+        for H in args.hidden:
+            a, b, diff = sampler_pair(H, V, args.chars)
+            yield ("sample", "numpy", "lstm", H, a, b, f"{args.chars} chars per call, times per char; "
+                   f"max |Δp| after {args.chars} chars {diff:.0e}")
+    if "squeeze" in args.rows:
+        from squeezenet import stepnet_model, torch_timer
+        for batch in (1, 8):
+            run, out, weights, x = stepnet_model(batch)
+            peer = torch_timer(weights, x)[0]
+            run()
+            diff = float(np.abs(out() - peer()).max())
+            yield "squeeze", "pytorch", "squeezenet", f"batch {batch}", run, peer, f"max |Δp| {diff:.0e}"
+
+
+def target_of(row, peer, size):
+    return TARGETS.get((row, peer, size), TARGETS.get((row, peer)))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--rounds", type=int, default=20)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--chars", type=int, default=20, help="characters per sampling call")
+    p.add_argument("--rows", nargs="+", default=["train", "forward", "sample", "squeeze"])
+    p.add_argument("--cells", nargs="+", default=["lstm", "gru", "rnn"])
+    p.add_argument("--hidden", type=int, nargs="+", default=[128, 512])
+    p.add_argument("--write", action="store_true")
+    args = p.parse_args()
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    threadpool_limits(args.threads, user_api="blas")
+    import torch
+    torch.set_num_threads(args.threads)
+    load = ", ".join(f"{v:.2f}" for v in os.getloadavg())
+    blas = "; ".join(f"{i.get('internal_api')} {i.get('version')} {i.get('architecture', '')} "
+                     f"{i.get('num_threads')} threads" for i in threadpool_info() if i.get("user_api") == "blas")
+    table = ["| row | cell | size | peer | stepnet ms | peer ms | stepnet ÷ peer (quartiles) | target | note |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for row, peer, cell, size, a, b, note in rows(args):
+        rounds = args.rounds if row != "squeeze" or size == "batch 1" else max(5, args.rounds // 3)
+        r = interleaved(a, b, rounds, args.warmup)
+        scale = 1 / args.chars if row == "sample" else 1
+        target = target_of(row, peer, size)
+        verdict = "—" if target is None else f"≤ {target}: {'met' if r['ratio'] <= target else 'MISSED'}"
+        line = (f"| {row} | {cell} | {f'H={size}' if isinstance(size, int) else size} | {peer} | "
+                f"{r['a'] * scale:.3f} | {r['b'] * scale:.3f} | {r['ratio']:.2f} ({r['q1']:.2f}–{r['q3']:.2f}) | "
+                f"{verdict} | {note} |")
+        print(line, flush=True)
+        table.append(line)
+    command = " ".join(["python", "benchmarks/targets.py", *sys.argv[1:]])
+    text = "\n".join([
+        f"{HEADER}", "",
+        f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; machine: {platform.machine()}, "
+        f"{os.cpu_count()} CPUs, Python {platform.python_version()}, numpy {np.__version__}, torch {torch.__version__}",
+        f"- threads: {args.threads} (numpy BLAS: {blas}; torch {torch.get_num_threads()}; onnxruntime intra-op "
+        f"{args.threads})",
+        f"- load average at the start (1, 5, 15 min): {load}; at the end: "
+        + ", ".join(f"{v:.2f}" for v in os.getloadavg()),
+        f"- command: `{command}`",
+        f"- every row: stepnet and the peer alternately in one process, {args.rounds} rounds "
+        f"({max(5, args.rounds // 3)} for SqueezeNet batch 8) after {args.warmup} warm-up calls each, the order "
+        "swapped every round; the ratio is the median of the per-round ratios (quartiles in brackets), the ms "
+        "columns each side's median", "",
+        *table, ""])
+    print(text)
+    if args.write:
+        write_section(text, HEADER + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,175 @@
+"""The step-net compiler: a bound step net, specialized to the shapes of one run, as a straight-line routine.
+
+A RecurrentNetwork op (forward or gradient) keeps a StepCompiler. At the first timestep of a run it compares
+the signature of the step net's external inputs (type, shape and dtype of every blob the net reads before
+writing it) with the compiled one. When they differ, that timestep runs op by op (every kernel check, every
+error message as before) and the program is built from its arrays: each op's compiled form
+(kernels.compiled_form) and what each output is:
+
+- a view: a link internal, whose rows the link op points at each timestep; the op writes into it (what
+  Blob.set's write-through does);
+- in place: the op's input blob too (Sum into a gradient, the RNN accumulate ops);
+- a buffer: a blob of the step workspace or of the workspace the steps share, allocated once per step
+  workspace and rewritten every timestep (each op's result used to be a fresh array).
+
+An op without a compiled form, an output in an outer workspace written other than in place, a view output
+overlapping an input, or a non-numpy input leaves the net interpreted. Every later timestep runs the routine
+of its step workspace: one call per op on the blobs' current arrays, no dispatch, checks or allocation.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..executor import _failure
+from .kernels import compiled_form
+
+_BUFFER, _VIEW, _INPLACE, _LINKS = "buffer", "view", "in place", "links"
+
+
+def external_blobs(net) -> list:
+    """The Blobs a bound net reads before any of its ops writes them."""
+    written, external, seen = set(), [], set()
+    for bop in net.ops:
+        for blob in bop.inputs:
+            if id(blob) not in written and id(blob) not in seen:
+                seen.add(id(blob))
+                external.append(blob)
+        written.update(id(b) for b in bop.outputs)
+    return external
+
+
+def signature(blobs) -> tuple | None:
+    """(shape, dtype) of every external input, or None when one is not a numpy array."""
+    sig = []
+    for blob in blobs:
+        v = blob.value
+        if type(v) is not np.ndarray:
+            return None
+        sig.append((v.shape, v.dtype))
+    return tuple(sig)
+
+
+def _owned(ws, blob) -> bool:
+    """Whether blob belongs to the step workspace or to the workspace shared by the steps."""
+    return any(w is not None and w.local_blob(blob.name) is blob for w in (ws, ws.parent))
+
+
+def _writes_in_place(bop, blob) -> bool:
+    """Whether the interpreted op writes this input's array in place too (so an outer blob may be written)."""
+    schema = bop.schema
+    pairs = {(i, o) for i, b in enumerate(bop.inputs) for o, c in enumerate(bop.outputs) if b is blob and c is blob}
+    return bool(pairs & set(schema.enforce_inplace)) or ((0, 0) in pairs and schema.inplace_kernel is not None)
+
+
+class Program:
+    """Per op of the step net: its compiled form and what each of its outputs is."""
+
+    def __init__(self, ops):
+        self.ops = ops   # [(Fast, [(kind, shape, dtype) per output])]
+
+    @classmethod
+    def of(cls, net) -> "Program | None":
+        """The program of a bound step net that has just run one timestep, or None when it cannot be
+        compiled."""
+        if net.check_nan or net.mixed_devices:
+            return None
+        ops, views, buffers = [], set(), {}
+        for bop in net.ops:
+            ins, outs = [b.value for b in bop.inputs], [b.value for b in bop.outputs]
+            if any(type(v) is not np.ndarray for v in ins):
+                return None
+            fast = compiled_form(bop, ins, outs) if all(type(v) is np.ndarray for v in outs) or \
+                bop.opdef.type == "rnn_internal_apply_links" else None
+            if fast is None:
+                return None
+            if fast.blobs:
+                views.update(id(b) for b in bop.outputs)
+                ops.append((fast, [(_LINKS, None, None)] * len(outs)))
+                continue
+            kinds = []
+            for blob, value in zip(bop.outputs, outs):
+                if any(blob is b for b in bop.inputs):
+                    if not (id(blob) in views or _owned(net.workspace, blob) or _writes_in_place(bop, blob)):
+                        return None
+                    kinds.append((_INPLACE, None, None))
+                elif id(blob) in views:
+                    if not blob.view or any(np.may_share_memory(value, x) for x in ins):
+                        return None
+                    kinds.append((_VIEW, None, None))
+                elif _owned(net.workspace, blob):
+                    spec = (value.shape, value.dtype)
+                    if buffers.setdefault(id(blob), spec) != spec:
+                        return None
+                    kinds.append((_BUFFER, *spec))
+                else:
+                    return None
+            ops.append((fast, kinds))
+        return cls(ops)
+
+    def routine(self, net):
+        """The routine of one step workspace's bound net: its buffers allocated (and bound to its blobs) now."""
+        entries, profiler = [], net.workspace.profiler
+        for bop, (fast, kinds) in zip(net.ops, self.ops):
+            for blob, (kind, shape, dtype) in zip(bop.outputs, kinds):
+                if kind == _BUFFER:
+                    blob.value = np.empty(shape, dtype)
+                    blob.view = False
+            fn = fast.fn if fast.rebind is None else fast.rebind(bop)
+            if profiler is not None:   # --profile: each compiled op timed as its interpreted op would be
+                fn = profiler.timed(fn, net.name, bop.index, bop.opdef.type)
+            entries.append((fn, tuple(bop.inputs), tuple(bop.outputs), fast.blobs))
+        ops = net.ops
+
+        def run() -> None:
+            k = 0
+            try:
+                for fn, ins, outs, blobs in entries:
+                    fn([b.value for b in ins], outs if blobs else [b.value for b in outs])
+                    k += 1
+            except Exception as e:  # noqa: BLE001 - named after the op, as the executor does
+                bop = ops[k]
+                error = _failure(bop, [b.value for b in bop.inputs], e)
+                if error is e:
+                    raise
+                raise error from e
+        return run
+
+
+class StepCompiler:
+    """What a RecurrentNetwork op keeps to run its step net compiled: the program for the current input
+    signature and one routine per bound step net (per step workspace).
+
+    Per run: `start(net)` at the first timestep says whether the routine runs it; when it does not, the caller
+    runs the net and then calls `built(net)`; `run(net)` runs a timestep compiled."""
+
+    def __init__(self, enabled: bool = True):
+        self.enabled = enabled
+        self.signature = None
+        self.program: Program | None = None
+        self.pending = False
+        self.routines: dict[int, tuple] = {}
+        self.externals: dict[int, tuple] = {}
+
+    def start(self, net) -> bool:
+        if not self.enabled:
+            return False
+        entry = self.externals.get(id(net))
+        if entry is None or entry[0] is not net:
+            entry = self.externals[id(net)] = (net, external_blobs(net))
+        sig = signature(entry[1])
+        if sig is not None and sig == self.signature and not self.pending:
+            return self.program is not None
+        self.signature, self.program, self.routines, self.pending = sig, None, {}, sig is not None
+        return False
+
+    def built(self, net) -> None:
+        """After the first timestep of a run ran op by op: compile from its arrays (once per signature)."""
+        if self.pending:
+            self.pending = False
+            self.program = Program.of(net)
+
+    def run(self, net) -> None:
+        entry = self.routines.get(id(net))
+        if entry is None or entry[0] is not net:
+            entry = self.routines[id(net)] = (net, self.program.routine(net))
+        entry[1]()

@@ -1,0 +1,203 @@
+"""Compiled step nets (stepnet.compiled) against the op-by-op path: every cell type, forward and backward, with
+and without seq_lengths, run several times (the first timestep of a new input signature runs op by op, every
+later one compiled): every blob of the workspace bit-identical, and the compiled path really taken; a step
+net with an op lacking a compiled form runs op by op."""
+import numpy as np
+import pytest
+
+from stepnet import Workspace
+from stepnet.builder import BlobRef, NetBuilder
+from stepnet.model import ModelBuilder
+from stepnet.rnn_cell import basic_rnn, gru, lstm, recurrent_net
+
+F = np.float32
+T, N, D, H = 4, 3, 5, 6
+
+
+def compilers(net):
+    """{op type: its StepCompiler} of the RecurrentNetwork ops of a bound net."""
+    found = {}
+    for bop in net.ops:
+        if bop.opdef.type.startswith("RecurrentNetwork"):
+            state = bop.call.args[0].state
+            for key in ("forward", "backward"):
+                if key in state:
+                    found[bop.opdef.type] = state[key].compiler
+    return found
+
+
+def loss_of(m, out):
+    return m.net.AveragedLoss(m.net.Tanh(out, BlobRef("squashed")), BlobRef("loss"))
+
+
+def run_both(build, feeds, runs=3, change=None):
+    """The net built by build(m) run `runs` times in a compiled and an op-by-op workspace; (compiled ws and
+    net, interpreted ws). change(ws, run): feed new values before a run."""
+    out = []
+    for compiled in (True, False):
+        m = ModelBuilder("m")
+        build(m)
+        ws = Workspace(seed=3, compile_steps=compiled)
+        ws.run_net_once(m.init_net.proto())
+        for name, value in feeds.items():
+            ws.feed(name, value)
+        net = ws.create_net(m.net.proto())
+        for r in range(runs):
+            if change is not None:
+                change(ws, r)
+            net.run()
+        out.append((ws, net))
+    (ws_c, net_c), (ws_i, _) = out
+    for name in ws_i.blobs():
+        a, b = ws_i.find(name).value, ws_c.find(name).value
+        if isinstance(a, np.ndarray):
+            np.testing.assert_array_equal(b, a, err_msg=name)
+    return ws_c, net_c
+
+
+def sequence(rng, d=D, t=T):
+    return {"X": rng.uniform(-1, 1, (t, N, d)).astype(F), "seq": np.array([t, 1, t - 1], np.int32)}
+
+
+def assert_compiled(net, *types):
+    found = compilers(net)
+    for op_type in types:
+        assert found[op_type].program is not None, f"{op_type} ran op by op"
+
+
+@pytest.mark.parametrize("seq", [True, False])
+@pytest.mark.parametrize("forget_bias, drop_states", [(0.0, False), (1.0, True)])
+def test_lstm(seq, forget_bias, drop_states):
+    rng = np.random.default_rng(1)
+    feeds = {**sequence(rng), "h0": rng.uniform(-1, 1, (1, N, H)).astype(F),
+             "c0": rng.uniform(-1, 1, (1, N, H)).astype(F)}
+
+    def build(m):
+        h = lstm(m, "X", "seq" if seq else None, ["h0", "c0"], D, H, forget_bias=forget_bias,
+                 drop_states=drop_states)
+        m.add_gradient_ops([loss_of(m, h[0])])
+    _, net = run_both(build, feeds)
+    assert_compiled(net, "RecurrentNetwork", "RecurrentNetworkGradient")
+
+
+def test_lstm_forward_only_and_a_new_sequence_length():
+    rng = np.random.default_rng(2)
+    feeds = {**sequence(rng), "h0": np.zeros((1, N, H), F), "c0": np.zeros((1, N, H), F)}
+    longer = sequence(np.random.default_rng(5), t=T + 3)
+
+    def change(ws, r):   # the second run has a longer sequence: a new signature, compiled again
+        if r == 1:
+            ws.feed("X", longer["X"])
+            ws.feed("seq", np.array([T + 3, 2, 1], np.int32))
+
+    _, net = run_both(lambda m: lstm(m, "X", "seq", ["h0", "c0"], D, H, forward_only=True), feeds, change=change)
+    assert_compiled(net, "RecurrentNetwork")
+
+
+@pytest.mark.parametrize("seq, lbr", [(True, False), (False, True)])
+def test_gru(seq, lbr):
+    rng = np.random.default_rng(3)
+    feeds = {**sequence(rng), "h0": rng.uniform(-1, 1, (1, N, H)).astype(F)}
+
+    def build(m):
+        h = gru(m, "X", "seq" if seq else None, ["h0"], D, H, linear_before_reset=lbr)
+        m.add_gradient_ops([loss_of(m, h[0])])
+    _, net = run_both(build, feeds)
+    assert_compiled(net, "RecurrentNetwork", "RecurrentNetworkGradient")
+
+
+def test_basic_rnn_with_gradients():
+    rng = np.random.default_rng(4)
+    feeds = {**sequence(rng), "h0": rng.uniform(-1, 1, (1, N, H)).astype(F)}
+
+    def build(m):
+        h = basic_rnn(m, "X", None, ["h0"], D, H)
+        m.add_gradient_ops([loss_of(m, h[0])])
+    _, net = run_both(build, feeds)
+    assert_compiled(net, "RecurrentNetwork", "RecurrentNetworkGradient")
+
+
+@pytest.mark.parametrize("drop_states", [False, True])
+def test_basic_rnn_forward_only_with_seq_lengths(drop_states):
+    rng = np.random.default_rng(5)
+    feeds = {**sequence(rng), "h0": rng.uniform(-1, 1, (1, N, H)).astype(F)}
+    _, net = run_both(lambda m: basic_rnn(m, "X", "seq", ["h0"], D, H, forward_only=True,
+                                          drop_states=drop_states), feeds)
+    assert_compiled(net, "RecurrentNetwork")
+
+
+def milstm_step(extra_op=None):
+    """A multiplicative-integration LSTM step written by hand: gates = α·Wx·Uh + β1·Wx + β2·Uh + b, then
+    LSTMUnit (Mul / Add / FC / Sum ops)."""
+    step = NetBuilder("milstm_step")
+    step.add_external_inputs("input_t", "h_prev", "c_prev", "U", "ub", "alpha", "beta1", "beta2", "seq", "timestep")
+    uh = step.FC(["h_prev", "U", "ub"], "uh", axis=2)     # Uh + ub
+    mi = step.Mul([step.Mul(["input_t", uh], "wu"), "alpha"], "mi", broadcast=1)
+    b1 = step.Mul(["input_t", "beta1"], "b1", broadcast=1)
+    b2 = step.Mul([uh, "beta2"], "b2", broadcast=1)
+    gates = step.Sum([mi, b1, b2], "gates")
+    if extra_op is not None:
+        gates = extra_op(step, gates)
+    h, c = step.LSTMUnit(["h_prev", "c_prev", gates, "seq", "timestep"], ["h", "c"], forget_bias=0.5)
+    step.add_external_outputs(h, c)
+    return step
+
+
+def build_milstm(m, extra_op=None):
+    net = m.net
+    recurrent_net(net, milstm_step(extra_op), [(BlobRef("input_t"), BlobRef("Wx"))],
+                  [(BlobRef("h_prev"), BlobRef("h0")), (BlobRef("c_prev"), BlobRef("c0"))],
+                  {BlobRef("h_prev"): BlobRef("h"), BlobRef("c_prev"): BlobRef("c")}, scope="milstm",
+                  timestep="timestep", outputs_with_grads=(0,))
+    m.add_gradient_ops([loss_of(m, BlobRef("h_all"))])
+
+
+def milstm_feeds(rng):
+    u = rng.uniform(-1, 1, (4 * H, H)).astype(F)
+    return {"Wx": rng.uniform(-1, 1, (T, N, 4 * H)).astype(F), "seq": np.array([T, 2, 1], np.int32),
+            "h0": rng.uniform(-1, 1, (1, N, H)).astype(F), "c0": rng.uniform(-1, 1, (1, N, H)).astype(F),
+            "U": u, "ub": rng.uniform(-1, 1, 4 * H).astype(F), "alpha": rng.uniform(-1, 1, 4 * H).astype(F),
+            "beta1": rng.uniform(-1, 1, 4 * H).astype(F), "beta2": rng.uniform(-1, 1, 4 * H).astype(F)}
+
+
+def test_hand_written_milstm_step_net():
+    _, net = run_both(build_milstm, milstm_feeds(np.random.default_rng(6)))
+    assert_compiled(net, "RecurrentNetwork", "RecurrentNetworkGradient")
+
+
+def test_an_op_without_a_compiled_form_runs_op_by_op():
+    """EnsureDense has no compiled form: the forward step net runs op by op, with the same results."""
+    def extra(step, gates):
+        return step.EnsureDense([gates], "dense_gates")
+    _, net = run_both(lambda m: build_milstm(m, extra), milstm_feeds(np.random.default_rng(7)))
+    found = compilers(net)
+    assert found["RecurrentNetwork"].program is None
+
+
+def test_op_by_op_when_asked():
+    rng = np.random.default_rng(8)
+    m = ModelBuilder("m")
+    lstm(m, "X", "seq", ["h0", "c0"], D, H, forward_only=True)
+    ws = Workspace(compile_steps=False)
+    ws.run_net_once(m.init_net.proto())
+    for name, value in {**sequence(rng), "h0": np.zeros((1, N, H), F), "c0": np.zeros((1, N, H), F)}.items():
+        ws.feed(name, value)
+    net = ws.create_net(m.net.proto())
+    net.run()
+    net.run()
+    assert compilers(net)["RecurrentNetwork"].program is None
+
+
+def test_new_sequence_lengths_of_the_same_shape_run_compiled():
+    """seq_lengths' values are read at every timestep: new lengths of the same shape keep the compiled program
+    and still match the op-by-op path."""
+    rng = np.random.default_rng(9)
+    feeds = {**sequence(rng), "h0": rng.uniform(-1, 1, (1, N, H)).astype(F),
+             "c0": rng.uniform(-1, 1, (1, N, H)).astype(F)}
+    lengths = [np.array([T, 1, T - 1], np.int32), np.array([2, T, 0], np.int32), np.array([1, 1, 1], np.int32)]
+
+    def build(m):
+        h = lstm(m, "X", "seq", ["h0", "c0"], D, H)
+        m.add_gradient_ops([loss_of(m, h[0])])
+    _, net = run_both(build, feeds, change=lambda ws, r: ws.feed("seq", lengths[r]))
+    assert_compiled(net, "RecurrentNetwork", "RecurrentNetworkGradient")
