@@ -13,7 +13,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..executor import parse_args
+from ..executor import check_arity, check_inplace, parse_args
 from ..graph import Graph
 from ..ops import REGISTRY
 from ..shapes import UNKNOWN, TensorSpec, infer_op
@@ -103,6 +103,8 @@ class NetConverter:
             raise UnsupportedOpError(f"{label}: stepnet does not know this op, so it cannot export it; "
                                      f"{what_to_do(opdef, '')}")
         schema = REGISTRY.get(opdef.type)
+        check_arity(schema, opdef, label)     # what the executor checks before a kernel runs: converters index
+        check_inplace(schema, opdef, label)   # inputs and outputs by the schema's arity
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             args = parse_args(schema, opdef, label, strict=False)

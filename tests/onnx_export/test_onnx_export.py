@@ -14,6 +14,7 @@ from onnx_check import compare, one_op, ort_run  # noqa: E402
 
 from stepnet import NetDef, proto  # noqa: E402
 from stepnet.cli import main  # noqa: E402
+from stepnet.errors import StepnetError  # noqa: E402
 from stepnet.minidb import save_blobs  # noqa: E402
 from stepnet.onnx import (ExportError, InputDimsError, MissingWeightError, OpsetError,  # noqa: E402
                           UnsupportedOpError, default_opset, export_onnx)
@@ -37,6 +38,17 @@ def test_an_op_without_counterpart_is_refused_with_its_index_and_the_fix():
     with pytest.raises(UnsupportedOpError, match=r"^net 'seg', op #1 \(LengthsTile\): no ONNX counterpart; export "
                                                  r"the part before it instead \(--output r --output len\)"):
         export_onnx(net, inputs={"x": (4, 3), "len": np.array([1, 3], np.int32)})
+
+
+@pytest.mark.parametrize("op, message", [
+    (make_op("Relu", [], ["y"]), r"op #0 \(Relu\): Relu takes 1 inputs, got 0 \(none\)"),
+    (make_op("FC", ["x", "w"], ["y"]), r"op #0 \(FC\): FC takes 3 inputs, got 2 \(x, w\)"),
+    (make_op("Sigmoid", ["x"], ["y", "z"]), r"op #0 \(Sigmoid\): Sigmoid takes 1 outputs, got 2 \(y, z\)"),
+])
+def test_an_op_with_the_wrong_number_of_inputs_or_outputs_names_it(op, message):
+    net = NetDef(name="bad", op=[op], external_input=["x"], external_output=["y"])
+    with pytest.raises(StepnetError, match=r"^net 'bad', " + message):
+        export_onnx(net, inputs={"x": (2, 2), **({"w": np.ones((2, 2), np.float32)} if "w" in op.input else {})})
 
 
 def test_an_input_without_dims():
