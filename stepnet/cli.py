@@ -14,7 +14,7 @@ import numpy as np
 
 from . import checkpoints, images, proto
 from .feeds import parse_feed
-from .errors import ArgumentError, MissingBlobError, StepnetError
+from .errors import ArgumentError, MissingBlobError, StepnetError, StepnetWarning
 from .graph import Graph
 from .launch import per_rank
 from .limits import add_limit_flags, limits_of
@@ -89,7 +89,8 @@ def _run(a, ws, model, predict_def, monitor: Monitor, profiler: Profiler | None)
         saver = checkpoints.Checkpointer(a.checkpoint, a.checkpoint_every) if a.checkpoint else None
         previous = signal.signal(signal.SIGINT, saver.interrupt) if saver else None
         if a.engine == "onnxruntime":
-            print("stepnet: onnxruntime engine: it runs predict nets; a plan runs on stepnet's engine", file=sys.stderr)
+            warnings.warn(StepnetWarning("onnxruntime engine: it runs predict nets; a plan runs on stepnet's engine"),
+                          stacklevel=2)
         ws.reporter = monitor.report    # scalars the plan's Print ops print: labeled lines, metrics rows
         if not a.quiet:
             _describe_loops(model, a.iterations)

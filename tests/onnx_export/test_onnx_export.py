@@ -258,7 +258,8 @@ def test_the_engine_falls_back_with_one_line(tmp_path, capsys):
     args = ["run", str(INIT), str(path), "--feed", "X=[[0, 1], [1, 1]]", "--feed", "len=[1, 1]:int32"]
     assert main(args + ["--engine", "onnxruntime"]) == 0
     captured = capsys.readouterr()
-    assert captured.err.startswith("stepnet: onnxruntime engine: net 'xor_predict', op #3 (LengthsTile): no ONNX")
+    assert captured.err.startswith("stepnet: warning: onnxruntime engine: net 'xor_predict', op #3 (LengthsTile): "
+                                   "no ONNX")
     assert captured.err.rstrip().endswith("running on stepnet's engine") and captured.err.count("\n") == 1
     assert "y: shape (2, 1) float32 [1., 0.]" in captured.out
 
@@ -266,5 +267,27 @@ def test_the_engine_falls_back_with_one_line(tmp_path, capsys):
 def test_a_plan_runs_on_stepnets_engine_and_says_so(capsys):
     assert main(["run", str(XOR / "plan.pbtxt"), "--fetch", "y", "--engine", "onnxruntime"]) == 0
     captured = capsys.readouterr()
-    assert captured.err == "stepnet: onnxruntime engine: it runs predict nets; a plan runs on stepnet's engine\n"
+    assert captured.err == ("stepnet: warning: onnxruntime engine: it runs predict nets; a plan runs on stepnet's "
+                            "engine\n")
     assert "y: shape (4, 1) float32 [0., 1., 1., 0.]" in captured.out
+
+
+def test_the_engines_notes_are_warnings_and_a_bad_model_is_one_error_line(tmp_path, capsys):
+    plan = proto.load(XOR / "plan.pbtxt")
+    del plan.network[0]                           # its steps name a net it no longer has
+    proto.save(plan, tmp_path / "plan.pbtxt")
+    assert main(["run", str(tmp_path / "plan.pbtxt"), "--engine", "onnxruntime", "-q"]) == 1
+    err = [ln for ln in capsys.readouterr().err.splitlines() if not ln.startswith("stepnet: warning: ")]
+    assert len(err) == 1 and err[0].startswith("stepnet: error: plan 'xor_plan'"), err
+    init, net = xor()                             # a fallback note quoting an op name with a newline: one line
+    evil = "len\nstepnet: error: forged"        # blob names are quoted raw in the note's --output hint
+    net.op.append(make_op("LengthsTile", ["y", evil], ["s"]))
+    net.external_input.append(evil)
+    net.external_output.append("s")
+    proto.save(net, tmp_path / "p.pbtxt")
+    np.save(tmp_path / "len.npy", np.array([1], np.int32))
+    assert main(["run", str(INIT), str(tmp_path / "p.pbtxt"), "--feed", "X=[[0, 1]]", "--feed",
+                 f"{evil}={tmp_path / 'len.npy'}",
+                 "--engine", "onnxruntime", "-q"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("stepnet: warning: onnxruntime engine: ") and "len\\nstepnet" in err[0]
