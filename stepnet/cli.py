@@ -43,12 +43,10 @@ def format_blob(name: str, value, count: int = 6) -> str:
 
 
 def save_npz(path: Path, arrays: dict) -> None:
-    import io
+    from .files import npz_bytes
 
-    buf = io.BytesIO()
-    np.savez(buf, **{k: v.dequantize() if isinstance(v, Int8Tensor) else np.asarray(v)   # Int8: the real values
-                     for k, v in arrays.items()})
-    proto.atomic_write(path, buf.getvalue())
+    proto.atomic_write(path, npz_bytes({k: v.dequantize() if isinstance(v, Int8Tensor) else np.asarray(v)
+                                        for k, v in arrays.items()}))   # Int8: the real values
 
 
 # --------------------------------------------------------------------------------------------- commands

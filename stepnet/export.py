@@ -12,7 +12,6 @@ checkpoint; any other from the plan's own deterministic setup fill when there is
 constants), else from the checkpoint. The init net holds each as a GivenTensor*Fill of its dtype and shape."""
 from __future__ import annotations
 
-import io
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -266,12 +265,13 @@ def write_npz(result: Export, out) -> Path:
     """The parameters alone as an .npz (OUT itself when it ends in .npz, else OUT/params.npz), atomically."""
     out = Path(out)
     path = out if out.suffix.lower() == ".npz" else output_dir(out) / "params.npz"
-    buf = io.BytesIO()
+    from .files import npz_bytes
+
     try:
-        np.savez(buf, **{k: _plain(v) for k, v in result.params.items()})
+        data = npz_bytes({k: _plain(v) for k, v in result.params.items()})
     except ValueError as e:
         raise StepnetError(f"cannot write the parameters as .npz: {e}") from None
-    proto.atomic_write(path, buf.getvalue())
+    proto.atomic_write(path, data)
     return path
 
 
