@@ -170,7 +170,7 @@ def export(plan, checkpoint, nets: Sequence[str] = (), outputs: Sequence[str] | 
     updated = {name for op in all_ops for name in op.output if role(op) == "optimizer" or name in op.input}
     written = {name for op in all_ops for name in op.output}
     data = {name for net in chosen for op in net.op if not _kept(op) and role(op) == "data" for name in op.output}
-    setup = _setup_fills(plan)
+    setup = _setup_fills(plan, max_blob_bytes)
     params, feeds = {}, []
     for name in predict.external_input:
         if name in data or (name not in written and name not in saved):
@@ -189,8 +189,9 @@ def export(plan, checkpoint, nets: Sequence[str] = (), outputs: Sequence[str] | 
     return Export(init, predict, params, feeds)
 
 
-def _setup_fills(plan: PlanDef) -> dict:
+def _setup_fills(plan: PlanDef, max_blob_bytes: int | None = None) -> dict:
     """{blob: value} of the deterministic fills (no inputs, not random) in the nets of steps that run once."""
+    from .limits import Limits
     from .ops import REGISTRY
     from .workspace import Workspace
 
@@ -203,7 +204,8 @@ def _setup_fills(plan: PlanDef) -> dict:
             for op in by_name.get(net_name, NetDef()).op:
                 if (op.type.endswith("Fill") and not op.input and op.type in REGISTRY
                         and not REGISTRY.get(op.type).random):
-                    ws = Workspace()
+                    ws = Workspace(limits=Limits(writes=False, **({} if max_blob_bytes is None else
+                                                                   {"max_blob_bytes": max_blob_bytes})))
                     ws.run_net_once(NetDef(name="fill", op=[op]))
                     values.update({name: ws.fetch(name) for name in op.output})
     return values

@@ -128,9 +128,10 @@ class NetConverter:
             if conv is not None:
                 return conv.fn(ctx)
             raise UnsupportedOpError(f"{ctx.label}: no ONNX counterpart; {what_to_do(ctx.op, ctx.schema.family)}")
+        from ..limits import Limits
         from ..workspace import Workspace
 
-        ws = Workspace()
+        ws = Workspace(limits=Limits(writes=False))
         for name, v in zip(ctx.op.input, values):
             ws.feed(name, v)
         ws.run_operator_once(ctx.op)

@@ -291,3 +291,17 @@ def test_the_engines_notes_are_warnings_and_a_bad_model_is_one_error_line(tmp_pa
                  "--engine", "onnxruntime", "-q"]) == 0
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].startswith("stepnet: warning: onnxruntime engine: ") and "len\\nstepnet" in err[0]
+
+
+def test_the_init_net_runs_but_writes_no_file(tmp_path, capsys, monkeypatch):
+    """export-onnx runs the init net to take its values; a Save op there must not write (only -o is written)."""
+    monkeypatch.chdir(tmp_path)
+    init, net = xor()
+    init.op.append(make_op("Save", ["W1"], [], db="dropped.minidb", db_type="minidb"))
+    proto.save(init, tmp_path / "init.pbtxt")
+    assert main(["export-onnx", "init.pbtxt", str(PREDICT), "-o", "out.onnx", "--input", "X=1,2"]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and re.match(r"stepnet: error: net 'xor_init', op #\d+ \(Save\): db path "
+                                      r"'(\./)?dropped.minidb': this command runs the model's ops only to compute "
+                                      r"values and lets no op write a file", err[0]), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["init.pbtxt"]
