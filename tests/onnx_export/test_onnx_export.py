@@ -51,6 +51,20 @@ def test_an_op_with_the_wrong_number_of_inputs_or_outputs_names_it(op, message):
         export_onnx(net, inputs={"x": (2, 2), **({"w": np.ones((2, 2), np.float32)} if "w" in op.input else {})})
 
 
+@pytest.mark.parametrize("op, inputs, message", [
+    (make_op("Slice", ["x"], ["y"], starts=[2**62, -1, -1], ends=[-1, 1, 0]), {"x": np.zeros(2, np.int32)},
+     r"op #0 \(Slice\): starts/ends give 3 dimensions but the data has only 1"),
+    (make_op("Scale", ["x"], ["y"], scale=-1.0), {"x": np.zeros((1, 4), np.uint8)},
+     r"op #0 \(Scale\): Scale needs floating-point inputs: X must be a float tensor, got uint8"),
+])
+def test_an_op_its_record_refuses_is_refused_before_its_converter_runs(op, inputs, message):
+    """Converters read shapes and arguments as the op record's checks leave them (an IndexError, an
+    OverflowError before): the record's shape function runs first, with the executor's message."""
+    net = NetDef(name="bad", op=[op], external_input=["x"], external_output=["y"])
+    with pytest.raises(StepnetError, match=r"^net 'bad', " + message):
+        export_onnx(net, inputs=inputs)
+
+
 def test_an_input_without_dims():
     init, net = xor()
     with pytest.raises(InputDimsError, match=r"^net 'xor_predict': input 'X' \(read by op #0 \(FC\) input 0\) has "
