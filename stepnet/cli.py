@@ -14,7 +14,7 @@ import numpy as np
 
 from . import checkpoints, images, proto
 from .feeds import parse_feed
-from .errors import ArgumentError, MissingBlobError, StepnetError, StepnetWarning
+from .errors import ArgumentError, MissingBlobError, StepnetError, StepnetWarning, one_line
 from .graph import Graph
 from .launch import per_rank
 from .limits import add_limit_flags, limits_of
@@ -355,14 +355,3 @@ def _tolerant_output() -> None:
 
 def _show_warning(message, category, filename, lineno, file=None, line=None):
     print(f"stepnet: warning: {one_line(str(message))}", file=sys.stderr)
-
-
-# Control characters (C0 but tab, DEL, C1) and Unicode's line and paragraph separators, escaped: names and text
-# quoted from a file can hold any of them, and a message stays one line that cannot drive the terminal.
-_CONTROLS = str.maketrans({c: repr(c)[1:-1] for c in [*map(chr, range(32)), *map(chr, range(127, 160)),
-                                                      "\u2028", "\u2029"] if c != "\t"})
-
-
-def one_line(text: str) -> str:
-    """text with every character that would break the line (or reach the terminal as a control) escaped."""
-    return text.translate(_CONTROLS)
