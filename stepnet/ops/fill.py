@@ -137,6 +137,11 @@ def typed_values(values, dt: int, what: str) -> np.ndarray:
     Like Caffe2, float types read field floats/f, integer and bool types ints/i, STRING strings/s;
     a value stored in another field is an error, and integers must convert losslessly.
     """
+    if not isinstance(values, (list, tuple)):   # "any"-kind values stored in a single field: f, i, s, n or t
+        kind = {float: "one float (field f)", int: "one integer (field i)", bytes: "one string (field s)",
+                str: "one string (field s)"}.get(type(values), f"a {type(values).__name__} (field n or t)")
+        raise ArgumentError(f"{what} must be a list (floats, ints or strings), but the file stores {kind}; write "
+                            "the elements as a repeated field")
     values = list(values)
     if dt in _FLOAT_TYPES:
         if any(not isinstance(v, float) for v in values):
