@@ -319,3 +319,19 @@ def test_the_init_net_runs_but_writes_no_file(tmp_path, capsys, monkeypatch):
                                       r"'(\./)?dropped.minidb': this command runs the model's ops only to compute "
                                       r"values and lets no op write a file", err[0]), err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["init.pbtxt"]
+
+
+def test_a_net_onnxruntime_fails_to_run_falls_back_with_one_warning(tmp_path, capsys):
+    """onnxruntime's own errors (an integer division by zero here) are not stepnet's: the run falls back to
+    stepnet's engine with one warning line, and onnxruntime's C++ log stays quiet."""
+    net = NetDef(name="div", op=[make_op("Div", ["a", "b"], ["y"])], external_input=["a", "b"], external_output=["y"])
+    proto.save(net, tmp_path / "div.pbtxt")
+    assert main(["run", str(tmp_path / "div.pbtxt"), "--feed", "a=[4, 6]:int32", "--feed", "b=[2, 3]:int32",
+                 "--engine", "onnxruntime"]) == 0
+    assert capsys.readouterr().err == ""
+    code = main(["run", str(tmp_path / "div.pbtxt"), "--feed", "a=[4, 6]:int32", "--feed", "b=[0, 3]:int32",
+                 "--engine", "onnxruntime", "-q"])
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("stepnet: warning: onnxruntime engine: onnxruntime could not run the exported net "
+                             "([ONNXRuntimeError]") and err[0].endswith("running on stepnet's engine"), err
+    assert len(err) == 1 or (code == 1 and len(err) == 2 and err[1].startswith("stepnet: error: net 'div', op #0"))
