@@ -182,6 +182,98 @@ def hostile_op(rng: random.Random):
     return o, pool
 
 
+def _hostile(rng: random.Random, arr: np.ndarray) -> np.ndarray:
+    """arr, or a variant: NaN/inf/huge/negative entries, no rows, an extra column."""
+    kind = rng.randrange(6)
+    arr = arr.copy()
+    if kind == 0 and arr.size:
+        arr.reshape(-1)[rng.randrange(arr.size)] = rng.choice([np.nan, np.inf, -np.inf, 1e30, -1e30, -5.0])
+    elif kind == 1 and arr.ndim:
+        arr = arr[:0]
+    elif kind == 2 and arr.ndim == 2:
+        arr = np.concatenate([arr, arr[:, :1]], axis=1)
+    return arr
+
+
+def _q(name: str, src: str, rng: random.Random) -> OperatorDef:
+    return op("Int8Quantize", [src], [name], Y_scale=rng.choice([0.05, 1.0, 1e-30, 0.5]),
+              Y_zero_point=rng.choice([0, 128, 255]))
+
+
+def detection_net(rng: random.Random):
+    """(NetDef, feeds) of one detection or Int8 op with well-formed inputs (so that the op itself runs) made
+    hostile in one place: NaN/inf boxes, empty inputs, an extra column, out-of-range arguments."""
+    f = lambda *shape: rng.choice([np.ones, lambda s: np.arange(np.prod(s), dtype=np.float32).reshape(s)])(shape)  # noqa: E731
+    kind = rng.choice(["bbox", "nms", "proposals", "roialign", "roipool", "int8pool", "int8conv", "int8fc",
+                       "int8add", "int8misc"])
+    ops, feeds = [], {}
+    if kind == "bbox":
+        feeds = {"rois": np.array([[0, 0, 0, 4, 4], [0, 1, 1, 3, 5]], np.float32), "deltas": f(2, 8) * 0.1,
+                 "im_info": np.array([[10, 10, 1]], np.float32)}
+        ops.append(op("BBoxTransform", ["rois", "deltas", "im_info"], ["boxes", "splits"][:rng.randint(1, 2)]))
+    elif kind == "nms":
+        feeds = {"scores": np.array([[0.1, 0.9], [0.2, 0.8], [0.7, 0.3]], np.float32),
+                 "boxes": np.array([[0, 0, 4, 4, 0, 0, 4, 4], [1, 1, 5, 5, 1, 1, 5, 5], [0, 0, 2, 2, 6, 6, 9, 9]],
+                                   np.float32)}
+        ops.append(op("BoxWithNMSLimit", ["scores", "boxes"], ["s", "b", "c"]))
+    elif kind == "proposals":
+        feeds = {"scores": f(1, 2, 3, 3), "deltas": np.zeros((1, 8, 3, 3), np.float32),
+                 "im_info": np.array([[12, 12, 1]], np.float32), "anchors": np.array([[0, 0, 3, 3], [0, 0, 7, 7]],
+                                                                                      np.float32)}
+        ops.append(op("GenerateProposals", ["scores", "deltas", "im_info", "anchors"], ["rois", "probs"]))
+    elif kind in ("roialign", "roipool"):
+        feeds = {"X": f(1, 2, 6, 6), "R": np.array([[0, 0, 0, 3, 3], [0, 1, 2, 5, 4]], np.float32)}
+        ops.append(op("RoIAlign" if kind == "roialign" else "RoIPool", ["X", "R"], ["Y"], pooled_h=2, pooled_w=2))
+    else:
+        feeds = {"X": f(1, 2, 4, 4) if kind != "int8fc" else f(2, 3), "W": f(2, 2, 1, 1) - 0.5, "b": np.zeros(2,
+                                                                                                       np.float32)}
+        ops.append(_q("Xq", "X", rng))
+        if kind == "int8pool":
+            ops.append(op(rng.choice(["Int8MaxPool", "Int8AveragePool", "Int8MaxPoolRelu"]), ["Xq"], ["Y"], kernel=2,
+                          order="NHWC", Y_scale=1.0, Y_zero_point=0))
+        elif kind == "int8conv":
+            ops += [_q("Wq", "W", rng), op("Int8GivenIntTensorFill", [], ["bq"], shape=[2], values=[0, 0],
+                                           Y_scale=1.0, Y_zero_point=0),
+                    op("Int8Conv", ["Xq", "Wq", "bq"], ["Y"], kernel=1, order="NHWC", Y_scale=1.0, Y_zero_point=0)]
+        elif kind == "int8fc":
+            feeds["W"] = f(2, 3)
+            ops += [_q("Wq", "W", rng), op("Int8GivenIntTensorFill", [], ["bq"], shape=[2], values=[0, 0],
+                                           Y_scale=1.0, Y_zero_point=0),
+                    op("Int8FC", ["Xq", "Wq", "bq"], ["Y"], Y_scale=1.0, Y_zero_point=0)]
+        elif kind == "int8add":
+            ops += [_q("X2", "X", rng), op(rng.choice(["Int8Add", "Int8AddRelu", "Int8Sum"]), ["Xq", "X2"], ["Y"],
+                                           Y_scale=1.0, Y_zero_point=0)]
+        else:
+            ops.append(rng.choice([op("Int8Reshape", ["Xq"], ["Y", "old"], shape=[2, -1], Y_scale=1.0, Y_zero_point=0),
+                                   op("Int8Transpose", ["Xq"], ["Y"], axes=[0, 3, 1, 2], Y_scale=1.0, Y_zero_point=0),
+                                   op("Int8Softmax", ["Xq"], ["Y"], Y_scale=1 / 256, Y_zero_point=0),
+                                   op("Int8ResizeNearest", ["Xq"], ["Y"], width_scale=2.0, height_scale=2.0,
+                                      Y_scale=1.0, Y_zero_point=0),
+                                   op("Int8Concat", ["Xq", "Xq"], ["Y", "split"], axis=3, Y_scale=1.0,
+                                      Y_zero_point=0),
+                                   op("Int8Dequantize", ["Xq"], ["Y"]), op("Int8Flatten", ["Xq"], ["Y"], axis=1,
+                                                                           Y_scale=1.0, Y_zero_point=0)]))
+    name = rng.choice(list(feeds))
+    feeds = {k: np.asarray(v, np.float32) for k, v in feeds.items()}
+    feeds[name] = _hostile(rng, feeds[name])
+    target = ops[-1]
+    schema = REGISTRY.get(target.type)
+    if rng.random() < 0.6 and schema.args:   # one argument out of range
+        arg = rng.choice(list(schema.args))
+        values = {"Y_scale": [0.0, -1.0, float("nan"), float("inf")], "Y_zero_point": [-1, 256, 2**62],
+                  "kernel": [0, -1, 2**31], "pooled_h": [0, -1, 2**31], "pooled_w": [0, -1], "axis": [9, -9, 2**62],
+                  "spatial_scale": [0.0, -1.0, float("nan"), 1e30], "sampling_ratio": [-2, 2**40],
+                  "nms": [float("nan"), 2.0], "detections_per_im": [-5, 0, 2**62], "pre_nms_topN": [-1, 2**62],
+                  "post_nms_topN": [-1, 0], "min_size": [-1.0, float("nan")], "score_thresh": [float("nan")]}
+        if arg in values:
+            for a in [a for a in target.arg if a.name == arg]:
+                target.arg.remove(a)
+            target.arg.append(make_argument(arg, rng.choice(values[arg])))
+        else:
+            fuzzing.random_value_arg(rng, target.arg.add(name=arg))
+    return NetDef(name=rng.choice(["detect", fuzzing.MARK]), op=ops), feeds
+
+
 # ------------------------------------------------------------------------------------------- metrics CSVs
 def hostile_csv(rng: random.Random) -> bytes:
     """A metrics CSV that lies: NaN/inf and huge values, non-numeric fields, NULs, invalid UTF-8, quoted newlines,
@@ -195,9 +287,11 @@ def hostile_csv(rng: random.Random) -> bytes:
         w.writerow(["iteration", "name", "value"])
         names = rng.sample([h for h in HOSTILE_NAMES if h != fuzzing.MARK and len(h) < 100] + ["loss"] * 5,
                            rng.randint(1, 4))
+        odd = rng.random() < 0.3   # iterations out of range, values spanning more than a float
         for _ in range(rng.randint(1, 30)):
-            w.writerow([rng.choice([0, 1, 5, -3, 2**62, 10**30, 7]), rng.choice(names),
-                        rng.choice(["0.5", "nan", "inf", "-inf", "1e308", "-1e308", "5e-324", "0", "-0.0", "3"])])
+            w.writerow([rng.choice([0, 1, 5, -3, 2**62, 10**30, 7] if odd else range(0, 100, 7)), rng.choice(names),
+                        rng.choice(["0.5", "nan", "inf", "-inf", "5e-324", "0", "-0.0", "3", "1e300"]
+                                   + (["1e308", "-1e308"] if odd else []))])
         return buf.getvalue().encode()
     header = rng.choice([b"iteration,name,value\n"] * 6 + [b"", b"iteration;name;value\n", b"\xff\xfe\n",
                                                             b"iteration,name\n", b"\x00iteration,name,value\n"])

@@ -158,8 +158,11 @@ def make_case(family: str, rng: random.Random, workdir: Path) -> list[str]:
         return rng.choice([["run", name, "--feed", feed, "-q"], ["inspect", name, "--shapes", "--input", "x=2,2"],
                            ["draw", name, "-o", "c.dot"], ["run", name, "--feed", feed, "--profile", "-q"]])
     if family == "int8-detection":
-        o, pool = fs.hostile_op(rng)
-        net = proto.NetDef(name="hostile", op=[o], external_output=list(o.output)[:1])
+        if rng.random() < 0.6:
+            net, pool = fs.detection_net(rng)
+        else:
+            o, pool = fs.hostile_op(rng)
+            net = proto.NetDef(name="hostile", op=[o], external_output=list(o.output)[:1])
         np.savez(workdir / "pool.npz", **pool)
         name = _model(rng, workdir, net, "net", 0.0, 0.1)
         return ["run", name, "--feed", "pool.npz", *rng.choice([[], ["--device", "emulate"], ["--check-nan"]])]
