@@ -6,12 +6,20 @@ Every case ends as one of:
   ran    exit status 0
   crash  anything else: `stepnet: internal error: ...`, an exception escaping main, a worker that died
   hang   still running after --timeout seconds
+  wrapped  one `stepnet: error:` line, but the executor's last resort naming a kernel's stray Python exception
+           ("op #3 (X) failed: TypeError: ..."): a bug no check caught, counted apart from clean errors
 
     python tools/fuzz_campaign.py                       # 10,000 cases, seed 0, 2 workers
     python tools/fuzz_campaign.py --cases 500 --seed 7 --workers 4
     python tools/fuzz_campaign.py --seed 7 --only 123 --keep /tmp/case   # one case again, its files kept
+    python tools/fuzz_campaign.py --cases 3000 --families new           # only the newer surfaces' families
+    python tools/fuzz_campaign.py --families draw,plot                  # chosen families
 
-The mutators are tests/fuzzing.py's (tests/test_fuzz.py runs them under hypothesis in CI). A case is a pure
+Families: the model, minidb, feed, image and one-op families here, and (tools/fuzz_surfaces.py) draw,
+export-onnx, onnx-engine, export-predict, plot, metrics, collective, control, int8-detection, special-out.
+
+The mutators are tests/fuzzing.py's and tests/fuzzing_surfaces.py's (tests/test_fuzz.py runs them under
+hypothesis in CI). A case is a pure
 function of (seed, index), so any reported case is reproduced by --only. Not collected by pytest.
 """
 from __future__ import annotations
