@@ -16,7 +16,7 @@ import os
 import stat
 from pathlib import Path
 
-from .errors import StepnetError
+from .errors import StepnetError, one_line
 
 HEADER = ("iteration", "name", "value")
 MAX_FILE_BYTES = 1 << 30   # a metrics file larger than this is not one a run wrote
@@ -90,6 +90,13 @@ def read(path: str | Path) -> dict[str, tuple[list[int], list[float]]]:
     return curves
 
 
+def _literal(text: str) -> str:
+    """text as matplotlib shows it literally: '$' would start mathtext (and fail on '$x'), a leading '_' would
+    hide the curve from the legend."""
+    text = one_line(text).replace("$", r"\$")
+    return " " + text if text.startswith("_") else text
+
+
 def _names(names) -> str:
     shown = ", ".join(repr(n) for n in list(names)[:10])
     return shown + (f", ... ({len(names) - 10} more)" if len(names) > 10 else "")
@@ -133,10 +140,10 @@ def plot(path: str | Path, output: str | Path, names: list[str] | None = None, t
                            "holds, so no axis can show them; plot the names apart with --name NAME")
     fig, ax = plt.subplots(figsize=(7, 4))
     for name, (its, values) in curves.items():
-        ax.plot(its, values, marker="o", markersize=3 if len(its) > 1 else 6, label=name)
+        ax.plot(its, values, marker="o", markersize=3 if len(its) > 1 else 6, label=_literal(name))
     ax.set_xlabel("iteration")
     ax.set_ylabel("value")
-    ax.set_title(title or Path(path).name, usetex=False)
+    ax.set_title(_literal(title or Path(path).name), usetex=False)
     ax.grid(True, alpha=0.3)
     ax.legend()
     buf = io.BytesIO()

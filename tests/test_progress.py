@@ -183,6 +183,13 @@ def test_hostile_metrics_files_are_one_line(tmp_path, capsys, data, message):
     assert not (tmp_path / "p.png").exists()
 
 
+def test_names_and_titles_are_drawn_literally(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    (tmp_path / "m.csv").write_text("iteration,name,value\n1,cost $x_{$,2\n2,_hidden,1\n")
+    assert main(["plot", str(tmp_path / "m.csv"), "-o", str(tmp_path / "p.svg"), "--title", "$\\frac{$"]) == 0
+    assert "plotted 2 curve(s)" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("target", ["link.png", "fifo.png", "dir.png", "p.xyz"])
 def test_plot_target_must_be_a_regular_file_with_an_image_suffix(tmp_path, capsys, target):
     pytest.importorskip("matplotlib")
