@@ -356,3 +356,16 @@ def test_control_characters_quoted_from_a_file_stay_on_one_line(tmp_path):
     r = cli("run", tmp_path / "ctl.pbtxt")
     line = one_error_line(r)
     assert "line 2" in line and "\\x0b\\x0c\\x1b[31m\\x85" in line
+
+
+def test_inspect_escapes_names_from_the_file(tmp_path, capsys):
+    """inspect lists op types and blob names from the model on stdout: control characters are shown escaped."""
+    from stepnet.cli import main
+
+    evil = "x\x1b]0;pwned\x07\nforged"
+    (tmp_path / "n.pbtxt").write_text(f'name: "n" external_input: {evil!r} external_output: {evil!r}\n'
+                                      f'op {{ type: {evil!r} input: {evil!r} output: "y" }}\n'.replace("'", '"'))
+    main(["inspect", str(tmp_path / "n.pbtxt")])
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out and "\nforged" not in out
+    assert "x\\x1b]0;pwned\\x07\\nforged" in out
