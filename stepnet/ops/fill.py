@@ -51,15 +51,15 @@ def host_ints(x, what: str) -> list[int] | None:
     return [int(v) for v in np.asarray(backend.to_host(x)).reshape(-1)]
 
 
-MAX_ELEMENTS = np.iinfo(np.intp).max
+MAX_ELEMENTS = np.iinfo(np.intp).max // 16   # numpy also refuses dims whose product times the item size overflows
 
 
 def _check_dims(dims, where: str) -> tuple[int, ...]:
     if any(d < 0 for d in dims):
         raise ArgumentError(f"{where} {list(dims)} has a negative dimension; every dim must be >= 0")
     if math.prod(d for d in dims if d) > MAX_ELEMENTS:   # numpy refuses such a shape even with a 0 in it
-        raise ArgumentError(f"{where} {list(dims)}: its nonzero dims multiply to more than {MAX_ELEMENTS}, the most "
-                            "elements an array can have, even with a dim of 0")
+        raise ArgumentError(f"{where} {list(dims)}: its nonzero dims multiply to more than {MAX_ELEMENTS}, more "
+                            "elements than an array can have, even with a dim of 0")
     return tuple(dims)
 
 
