@@ -298,8 +298,8 @@ RUNTIME_ONLY = [  # values, not shapes: found when the op runs
      {}, ShapeError, "batch index 2, outside the 1 images"),
     ("nms-splits-sum", "BoxWithNMSLimit", [SC, BX, np.array([1, 2], F32)], 3, {}, ShapeError, "adding up to the 4"),
     *((f"gp-im-info-{v}", "GenerateProposals", [*GP[:2], np.array([v], F32), GP[3]], 2, {}, ShapeError,
-       r"im_info row 0 is \[.*\]; each row must be \[height, width, scale\] with finite sides from 0 to 2\*\*31 "
-       "and a scale > 0") for v in ([12, np.inf, 1], [np.nan, 12, 1], [12, 12, 0], [-3, 12, 1], [3e9, 12, 1])),
+       r"im_info row 0 is \[.*\]; each row must be \[height, width, scale\] of finite numbers")
+      for v in ([12, np.inf, 1], [np.nan, 12, 1], [12, -np.inf, 1])),
 ]
 
 
