@@ -118,7 +118,9 @@ class NetConverter:
             if self.state.opset < conv.opset:
                 raise OpsetError(f"{label}: its ONNX form needs opset {conv.opset}, but the export is at opset "
                                  f"{self.state.opset}; export with --opset {conv.opset} or newer")
-            ctx.inferred()   # the op record's shape checks first: a converter trusts the shapes and args it reads
+            with warnings.catch_warnings():   # argument warnings were given (or not) when the args were parsed
+                warnings.simplefilter("ignore")
+                ctx.inferred()   # the op record's shape checks first: a converter trusts the shapes and args it reads
             conv.fn(ctx)
         self.finish(ctx)
 
