@@ -14,7 +14,7 @@ import numpy as np
 
 from . import checkpoints, images, proto
 from .feeds import parse_feed
-from .errors import ArgumentError, MissingBlobError, StepnetError
+from .errors import ArgumentError, MissingBlobError, StepnetError, StepnetWarning, one_line
 from .graph import Graph
 from .launch import per_rank
 from .limits import add_limit_flags, limits_of
@@ -43,12 +43,10 @@ def format_blob(name: str, value, count: int = 6) -> str:
 
 
 def save_npz(path: Path, arrays: dict) -> None:
-    import io
+    from .files import npz_bytes
 
-    buf = io.BytesIO()
-    np.savez(buf, **{k: v.dequantize() if isinstance(v, Int8Tensor) else np.asarray(v)   # Int8: the real values
-                     for k, v in arrays.items()})
-    proto.atomic_write(path, buf.getvalue())
+    proto.atomic_write(path, npz_bytes({k: v.dequantize() if isinstance(v, Int8Tensor) else np.asarray(v)
+                                        for k, v in arrays.items()}))   # Int8: the real values
 
 
 def _threads(text: str) -> int:
@@ -99,7 +97,8 @@ def _run(a, ws, model, predict_def, monitor: Monitor, profiler: Profiler | None)
         saver = checkpoints.Checkpointer(a.checkpoint, a.checkpoint_every) if a.checkpoint else None
         previous = signal.signal(signal.SIGINT, saver.interrupt) if saver else None
         if a.engine == "onnxruntime":
-            print("stepnet: onnxruntime engine: it runs predict nets; a plan runs on stepnet's engine", file=sys.stderr)
+            warnings.warn(StepnetWarning("onnxruntime engine: it runs predict nets; a plan runs on stepnet's engine"),
+                          stacklevel=2)
         ws.reporter = monitor.report    # scalars the plan's Print ops print: labeled lines, metrics rows
         if not a.quiet:
             _describe_loops(model, a.iterations)
@@ -369,14 +368,3 @@ def _tolerant_output() -> None:
 
 def _show_warning(message, category, filename, lineno, file=None, line=None):
     print(f"stepnet: warning: {one_line(str(message))}", file=sys.stderr)
-
-
-# Control characters (C0 but tab, DEL, C1) and Unicode's line and paragraph separators, escaped: names and text
-# quoted from a file can hold any of them, and a message stays one line that cannot drive the terminal.
-_CONTROLS = str.maketrans({c: repr(c)[1:-1] for c in [*map(chr, range(32)), *map(chr, range(127, 160)),
-                                                      "\u2028", "\u2029"] if c != "\t"})
-
-
-def one_line(text: str) -> str:
-    """text with every character that would break the line (or reach the terminal as a control) escaped."""
-    return text.translate(_CONTROLS)

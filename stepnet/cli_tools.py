@@ -7,7 +7,7 @@ from collections import Counter
 import numpy as np
 
 from . import proto
-from .errors import ArgumentError, did_you_mean
+from .errors import ArgumentError, did_you_mean, one_line
 from .feeds import parse_dims
 from .graph import walk
 from .draw import COLLAPSE_AT, MAX_OPS
@@ -22,7 +22,7 @@ def describe_net(netdef, indent="", level: int = 0) -> list[str]:
     nested = sum(1 for d, _ in ops if d)
     lines = [f"{indent}net {netdef.name!r}: {len(netdef.op)} ops" + (f" (+{nested} in nested nets)" if nested else "")
              + (f", type {netdef.type!r}" if netdef.type else "")]
-    lines.append(f"{indent}  ops by type: " + ", ".join(f"{t}×{c}" for t, c in sorted(counts.items())))
+    lines.append(f"{indent}  ops by type: " + ", ".join(f"{one_line(t)}×{c}" for t, c in sorted(counts.items())))
     if netdef.external_input:
         lines.append(f"{indent}  external inputs ({len(netdef.external_input)}): " + _short(netdef.external_input))
     if netdef.external_output:
@@ -31,7 +31,7 @@ def describe_net(netdef, indent="", level: int = 0) -> list[str]:
 
 
 def _short(names, n=8) -> str:
-    names = list(names)
+    names = [one_line(name) for name in names]   # names from the file: never a terminal escape or a new line
     return ", ".join(names[:n]) + (f", ... ({len(names) - n} more)" if len(names) > n else "")
 
 
@@ -58,7 +58,7 @@ def cmd_inspect(a) -> int:
     missing = unsupported_ops(nets, level)
     if missing:
         print("unsupported ops (this build cannot run them): "
-              + ", ".join(f"{t}×{c}{did_you_mean(t, REGISTRY)}" for t, c in missing.items()))
+              + ", ".join(one_line(f"{t}×{c}{did_you_mean(t, REGISTRY)}") for t, c in missing.items()))
     else:
         print("all ops supported")
     if a.shapes:
@@ -85,7 +85,7 @@ def print_shapes(nets, a) -> None:
                 continue
             seen.add(name)
             spec = known.get(name)
-            print(f"  {name}: {spec if spec is not None else '?'}")
+            print(f"  {one_line(name)}: {spec if spec is not None else '?'}")
 
 
 def _print_step(step, indent):

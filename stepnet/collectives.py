@@ -22,6 +22,7 @@ from .world import process_world
 
 FINGERPRINT = 16   # int64 entries exchanged before every collective
 MAX_DIMS = 10      # dims written out in full (the shape's checksum covers the rest)
+TAG_MAX = 2**31 - 1   # a tag is a C int
 ANY = -1           # src / tag: any sender, any tag
 
 
@@ -124,6 +125,19 @@ class CommonWorld:
         raise CollectiveError(f"the ranks disagree on {subject}: {listing}; every rank must run the same "
                               "collectives, in the same order, on blobs of one shape and type")
 
+    def max_tag(self) -> int:
+        """The largest tag a message may carry: MPI's TAG_UB under mpiexec, a C int's largest alone."""
+        if self.comm is None:
+            return TAG_MAX
+        bound = self.comm.Get_attr(self.process.mpi.TAG_UB)
+        return int(bound) if bound is not None else 32767   # 32767: the least TAG_UB the MPI standard allows
+
+    def check_tag(self, tag: int, call: Call, any_ok: bool) -> None:
+        low = ANY if any_ok else 0
+        if not low <= tag <= self.max_tag():
+            what = "-1 (any tag) or " if any_ok else ""
+            raise CollectiveError(f"{call.op}: tag {tag} is out of range; a tag is {what}0 to {self.max_tag()}")
+
     def check_root(self, root: int, call: Call) -> None:
         if not 0 <= root < self.size:
             raise CollectiveError(f"{call.op}: root {root} is not a rank of the common world (size {self.size})")
@@ -205,8 +219,7 @@ class CommonWorld:
         """x's raw bytes to rank dst with tag (the receiver knows the shape and dtype)."""
         if not 0 <= dst < self.size:
             raise CollectiveError(f"{call.op}: destination rank {dst} is not in the common world (size {self.size})")
-        if tag < 0:
-            raise CollectiveError(f"{call.op}: the tag must be >= 0, got {tag}")
+        self.check_tag(tag, call, any_ok=False)
         host = np.array(_host(x), order="C", copy=True)
         if host.dtype == object:
             raise CollectiveError(f"{call.op}: blob {call.blob!r} holds strings; only raw buffers can be sent")
@@ -218,6 +231,10 @@ class CommonWorld:
     def receive(self, like, src: int, tag: int, call: Call):
         """(array shaped and typed like `like`, source rank, tag) of the next message from src with tag
         (ANY: any); a message of another size than `like`'s bytes is a CollectiveError."""
+        if src != ANY and not 0 <= src < self.size:
+            raise CollectiveError(f"{call.op}: source rank {src} is not in the common world (size {self.size}); give "
+                                  f"a rank from 0 to {self.size - 1}, or -1 for any sender")
+        self.check_tag(tag, call, any_ok=True)
         template = np.array(_host(like), order="C", copy=True)
         if template.dtype == object:
             raise CollectiveError(f"{call.op}: blob {call.blob!r} holds strings; only raw buffers can be received")

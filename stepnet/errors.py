@@ -80,3 +80,14 @@ def did_you_mean(name: str, choices, n: int = 3) -> str:
         lowered = {c.lower(): c for c in choices}
         close = [lowered[name.lower()]] if name.lower() in lowered else []
     return f" (did you mean {', '.join(close)}?)" if close else ""
+
+
+# Control characters (C0 but tab, DEL, C1) and Unicode's line and paragraph separators, escaped: names and text
+# quoted from a file can hold any of them, and a message stays one line that cannot drive the terminal.
+_CONTROLS = str.maketrans({c: repr(c)[1:-1] for c in [*map(chr, range(32)), *map(chr, range(127, 160)),
+                                                      "\u2028", "\u2029"] if c != "\t"})
+
+
+def one_line(text: str) -> str:
+    """text with every character that would break the line (or reach the terminal as a control) escaped."""
+    return text.translate(_CONTROLS)

@@ -12,7 +12,6 @@ checkpoint; any other from the plan's own deterministic setup fill when there is
 constants), else from the checkpoint. The init net holds each as a GivenTensor*Fill of its dtype and shape."""
 from __future__ import annotations
 
-import io
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -171,7 +170,7 @@ def export(plan, checkpoint, nets: Sequence[str] = (), outputs: Sequence[str] | 
     updated = {name for op in all_ops for name in op.output if role(op) == "optimizer" or name in op.input}
     written = {name for op in all_ops for name in op.output}
     data = {name for net in chosen for op in net.op if not _kept(op) and role(op) == "data" for name in op.output}
-    setup = _setup_fills(plan)
+    setup = _setup_fills(plan, max_blob_bytes)
     params, feeds = {}, []
     for name in predict.external_input:
         if name in data or (name not in written and name not in saved):
@@ -190,8 +189,9 @@ def export(plan, checkpoint, nets: Sequence[str] = (), outputs: Sequence[str] | 
     return Export(init, predict, params, feeds)
 
 
-def _setup_fills(plan: PlanDef) -> dict:
+def _setup_fills(plan: PlanDef, max_blob_bytes: int | None = None) -> dict:
     """{blob: value} of the deterministic fills (no inputs, not random) in the nets of steps that run once."""
+    from .limits import Limits
     from .ops import REGISTRY
     from .workspace import Workspace
 
@@ -204,7 +204,8 @@ def _setup_fills(plan: PlanDef) -> dict:
             for op in by_name.get(net_name, NetDef()).op:
                 if (op.type.endswith("Fill") and not op.input and op.type in REGISTRY
                         and not REGISTRY.get(op.type).random):
-                    ws = Workspace()
+                    ws = Workspace(limits=Limits(writes=False, **({} if max_blob_bytes is None else
+                                                                   {"max_blob_bytes": max_blob_bytes})))
                     ws.run_net_once(NetDef(name="fill", op=[op]))
                     values.update({name: ws.fetch(name) for name in op.output})
     return values
@@ -266,12 +267,13 @@ def write_npz(result: Export, out) -> Path:
     """The parameters alone as an .npz (OUT itself when it ends in .npz, else OUT/params.npz), atomically."""
     out = Path(out)
     path = out if out.suffix.lower() == ".npz" else output_dir(out) / "params.npz"
-    buf = io.BytesIO()
+    from .files import npz_bytes
+
     try:
-        np.savez(buf, **{k: _plain(v) for k, v in result.params.items()})
+        data = npz_bytes({k: _plain(v) for k, v in result.params.items()})
     except ValueError as e:
         raise StepnetError(f"cannot write the parameters as .npz: {e}") from None
-    proto.atomic_write(path, buf.getvalue())
+    proto.atomic_write(path, data)
     return path
 
 

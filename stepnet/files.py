@@ -1,4 +1,5 @@
-"""Opening the files a user or a model names: regular files only, checked before anything is read.
+"""Opening the files a user or a model names: regular files only, checked before anything is read (and the bytes
+of the .npz archives stepnet writes: `npz_bytes`).
 
 A path may name a FIFO (opening it blocks until a writer comes), a character device (/dev/zero never ends), a
 directory or a socket; stepnet refuses them all, and a file larger than what the reader can take, before it
@@ -78,3 +79,19 @@ def read_regular(path, what: str = "file", limit: int | None = None, missing: st
     if limit is not None and len(data) > limit:
         raise _over(path, what, "larger than it said when opened", limit)
     return data
+
+
+def npz_bytes(arrays) -> bytes:
+    """An .npz archive of {name: array} as np.savez writes it, for any names: np.savez(file, **arrays) takes a
+    blob named `file` for its own parameter (a TypeError) and one named `allow_pickle` as a flag (the blob lost)."""
+    import io
+    import zipfile
+
+    import numpy as np
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED, allowZip64=True) as z:
+        for name, value in arrays.items():
+            with z.open(f"{name}.npy", "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, np.asanyarray(value), allow_pickle=True)
+    return buf.getvalue()

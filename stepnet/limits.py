@@ -34,10 +34,13 @@ def default_max_blob_bytes() -> int:
 class Limits:
     """max_blob_bytes: the most bytes one blob may take (a fill, a loaded tensor, a batch, a feed).
     file_root: the directory every db path a model names (read or write) must lie under, symlinks resolved;
-    None: the working directory when the Workspace is made. any_path: no confinement at all."""
+    None: the working directory when the Workspace is made. any_path: no confinement at all. writes: whether a
+    model may write files at all (False where a command runs a model's ops only to read values, as the export
+    commands do: they write nothing but what -o names)."""
     max_blob_bytes: int = field(default_factory=default_max_blob_bytes)
     file_root: str | os.PathLike | None = None
     any_path: bool = False
+    writes: bool = True
 
     def resolved(self) -> "Limits":
         """These limits with file_root an absolute, symlink-free directory (the working directory if None)."""
@@ -49,10 +52,14 @@ class Limits:
         return self if root == self.file_root else dataclasses.replace(self, file_root=root)
 
     # ----------------------------------------------------------------------------------------- files
-    def confine(self, path: str, where: str = "") -> str:
+    def confine(self, path: str, where: str = "", write: bool = False) -> str:
         """path unchanged if it lies under file_root once symlinks are resolved (for a file to be created, its
         parent's); else a FileAccessError naming the path, the root and the flags that allow it (after
-        `where`, e.g. the net and op)."""
+        `where`, e.g. the net and op). A write where `writes` is False is refused wherever the path lies."""
+        if write and not self.writes:
+            raise FileAccessError(f"{where}{': ' if where else ''}db path {path!r}: this command runs the model's "
+                                  "ops only to compute values and lets no op write a file (it writes only what -o "
+                                  "names); drop the op from the net, or run the model with stepnet run")
         if self.any_path:
             return path
         root = os.path.realpath(self.file_root if self.file_root is not None else os.getcwd())

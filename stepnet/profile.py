@@ -13,6 +13,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from .errors import one_line
+
 
 @dataclass
 class OpStat:
@@ -82,7 +84,7 @@ class Profiler:
     def report(self, wall: float, top: int = 10) -> str:
         """The text table: time per op type, the slowest ops, and how ops with sub-nets split their time."""
         wall = max(wall, 1e-12)
-        types = self.by_type()
+        types = {one_line(t): v for t, v in self.by_type().items()}   # names from the file: one line each
         w = max([len("op type"), *map(len, types)])
         lines = [f"profile: {self.total():.3f} s in ops of {wall:.3f} s measured ({100 * self.total() / wall:.1f} %)",
                  f"{'op type':<{w}} {'calls':>9} {'total s':>10} {'mean ms':>10} {'% of run':>9}"]
@@ -90,7 +92,8 @@ class Profiler:
             lines.append(f"{op_type:<{w}} {calls:>9} {t:>10.3f} {1000 * t / max(calls, 1):>10.4f} "
                          f"{100 * t / wall:>8.1f}%")
         lines.append("slowest ops (self time; sub-net ops are listed on their own):")
-        slow = self.slowest(top)
+        slow = [OpStat(one_line(s.net), s.index, one_line(s.type), s.calls, s.total, s.inner)
+                for s in self.slowest(top)]
         nw = max([3, *(len(s.net) for s in slow)])
         tw = max([4, *(len(s.type) for s in slow)])
         lines.append(f"{'net':<{nw}} {'op':>4} {'type':<{tw}} {'calls':>8} {'total s':>10} {'% of run':>9}")
@@ -101,7 +104,8 @@ class Profiler:
         if nested:
             lines.append("ops that run sub-nets (time = sub-nets + own overhead):")
         for s in sorted(nested, key=lambda s: -s.total):
-            parts = " + ".join(f"net {name!r} {t:.3f} s" for name, t in sorted(s.inner.items(), key=lambda kv: -kv[1]))
-            lines.append(f"  {s.type} (net {s.net!r}, op #{s.index}): {s.total:.3f} s = {parts} + overhead "
-                         f"{s.self_time:.3f} s")
+            parts = " + ".join(f"net {one_line(repr(name))} {t:.3f} s"
+                               for name, t in sorted(s.inner.items(), key=lambda kv: -kv[1]))
+            lines.append(f"  {one_line(s.type)} (net {one_line(repr(s.net))}, op #{s.index}): {s.total:.3f} s = "
+                         f"{parts} + overhead {s.self_time:.3f} s")
         return "\n".join(lines)

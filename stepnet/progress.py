@@ -15,6 +15,7 @@ from typing import Callable, TextIO
 
 import numpy as np
 
+from .errors import one_line
 from .metrics import MetricsWriter
 
 
@@ -106,7 +107,7 @@ class Monitor:
             if self.done < self.total:
                 parts.append(f"ETA {duration((self.total - self.done) / rate)}")
         if self.loss is not None:
-            parts.append(f"{self.loss[0]} {self.loss[1]:.4g}")
+            parts.append(f"{one_line(self.loss[0])} {self.loss[1]:.4g}")
         return ", ".join(parts)
 
     def _draw(self, now: float) -> None:
@@ -139,13 +140,13 @@ class Monitor:
             text = _text(value)
             if text is None:
                 return False
-            self.note(f"{self.label()}{name}:\n{text}")   # one string (generated text): as it is
+            self.note(f"{self.label()}{one_line(name)}:\n{text}")   # one string (generated text): as it is
             return True
         if self.metrics is not None:
             self.metrics.write(self.done, name, x)
         if "loss" in name.lower() or self.loss is None:
             self.loss = (name, x)
-        self.note(f"{self.label()}{name} = {x:.6g}")   # what the model prints: shown even when quiet
+        self.note(f"{self.label()}{one_line(name)} = {x:.6g}")   # what the model prints: shown even when quiet
         return True
 
     def label(self) -> str:

@@ -363,3 +363,16 @@ def test_run_threads_option(capsys):
     assert "y: shape (4, 1) float32" in capsys.readouterr().out
     r = cli("run", XOR / "plan.pbtxt", "--threads", "-1")
     assert r.returncode == 2 and "--threads needs a count >= 0, got '-1'" in r.stderr
+
+
+def test_inspect_escapes_names_from_the_file(tmp_path, capsys):
+    """inspect lists op types and blob names from the model on stdout: control characters are shown escaped."""
+    from stepnet.cli import main
+
+    evil = "x\x1b]0;pwned\x07\nforged"
+    (tmp_path / "n.pbtxt").write_text(f'name: "n" external_input: {evil!r} external_output: {evil!r}\n'
+                                      f'op {{ type: {evil!r} input: {evil!r} output: "y" }}\n'.replace("'", '"'))
+    main(["inspect", str(tmp_path / "n.pbtxt")])
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out and "\nforged" not in out
+    assert "x\\x1b]0;pwned\\x07\\nforged" in out

@@ -196,6 +196,23 @@ def test_int8_npz_holds_real_values(tmp_path):
     assert np.load(path)["q"].tolist() == [0.0, 1.0]
 
 
+def test_npz_holds_blobs_whatever_their_names(tmp_path, capsys):
+    """np.savez(file, **blobs) took a blob named 'file' for its own argument and one named 'allow_pickle' as a
+    flag; names come from the model, so the archive is written member by member."""
+    from stepnet.export import Export, write_npz
+
+    blobs = {"file": np.ones(2, np.float32), "allow_pickle": np.zeros(1), "a/b": np.arange(3), "../x": np.ones(1)}
+    with np.load(write_npz(Export(None, None, dict(blobs), []), tmp_path / "w.npz")) as z:
+        assert sorted(z.files) == sorted(blobs) and z["file"].tolist() == [1.0, 1.0]
+    net = tmp_path / "n.pbtxt"
+    net.write_text('name: "n" op { type: "ConstantFill" output: "file" arg { name: "shape" ints: 2 } }\n'
+                   'op { type: "ConstantFill" output: "allow_pickle" arg { name: "shape" ints: 1 } }\n')
+    assert main(["run", str(net), "--fetch", "file", "allow_pickle", "--save", str(tmp_path / "r.npz"),
+                 "-q"]) == 0
+    with np.load(tmp_path / "r.npz") as z:
+        assert sorted(z.files) == ["allow_pickle", "file"]
+
+
 def conv_bn_model(is_test: bool):
     """data (N, 2, 5, 5) -> Conv -> SpatialBN -> Relu -> Dropout -> FC logits (-> SoftmaxWithLoss)."""
     from stepnet.model import ModelBuilder

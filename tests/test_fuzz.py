@@ -199,3 +199,84 @@ def test_one_op_nets(workdir, rng):
             clean(ws.run_net_once, net)
     finally:
         os.chdir(cwd)
+
+
+# ------------------------------------------------------------------------------------------- newer surfaces
+import fuzzing_surfaces as fs  # noqa: E402
+
+
+@FUZZ
+@given(rng=st.randoms(use_true_random=False), seed=st.sampled_from(["control", "models/xor/plan.pbtxt",
+                                                                    "models/binary_adder/binary_adder.pbtxt"]))
+def test_draw_escapes_every_name_it_is_given(rng, seed):
+    """Mutated models with hostile names (quotes, <>, ], braces, newlines, 3000 characters): the dot text is
+    made or refused with a StepnetError, and Graphviz parses what is made (where it is installed)."""
+    import shutil
+    import subprocess
+
+    from stepnet.draw import Options, to_dot
+
+    model = fs.control_net(rng) if seed == "control" else proto.load(fuzzing.ROOT / seed)
+    fs.mutate_control(rng, model) if seed == "control" else fuzzing.edit_message(rng, model)
+    for _ in range(rng.randint(1, 4)):
+        fs.rename(rng, model)
+    with limited():
+        text = clean(to_dot, [model], Options(backward=rng.random() < 0.5, max_ops=rng.choice([1, 5, 600])))
+    if text is not None and shutil.which("dot"):
+        done = subprocess.run(["dot", "-Tcanon"], input=text.encode(), capture_output=True, timeout=30, check=False)
+        assert done.returncode == 0, done.stderr.decode(errors="replace")[:500]
+
+
+@FUZZ
+@given(rng=st.randoms(use_true_random=False))
+def test_hostile_metrics_files(workdir, rng):
+    from stepnet.metrics import read
+
+    path = workdir / "m.csv"
+    path.write_bytes(fs.hostile_csv(rng))
+    with limited():
+        clean(read, path)
+
+
+@FUZZ
+@given(rng=st.randoms(use_true_random=False))
+def test_collective_ops_with_hostile_arguments(rng):
+    net = fs.collective_net(rng)
+    with limited():
+        clean(Workspace(seed=0, gpu="cpu").run_net_once, net)
+
+
+@FUZZ
+@given(rng=st.randoms(use_true_random=False))
+def test_control_flow_nets(rng):
+    net = fs.control_net(rng)
+    fs.mutate_control(rng, net)
+    with limited():
+        ws = Workspace(seed=0, gpu="cpu")
+        ws.feed("x", np.array([[1.0, -2.0], [0.5, 3.0]], np.float32))
+        clean(ws.run_net_once, net)
+
+
+@FUZZ
+@given(rng=st.randoms(use_true_random=False))
+def test_int8_and_detection_ops_on_hostile_shapes(rng):
+    op, pool = fs.hostile_op(rng)
+    with limited():
+        clean(infer_net, proto.NetDef(name="fuzz", op=[op]), {n: TensorSpec.of(v) for n, v in pool.items()})
+        ws = Workspace(seed=0, gpu="cpu")
+        for name, value in pool.items():
+            ws.feed(name, value)
+        clean(ws.run_net_once, proto.NetDef(name="fuzz", op=[op]))
+
+
+@settings(FUZZ, max_examples=max(FUZZ.max_examples // 2, 1))
+@given(rng=st.randoms(use_true_random=False))
+def test_export_onnx_of_one_op_nets(rng):
+    """Every converter on a random op of the registry with random arguments: exported or refused cleanly."""
+    pytest.importorskip("onnx")
+    from stepnet.onnx import export_onnx
+
+    op, pool = fuzzing.random_op(rng)
+    net = proto.NetDef(name="one_op", op=[op], external_output=list(op.output)[:1])
+    with limited():
+        clean(export_onnx, net, None, inputs={n: pool[n] for n in dict.fromkeys(op.input) if n in pool})

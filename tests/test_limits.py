@@ -231,3 +231,22 @@ def test_feeds_check_the_npy_header_before_loading(tmp_path, monkeypatch, capsys
     assert main(["run", "init.pbtxt", "--feed", "x=big.npy", "--max-blob-bytes", "1K", "-q"]) == 1
     assert capsys.readouterr().err.startswith("stepnet: error: --feed big.npy: blob 'x' would be (300,) float32")
     assert main(["run", "init.pbtxt", "--feed", "x=big.npy", "--max-blob-bytes", "2K", "-q"]) == 0
+
+
+def test_a_read_only_workspace_reads_db_files_but_writes_none(tmp_path, monkeypatch):
+    from stepnet.errors import FileAccessError
+
+    monkeypatch.chdir(tmp_path)
+    minidb.save_blobs(tmp_path / "in.minidb", {"w": np.ones(2, np.float32)})
+    ws = Workspace(limits=Limits(writes=False))
+    ws.run_net_once(NetDef(name="load", op=[make_op("Load", [], ["w"], db="in.minidb", db_type="minidb",
+                                                    load_all=1)]))
+    assert ws.fetch("w").tolist() == [1.0, 1.0]
+    ws.feed("it", np.array([3], np.int64))
+    for op_type, inputs in (("Save", ["w"]), ("Checkpoint", ["it", "w"])):
+        with pytest.raises(FileAccessError, match=rf"net 'save', op #0 \({op_type}\): db path .*out.minidb.*: this "
+                                                  "command runs the model's ops only to compute values"):
+            ws.run_net_once(NetDef(name="save", op=[make_op(op_type, inputs, [], db="out.minidb", db_type="minidb")]))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.minidb"]
+    with pytest.raises(FileAccessError, match="lets no op write"):   # any_path lifts the root, not this
+        Limits(writes=False, any_path=True).confine("x.minidb", write=True)

@@ -107,3 +107,24 @@ def test_prof_dag_net_runs_as_a_plain_net():
                           'arg { name: "shape" ints: 2 } arg { name: "value" f: 3 } }', "net")
     ws.run_net_once(nd)
     np.testing.assert_array_equal(ws.fetch("y"), [3, 3])
+
+
+def test_names_from_the_file_cannot_drive_the_terminal(tmp_path, capsys):
+    """The profile table and the result lines quote net, op and blob names from the model: control characters
+    (an escape sequence, a newline forging a line) are shown escaped."""
+    from stepnet.testing import make_op
+
+    evil = "x\x1b[2J\nstepnet: error: forged"
+    body = proto.NetDef(name=evil, op=[make_op("Relu", ["a"], ["a"])])
+    net = proto.NetDef(name=evil, op=[make_op("ConstantFill", [], [evil], shape=[1], value=2.0),
+                                      make_op("Print", [evil], []),
+                                      make_op("ConstantFill", [], ["c"], shape=[1], value=0, dtype=5),
+                                      make_op("ConstantFill", [], ["a"], shape=[1]),
+                                      make_op("If", ["c", "a"], ["a"], then_net=body, else_net=body)])
+    plan = proto.PlanDef(name="p", network=[net])
+    plan.execution_step.add(name="s", network=[evil], num_iter=2)
+    proto.save(plan, tmp_path / "p.pbtxt")
+    assert main(["run", str(tmp_path / "p.pbtxt"), "--profile", "-q"]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\nstepnet: error: forged" not in out
+    assert "x\\x1b[2J\\nstepnet: error: forged = 2" in out    # the Print op's labeled result, escaped

@@ -134,7 +134,7 @@ def test_plot_draws_every_curve(tmp_path, capsys):
     assert main(["plot", str(csv), "-o", str(tmp_path / "loss.png")]) == 0
     assert (tmp_path / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "plotted 2 curve(s)" in capsys.readouterr().out
-    with pytest.raises(StepnetError, match="no values named acc"):
+    with pytest.raises(StepnetError, match="no values named 'acc'"):
         plot(csv, tmp_path / "x.png", ["acc"])
 
 
@@ -153,6 +153,56 @@ def test_metrics_target_must_be_a_regular_file(tmp_path):
         with pytest.raises(StepnetError, match="not a regular file"):
             MetricsWriter(target)
     assert (tmp_path / "real.csv").read_text() == "keep"
+
+
+def test_metrics_target_fifo_is_refused_without_blocking(tmp_path):
+    import os
+    os.mkfifo(tmp_path / "fifo.csv")   # opening a FIFO for writing blocks until a reader comes
+    with pytest.raises(StepnetError, match="not a regular file"):
+        MetricsWriter(tmp_path / "fifo.csv")
+
+
+HEAD = b"iteration,name,value\n"
+
+
+@pytest.mark.parametrize("data, message", [
+    (HEAD + b"1," + b"n" * 200000 + b",1\n", r"m.csv, line 2: not a metrics file \(field larger than field limit"),
+    (HEAD + b"1,a\rb,1\n", r"m.csv, line 2: expected iteration,name,value, got '1,a'"),
+    (HEAD + str(2**62).encode() + b",loss,1\n", r"line 2: iteration 4611686018427387904 is not between 0 "),
+    (HEAD + b"1,a,1e308\n2,b,-1e308\n", r"its values span -1e\+308 to 1e\+308, a range wider than a float"),
+    (HEAD + b"".join(b"%d,n%d,1\n" % (i, i) for i in range(100)),
+     r"values of 100 names, more than the 40 one plot draws \('n0', 'n1', .*\(90 more\)\); choose some with --name"),
+])
+def test_hostile_metrics_files_are_one_line(tmp_path, capsys, data, message):
+    pytest.importorskip("matplotlib")
+    import re
+    (tmp_path / "m.csv").write_bytes(data)
+    assert main(["plot", str(tmp_path / "m.csv"), "-o", str(tmp_path / "p.png")]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("stepnet: error: ") and re.search(message, err[0]), err
+    assert not (tmp_path / "p.png").exists()
+
+
+def test_names_and_titles_are_drawn_literally(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    (tmp_path / "m.csv").write_text("iteration,name,value\n1,cost $x_{$,2\n2,_hidden,1\n")
+    assert main(["plot", str(tmp_path / "m.csv"), "-o", str(tmp_path / "p.svg"), "--title", "$\\frac{$"]) == 0
+    assert "plotted 2 curve(s)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("target", ["link.png", "fifo.png", "dir.png", "p.xyz"])
+def test_plot_target_must_be_a_regular_file_with_an_image_suffix(tmp_path, capsys, target):
+    pytest.importorskip("matplotlib")
+    import os
+    (tmp_path / "m.csv").write_text("iteration,name,value\n1,loss,2\n")
+    (tmp_path / "victim").write_text("keep")
+    (tmp_path / "link.png").symlink_to(tmp_path / "victim")
+    os.mkfifo(tmp_path / "fifo.png")
+    (tmp_path / "dir.png").mkdir()
+    assert main(["plot", str(tmp_path / "m.csv"), "-o", str(tmp_path / target)]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and ("refusing to write there" in err[0] or "format comes from its suffix" in err[0]), err
+    assert (tmp_path / "victim").read_text() == "keep" and (tmp_path / "link.png").is_symlink()
 
 
 def test_not_a_metrics_file(tmp_path):

@@ -264,12 +264,15 @@ def test_cross_check_catches_a_wrong_shape_function(op_type, inputs, args, wrong
 
 # --------------------------------------------------------------------------------------------- escapes
 @pytest.mark.parametrize("dims", [[0, 2**62, 2**62], [2**63 - 1, 0], [2**40, 2**40, 0]])
-def test_a_fill_shape_numpy_cannot_hold_is_a_shape_error(dims):
-    # an empty shape is small enough to carry its value, but numpy refuses dims whose product overflows (ValueError)
+def test_a_fill_shape_numpy_cannot_hold_is_refused_by_the_fill(dims):
+    # an empty shape is small enough to carry its value, but numpy refuses dims whose product overflows: the
+    # fill's own check says so (before it, the last resort's "static shape inference failed (ValueError ...)")
+    from stepnet.errors import ArgumentError
+
     net = net_of(("ConstantFill", [], ["y"], dict(shape=dims)))
-    with pytest.raises(ShapeError, match=r"net 'net', op #0 \(ConstantFill\): static shape inference failed "
-                                         r"\(ValueError: .*\); the op's arguments or input shapes are out of range "
-                                         r"\[inputs: \]"):
+    with pytest.raises(ArgumentError, match=r"net 'net', op #0 \(ConstantFill\): 'shape' \[.*\]: its nonzero dims "
+                                            r"multiply to more than 576460752303423487, more elements than an "
+                                            r"array can have, even with a dim of 0"):
         infer_net(net, {})
 
 

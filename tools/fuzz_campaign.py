@@ -6,12 +6,20 @@ Every case ends as one of:
   ran    exit status 0
   crash  anything else: `stepnet: internal error: ...`, an exception escaping main, a worker that died
   hang   still running after --timeout seconds
+  wrapped  one `stepnet: error:` line, but the executor's last resort naming a kernel's stray Python exception
+           ("op #3 (X) failed: TypeError: ..."): a bug no check caught, counted apart from clean errors
 
     python tools/fuzz_campaign.py                       # 10,000 cases, seed 0, 2 workers
     python tools/fuzz_campaign.py --cases 500 --seed 7 --workers 4
     python tools/fuzz_campaign.py --seed 7 --only 123 --keep /tmp/case   # one case again, its files kept
+    python tools/fuzz_campaign.py --cases 3000 --families new           # only the newer surfaces' families
+    python tools/fuzz_campaign.py --families draw,plot                  # chosen families
 
-The mutators are tests/fuzzing.py's (tests/test_fuzz.py runs them under hypothesis in CI). A case is a pure
+Families: the model, minidb, feed, image and one-op families here, and (tools/fuzz_surfaces.py) draw,
+export-onnx, onnx-engine, export-predict, plot, metrics, collective, control, int8-detection, special-out.
+
+The mutators are tests/fuzzing.py's and tests/fuzzing_surfaces.py's (tests/test_fuzz.py runs them under
+hypothesis in CI). A case is a pure
 function of (seed, index), so any reported case is reproduced by --only. Not collected by pytest.
 """
 from __future__ import annotations
@@ -23,6 +31,7 @@ import multiprocessing as mp
 import multiprocessing.connection
 import os
 import random
+import re
 import shutil
 import signal
 import sys
@@ -35,10 +44,19 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tools"))
 
 MEMORY_LIMIT = 6 << 30   # per worker: a runaway allocation is a MemoryError, not the OOM killer
 XOR = "models/xor"
 CRAYON = "models/style_transfer"
+
+
+# The executor's last resort names a kernel's stray exception ("op #3 (X) failed: TypeError: ..."): one clean
+# line, but a bug that no check caught; counted apart from clean errors.
+WRAPPED = re.compile(r"\) failed: (AttributeError|TypeError|KeyError|IndexError|ValueError|ZeroDivisionError|"
+                     r"OverflowError|RecursionError|AssertionError|NameError|UnboundLocalError|RuntimeError|"
+                     r"NotImplementedError|UnicodeError|UnicodeDecodeError|UnicodeEncodeError|MemoryError|"
+                     r"LinAlgError|AxisError|Exception|error):")
 
 
 class CaseTimeout(BaseException):
@@ -46,15 +64,45 @@ class CaseTimeout(BaseException):
 
 
 # ------------------------------------------------------------------------------------------- cases
-def make_case(seed: int, index: int, workdir: Path) -> list[str]:
-    """Write case `index` of campaign `seed` into workdir (the case's working directory) and return its argv."""
+OLD_FAMILIES = {"model-bytes": 20, "model-text": 15, "model-fields": 20, "minidb": 10, "literal": 8, "npy": 7,
+                "image": 3, "special": 2, "one-op": 15}
+
+
+def families(which: str) -> dict:
+    """{family: weight} of --families: 'all' (the old ones, and the new surfaces' as much again), 'new', 'old', or
+    a comma-separated list of names."""
+    import fuzz_surfaces
+
+    new = fuzz_surfaces.FAMILIES
+    if which == "all":
+        return {**OLD_FAMILIES, **new}
+    if which in ("new", "old"):
+        return dict(new if which == "new" else OLD_FAMILIES)
+    names = [n.strip() for n in which.split(",") if n.strip()]
+    every = {**OLD_FAMILIES, **new}
+    unknown = [n for n in names if n not in every]
+    if unknown or not names:
+        raise SystemExit(f"--families: unknown {unknown or which!r}; choose all, new, old or from {', '.join(every)}")
+    return {n: every[n] for n in names}
+
+
+def make_case(seed: int, index: int, workdir: Path, which: str = "all") -> tuple[str, list[str]]:
+    """Write case `index` of campaign `seed` into workdir (the case's working directory); return its family and
+    argv."""
+    rng = random.Random(f"{seed}:{index}")
+    (workdir / "models").symlink_to(ROOT / "models")
+    weights = families(which)
+    family = rng.choices(list(weights), weights=list(weights.values()))[0]
+    return family, _make(family, rng, workdir)
+
+
+def _make(family: str, rng: random.Random, workdir: Path) -> list[str]:
+    import fuzz_surfaces
     import fuzzing
     from stepnet import proto
 
-    rng = random.Random(f"{seed}:{index}")
-    (workdir / "models").symlink_to(ROOT / "models")
-    family = rng.choices(["model-bytes", "model-text", "model-fields", "minidb", "literal", "npy", "image",
-                          "special", "one-op"], weights=[20, 15, 20, 10, 8, 7, 3, 2, 15])[0]
+    if family in fuzz_surfaces.FAMILIES:
+        return fuzz_surfaces.make_case(family, rng, workdir)
     donors = [fuzzing.read(p) for p in fuzzing.BINARY_MODELS[:2] + fuzzing.TEXT_MODELS[:3]]
     if family == "model-bytes":
         seed_file = rng.choice(fuzzing.BINARY_MODELS + fuzzing.TEXT_MODELS)
@@ -187,16 +235,20 @@ def run_case(argv: list[str], timeout: float) -> tuple[str, str]:
     if rc == 0:
         return "ran", last
     if len(lines) == 1 and last.startswith("stepnet: error: "):
+        if WRAPPED.search(last):   # a kernel's Python exception, named by the executor's last resort
+            return "wrapped", last
         return "clean", last
     return "crash", " | ".join(lines[-3:]) or f"exit status {rc} and nothing on stderr"
 
 
-def worker(conn, seed: int, timeout: float) -> None:
+def worker(conn, seed: int, timeout: float, which: str) -> None:
     import resource
 
     with contextlib.suppress(ValueError, OSError):
         resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
     import stepnet.cli  # noqa: F401 - imported once, before the first case's clock starts
+    import fuzz_surfaces
+    fuzz_surfaces.assets()   # built once per worker, before the first case's clock starts
     base = Path(tempfile.mkdtemp(prefix="stepnet-fuzz-"))
     while True:
         index = conn.recv()
@@ -205,22 +257,23 @@ def worker(conn, seed: int, timeout: float) -> None:
         workdir = base / str(index)
         workdir.mkdir()
         os.chdir(workdir)
+        family = "?"
         try:
-            argv = make_case(seed, index, workdir)
-            conn.send((index, "started", "", argv))   # so that a case the parent kills is still named
+            family, argv = make_case(seed, index, workdir, which)
+            conn.send((index, "started", family, argv))   # so that a case the parent kills is still named
             status, detail = run_case(argv, timeout)
         except BaseException as e:  # noqa: BLE001 - a broken case generator is reported, not fatal
             argv, status, detail = ["?"], "crash", f"case generation failed: {e!r}"
         os.chdir(base)
         shutil.rmtree(workdir, ignore_errors=True)
-        conn.send((index, status, detail, argv))
+        conn.send((index, status, detail, [family, *argv]))
     shutil.rmtree(base, ignore_errors=True)
 
 
 class Worker:
-    def __init__(self, seed: int, timeout: float):
+    def __init__(self, seed: int, timeout: float, which: str):
         self.conn, child = mp.Pipe()
-        self.proc = mp.get_context("fork").Process(target=worker, args=(child, seed, timeout), daemon=True)
+        self.proc = mp.get_context("fork").Process(target=worker, args=(child, seed, timeout, which), daemon=True)
         self.proc.start()
         self.index, self.started, self.argv = None, 0.0, ["?"]
 
@@ -233,10 +286,11 @@ class Worker:
         self.proc.join()
 
 
-def campaign(seed: int, cases: int, workers: int, timeout: float, examples: int) -> dict:
+def campaign(seed: int, cases: int, workers: int, timeout: float, examples: int, which: str = "all") -> dict:
     counts: Counter = Counter()
-    samples: dict[str, list] = {"crash": [], "hang": []}
-    pool = [Worker(seed, timeout) for _ in range(workers)]
+    by_family: dict[str, Counter] = {}
+    samples: dict[str, list] = {"crash": [], "hang": [], "wrapped": []}
+    pool = [Worker(seed, timeout, which) for _ in range(workers)]
     todo = list(range(cases))
     started = time.monotonic()
     done, shown = 0, 0
@@ -255,19 +309,20 @@ def campaign(seed: int, cases: int, workers: int, timeout: float, examples: int)
                 except EOFError:
                     index, status, detail, argv = w.index, "crash", "the worker died", w.argv
                 if status == "started":
-                    w.argv = argv
+                    w.argv = [detail, *argv]
                     continue
             elif time.monotonic() - w.started > timeout + 15:
                 index, status, detail, argv = w.index, "hang", f"no answer after {timeout + 15} s", w.argv
             if status is None:
                 continue
             counts[status] += 1
+            by_family.setdefault(argv[0] if argv else "?", Counter())[status] += 1
             done += 1
             if status in samples and len(samples[status]) < examples:
                 samples[status].append((index, argv, detail))
             if detail in ("the worker died", f"no answer after {timeout + 15} s"):
                 w.kill()
-                pool[pool.index(w)] = Worker(seed, timeout)
+                pool[pool.index(w)] = Worker(seed, timeout, which)
             else:
                 w.index = None
         if done // 1000 > shown:
@@ -276,7 +331,7 @@ def campaign(seed: int, cases: int, workers: int, timeout: float, examples: int)
     for w in pool:
         w.conn.send(None)
         w.proc.join(5)
-    return {"counts": counts, "samples": samples, "seconds": time.monotonic() - started}
+    return {"counts": counts, "families": by_family, "samples": samples, "seconds": time.monotonic() - started}
 
 
 def main(argv=None) -> int:
@@ -288,25 +343,32 @@ def main(argv=None) -> int:
     p.add_argument("--examples", type=int, default=5, help="cases shown per non-clean class")
     p.add_argument("--only", type=int, help="run just this case (in this process) and show it")
     p.add_argument("--keep", metavar="DIR", help="with --only: write the case's files here and keep them")
+    p.add_argument("--families", default="all", help="all (default), new (the newer surfaces), old, or a "
+                   "comma-separated list of family names")
     a = p.parse_args(argv)
     if a.only is not None:
         workdir = Path(a.keep or tempfile.mkdtemp(prefix="stepnet-case-")).resolve()
         workdir.mkdir(parents=True, exist_ok=True)
         os.chdir(workdir)
-        args = make_case(a.seed, a.only, workdir)
-        print(f"case {a.only} of seed {a.seed} in {workdir}: stepnet {' '.join(args)}")
+        family, args = make_case(a.seed, a.only, workdir, a.families)
+        print(f"case {a.only} of seed {a.seed} ({family}) in {workdir}: stepnet {' '.join(args)}")
         print(*run_case(args, a.timeout), sep=": ")
         return 0
-    print(f"fuzz campaign: {a.cases} cases, seed {a.seed}, {a.workers} workers, timeout {a.timeout} s")
-    result = campaign(a.seed, a.cases, a.workers, a.timeout, a.examples)
+    print(f"fuzz campaign: {a.cases} cases, seed {a.seed}, {a.workers} workers, timeout {a.timeout} s, families "
+          f"{a.families}")
+    result = campaign(a.seed, a.cases, a.workers, a.timeout, a.examples, a.families)
     c = result["counts"]
     print(f"\n{a.cases} cases in {result['seconds']:.0f} s: clean errors {c['clean']}, ran {c['ran']}, "
-          f"crashes {c['crash']}, hangs {c['hang']}  (seed {a.seed})")
+          f"crashes {c['crash']}, hangs {c['hang']}, wrapped kernel exceptions {c['wrapped']}  (seed {a.seed})")
+    for family, fc in sorted(result["families"].items()):
+        print(f"  {family:<16} clean {fc['clean']:>5}  ran {fc['ran']:>5}  crashes {fc['crash']:>4}  "
+              f"hangs {fc['hang']:>4}  wrapped {fc['wrapped']:>4}")
     for status, cases in result["samples"].items():
         for index, args, detail in cases:
-            print(f"  {status}: case {index} (--seed {a.seed} --only {index}): stepnet {' '.join(args)[:200]}\n"
+            print(f"  {status}: case {index} (--seed {a.seed} --only {index} --families {a.families}): "
+                  f"[{args[0]}] stepnet {' '.join(args[1:])[:200]}\n"
                   f"      {detail[:400]}")
-    return 1 if c["crash"] or c["hang"] else 0
+    return 1 if c["crash"] or c["hang"] or c["wrapped"] else 0
 
 
 if __name__ == "__main__":

@@ -5,12 +5,12 @@ imports onnx until a command runs, so the command line works without the extra.
 """
 from __future__ import annotations
 
-import sys
+import warnings
 
 import numpy as np
 
 from .. import proto
-from ..errors import ArgumentError
+from ..errors import ArgumentError, StepnetWarning
 from ..feeds import parse_dims
 from .errors import ExportError
 
@@ -138,13 +138,21 @@ def run_in_onnxruntime(ws, predict, feeds: dict, fetch, iterations: int) -> bool
         params = {n: ws.fetch(n) for n in sorted(names) if n not in feeds and ws.has(n) and _tensor(ws, n)}
         inputs = {k: np.asarray(v) for k, v in feeds.items() if k in names}
         result = export_onnx(predict, None, inputs=inputs, outputs=list(fetch) or None, params=params)
-    except ExportError as e:
-        print(f"stepnet: onnxruntime engine: {e}; running on stepnet's engine", file=sys.stderr)
+    except ExportError as e:   # a warning: shown as one line (names from the file escaped), never an error line
+        warnings.warn(StepnetWarning(f"onnxruntime engine: {e}; running on stepnet's engine"), stacklevel=2)
         return False
-    session = ort.InferenceSession(result.model.SerializeToString(), providers=["CPUExecutionProvider"])
     blobs = list(result.outputs)
-    for _ in range(max(iterations, 1)):
-        values = session.run([result.outputs[b] for b in blobs], inputs)
+    options = ort.SessionOptions()
+    options.log_severity_level = 4   # fatal only: its own error log would be a second line on stderr
+    try:
+        session = ort.InferenceSession(result.model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        for _ in range(max(iterations, 1)):
+            values = session.run([result.outputs[b] for b in blobs], inputs)
+    except Exception as e:  # noqa: BLE001 - onnxruntime's errors (Fail, InvalidArgument, ...) derive from Exception
+        why = " ".join(str(e).split())[:300]
+        warnings.warn(StepnetWarning(f"onnxruntime engine: onnxruntime could not run the exported net ({why}); "
+                                     "running on stepnet's engine"), stacklevel=2)
+        return False
     for b, v in zip(blobs, values):
         ws.feed(b, v)
     return True

@@ -13,7 +13,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..executor import parse_args
+from ..executor import check_arity, check_inplace, parse_args
 from ..graph import Graph
 from ..ops import REGISTRY
 from ..shapes import UNKNOWN, TensorSpec, infer_op
@@ -103,6 +103,8 @@ class NetConverter:
             raise UnsupportedOpError(f"{label}: stepnet does not know this op, so it cannot export it; "
                                      f"{what_to_do(opdef, '')}")
         schema = REGISTRY.get(opdef.type)
+        check_arity(schema, opdef, label)     # what the executor checks before a kernel runs: converters index
+        check_inplace(schema, opdef, label)   # inputs and outputs by the schema's arity
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             args = parse_args(schema, opdef, label, strict=False)
@@ -116,6 +118,9 @@ class NetConverter:
             if self.state.opset < conv.opset:
                 raise OpsetError(f"{label}: its ONNX form needs opset {conv.opset}, but the export is at opset "
                                  f"{self.state.opset}; export with --opset {conv.opset} or newer")
+            with warnings.catch_warnings():   # argument warnings were given (or not) when the args were parsed
+                warnings.simplefilter("ignore")
+                ctx.inferred()   # the op record's shape checks first: a converter trusts the shapes and args it reads
             conv.fn(ctx)
         self.finish(ctx)
 
@@ -126,9 +131,10 @@ class NetConverter:
             if conv is not None:
                 return conv.fn(ctx)
             raise UnsupportedOpError(f"{ctx.label}: no ONNX counterpart; {what_to_do(ctx.op, ctx.schema.family)}")
+        from ..limits import Limits
         from ..workspace import Workspace
 
-        ws = Workspace()
+        ws = Workspace(limits=Limits(writes=False))
         for name, v in zip(ctx.op.input, values):
             ws.feed(name, v)
         ws.run_operator_once(ctx.op)

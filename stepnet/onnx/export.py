@@ -111,9 +111,10 @@ def _init_values(init) -> dict:
     """The arrays the init net makes (run by stepnet, so any fill works)."""
     if init is None:
         return {}
+    from ..limits import Limits
     from ..workspace import Workspace
 
-    ws = Workspace()
+    ws = Workspace(limits=Limits(writes=False))   # the export writes the .onnx and nothing else
     ws.run_net_once(init)
     out = {}
     for name, v in Graph.of(init).final.items():

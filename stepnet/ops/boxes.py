@@ -185,3 +185,12 @@ def check_rows(name: str, x, cols, what: str) -> None:
     if len(x.shape) != 2 or x.shape[1] not in cols:
         want = " or ".join(str(c) for c in cols)
         raise ShapeError(f"{name} must be (count, {want}) {what}, got shape {tuple(x.shape)}")
+
+
+def check_im_info(info: np.ndarray) -> None:
+    """ShapeError unless every host im_info row [height, width, scale] is finite (whole pixels are taken of its
+    sides; a placeholder row of zeros is fine)."""
+    bad = np.flatnonzero(~np.isfinite(info).all(axis=1))
+    if bad.size:
+        raise ShapeError(f"im_info row {bad[0]} is {info[bad[0]].tolist()}; each row must be [height, width, scale] "
+                         "of finite numbers")

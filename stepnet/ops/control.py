@@ -272,6 +272,11 @@ def if_op(ctx, xp, condition, *_, then_net, else_net):
     doc="Runs cond_net (when given), then loop_net while the one-element bool input 0 is true, in the op's own "
         "workspace.")
 def while_op(ctx, xp, *_, loop_net, cond_net):
+    """No bound on the iterations, as in Caffe2: a loop runs until its condition turns false, which only the
+    model knows (decoders loop until an end token), and a cap would be arbitrary or fail real models. A loop
+    that never ends is the model's (as a plan step whose stop blob never turns true); it stays interruptible:
+    each iteration runs Python code, so Ctrl-C (SIGINT) stops it at once with `stepnet: interrupted` (exit
+    130), and `timeout` or --max-blob-bytes bound the time or what a growing blob may take."""
     nets = _nets(ctx, loop_net=loop_net, cond_net=cond_net)
     loop, cond = nets["loop_net"], nets.get("cond_net")
     blob, name = ctx.inputs[0], ctx.opdef.input[0]

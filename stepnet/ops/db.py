@@ -234,7 +234,7 @@ def _save(ctx, values, db, db_type, absolute_path, strip_prefix, blob_name_overr
     records = []
     for name, value in zip(names, values, strict=True):
         records.extend(minidb.serialize_blob(name, value, chunk_size))
-    path = ctx.workspace.limits.confine(full_path(ctx.workspace, db, absolute_path), ctx.label)
+    path = ctx.workspace.limits.confine(full_path(ctx.workspace, db, absolute_path), ctx.label, write=True)
     try:
         if world.writes(db):  # under mpiexec only rank 0 writes a file whose path names no {rank}
             minidb.write_records(path, records)

@@ -176,6 +176,7 @@ def generate_proposals(xp, scores, deltas, im_info, anchors, *, spatial_scale, p
     stride = float(np.float32(1.0 / float(np.float32(spatial_scale))))
     grid = bx.anchor_grid(_host(anchors), h, w, stride)
     all_scores, all_deltas, info = _host(scores), _host(deltas), _host(im_info)
+    bx.check_im_info(info)   # clipping takes whole pixels of its sides
     rois, probs = [], []
     for i in range(n):
         s = all_scores[i].reshape(a, h * w).T.reshape(-1)              # rows (h, w, a), as the anchors

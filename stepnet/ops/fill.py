@@ -51,9 +51,15 @@ def host_ints(x, what: str) -> list[int] | None:
     return [int(v) for v in np.asarray(backend.to_host(x)).reshape(-1)]
 
 
+MAX_ELEMENTS = np.iinfo(np.intp).max // 16   # numpy also refuses dims whose product times the item size overflows
+
+
 def _check_dims(dims, where: str) -> tuple[int, ...]:
     if any(d < 0 for d in dims):
         raise ArgumentError(f"{where} {list(dims)} has a negative dimension; every dim must be >= 0")
+    if math.prod(d for d in dims if d) > MAX_ELEMENTS:   # numpy refuses such a shape even with a 0 in it
+        raise ArgumentError(f"{where} {list(dims)}: its nonzero dims multiply to more than {MAX_ELEMENTS}, more "
+                            "elements than an array can have, even with a dim of 0")
     return tuple(dims)
 
 
@@ -131,6 +137,11 @@ def typed_values(values, dt: int, what: str) -> np.ndarray:
     Like Caffe2, float types read field floats/f, integer and bool types ints/i, STRING strings/s;
     a value stored in another field is an error, and integers must convert losslessly.
     """
+    if not isinstance(values, (list, tuple)):   # "any"-kind values stored in a single field: f, i, s, n or t
+        kind = {float: "one float (field f)", int: "one integer (field i)", bytes: "one string (field s)",
+                str: "one string (field s)"}.get(type(values), f"a {type(values).__name__} (field n or t)")
+        raise ArgumentError(f"{what} must be a list (floats, ints or strings), but the file stores {kind}; write "
+                            "the elements as a repeated field")
     values = list(values)
     if dt in _FLOAT_TYPES:
         if any(not isinstance(v, float) for v in values):

@@ -71,9 +71,23 @@ def _uniform(xp, inputs, fill_args, lo, hi, rng, integer: bool, op_type: str):
     dtype = np.int32 if integer else np.float32
     if lo > hi:  # min > max given as inputs: an output with no elements
         return xp.zeros(out_shape, dtype=dtype)
+    _check_bounds(lo, hi, integer, op_type)
     if integer:
         return _random(xp, rng.integers(lo, hi, size=out_shape, endpoint=True), dtype)
     return _random(xp, rng.uniform(lo, hi, size=out_shape), dtype)
+
+
+def _check_bounds(lo, hi, integer: bool, op_type: str) -> None:
+    """Bounds the samples can lie between: int32 values for UniformIntFill, finite floats whose difference is
+    finite for UniformFill."""
+    if integer:
+        info = np.iinfo(np.int32)
+        if not (info.min <= lo and hi <= info.max):
+            raise ArgumentError(f"min {lo} and max {hi} must lie in int32 ({info.min} to {info.max}), "
+                                "the output's type")
+    elif not (math.isfinite(lo) and math.isfinite(hi) and math.isfinite(hi - lo)):
+        raise ArgumentError(f"min {lo} and max {hi} must be finite, and max - min too (it is "
+                            f"{hi - lo}); give bounds within float range")
 
 
 def _uniform_fill_shape(op_type, integer):

@@ -21,11 +21,12 @@ from __future__ import annotations
 import numpy as np
 
 from .. import backend
-from ..errors import ArgumentError, ShapeError
+from ..errors import ArgumentError, ResourceError, ShapeError
 from .base import Meta, check_float, like, on_device, out_spec, single_gradient
 from .norm import check_order
 from .registry import Arg, op
 
+MAX_SAMPLES = 1 << 24   # sample positions along one axis over all RoIs and bins (each a few float64 temporaries)
 ROI_ARGS = {
     "spatial_scale": Arg("float", 1.0, "scale of the feature map relative to the image the RoIs are in"),
     "pooled_h": Arg("int", 1, "output height"),
@@ -74,6 +75,11 @@ def _axis_weights(start, length, grid, pooled: int, size: int, dtype):
     t = dtype.type
     r = start.shape[0]
     g = max(int(grid.max(initial=0)), 1)
+    if r * pooled * g > MAX_SAMPLES:   # a huge sampling_ratio, or a RoI far larger than the feature map
+        raise ResourceError(f"sampling {g} points per bin side for {r} RoI(s) x {pooled} bins is {r * pooled * g} "
+                            f"samples along one axis, over the limit of {MAX_SAMPLES}; give a smaller sampling_ratio "
+                            "(the RoI side over the pooled side is Caffe2's default, with sampling_ratio <= 0), or "
+                            "RoIs within the feature map")
     bin_size = length / t(pooled)
     steps = np.maximum(grid, 1).astype(dtype)
     p = np.arange(pooled, dtype=dtype)[None, :, None]

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
 from ..graph import Graph, add_external_inputs, blob_names, copy_op, renamed, with_ops
-from ..proto import DeviceOption, NetDef, OperatorDef, argument_value, make_argument
+from ..proto import DeviceOption, NetDef, OperatorDef, make_argument
 
 
 ACTIVATIONS = "_rnn_activations"   # <gates><ACTIVATIONS>: the step-local blob of a saved LSTMUnit's activations
@@ -171,6 +171,17 @@ def accumulate_state_gradients(nets: StepNets, rec: Recurrence) -> StepNets:
     return nets._replace(backward=add_external_inputs(back, names))
 
 
+def _fc_gradient_args(o: OperatorDef, label: str) -> dict:
+    """An FCGradient's arguments as its record declares them (types checked, defaults filled) and its arity
+    checked: the rewrite reads them before the op itself would run."""
+    from ..executor import check_arity, parse_args
+    from ..ops import REGISTRY
+
+    schema = REGISTRY.get("FCGradient")
+    check_arity(schema, o, label)
+    return parse_args(schema, o, label, strict=False)
+
+
 def defer_fc_weight_gradients(nets: StepNets, rec: Recurrence) -> StepNets:
     """An FCGradient whose dW and db are `_tmpstep` parameter gradients used nowhere else computes dX per step
     and keeps that step's X and dY rows (rnn_internal_fc_gradient_deferred); after the loop one GEMM over all
@@ -185,7 +196,7 @@ def defer_fc_weight_gradients(nets: StepNets, rec: Recurrence) -> StepNets:
         if dw not in tmp_to_grad or db not in tmp_to_grad or graph.uses(dw) != 2 or graph.uses(db) != 2:
             ops.append(o)
             continue
-        args = {a.name: argument_value(a) for a in o.arg}
+        args = _fc_gradient_args(o, f"backward step net {back.name!r}, the FCGradient writing {o.output[2]!r}")
         grad_w, grad_b = tmp_to_grad[dw], tmp_to_grad[db]
         xs, dys = grad_w + "_rnn_x", grad_w + "_rnn_dy"
         x, w, dy = o.input
@@ -194,8 +205,7 @@ def defer_fc_weight_gradients(nets: StepNets, rec: Recurrence) -> StepNets:
         deferred.input[:] = [rec.timestep, rec.sequence, x, w, dy, xs, dys]
         deferred.output[:] = [o.output[2], xs, dys]
         del deferred.arg[:]
-        deferred.arg.extend([make_argument("axis", int(args.get("axis", 1))),
-                             make_argument("axis_w", int(args.get("axis_w", 1)))])
+        deferred.arg.extend([make_argument("axis", args["axis"]), make_argument("axis_w", args["axis_w"])])
         ops.append(deferred)
         gemm = OperatorDef(type="rnn_internal_fc_weight_gradient", input=[xs, dys, grad_w, grad_b],
                            output=[grad_w, grad_b])

@@ -14,6 +14,7 @@ from onnx_check import compare, one_op, ort_run  # noqa: E402
 
 from stepnet import NetDef, proto  # noqa: E402
 from stepnet.cli import main  # noqa: E402
+from stepnet.errors import StepnetError  # noqa: E402
 from stepnet.minidb import save_blobs  # noqa: E402
 from stepnet.onnx import (ExportError, InputDimsError, MissingWeightError, OpsetError,  # noqa: E402
                           UnsupportedOpError, default_opset, export_onnx)
@@ -37,6 +38,31 @@ def test_an_op_without_counterpart_is_refused_with_its_index_and_the_fix():
     with pytest.raises(UnsupportedOpError, match=r"^net 'seg', op #1 \(LengthsTile\): no ONNX counterpart; export "
                                                  r"the part before it instead \(--output r --output len\)"):
         export_onnx(net, inputs={"x": (4, 3), "len": np.array([1, 3], np.int32)})
+
+
+@pytest.mark.parametrize("op, message", [
+    (make_op("Relu", [], ["y"]), r"op #0 \(Relu\): Relu takes 1 inputs, got 0 \(none\)"),
+    (make_op("FC", ["x", "w"], ["y"]), r"op #0 \(FC\): FC takes 3 inputs, got 2 \(x, w\)"),
+    (make_op("Sigmoid", ["x"], ["y", "z"]), r"op #0 \(Sigmoid\): Sigmoid takes 1 outputs, got 2 \(y, z\)"),
+])
+def test_an_op_with_the_wrong_number_of_inputs_or_outputs_names_it(op, message):
+    net = NetDef(name="bad", op=[op], external_input=["x"], external_output=["y"])
+    with pytest.raises(StepnetError, match=r"^net 'bad', " + message):
+        export_onnx(net, inputs={"x": (2, 2), **({"w": np.ones((2, 2), np.float32)} if "w" in op.input else {})})
+
+
+@pytest.mark.parametrize("op, inputs, message", [
+    (make_op("Slice", ["x"], ["y"], starts=[2**62, -1, -1], ends=[-1, 1, 0]), {"x": np.zeros(2, np.int32)},
+     r"op #0 \(Slice\): starts/ends give 3 dimensions but the data has only 1"),
+    (make_op("Scale", ["x"], ["y"], scale=-1.0), {"x": np.zeros((1, 4), np.uint8)},
+     r"op #0 \(Scale\): Scale needs floating-point inputs: X must be a float tensor, got uint8"),
+])
+def test_an_op_its_record_refuses_is_refused_before_its_converter_runs(op, inputs, message):
+    """Converters read shapes and arguments as the op record's checks leave them (an IndexError, an
+    OverflowError before): the record's shape function runs first, with the executor's message."""
+    net = NetDef(name="bad", op=[op], external_input=["x"], external_output=["y"])
+    with pytest.raises(StepnetError, match=r"^net 'bad', " + message):
+        export_onnx(net, inputs=inputs)
 
 
 def test_an_input_without_dims():
@@ -246,7 +272,8 @@ def test_the_engine_falls_back_with_one_line(tmp_path, capsys):
     args = ["run", str(INIT), str(path), "--feed", "X=[[0, 1], [1, 1]]", "--feed", "len=[1, 1]:int32"]
     assert main(args + ["--engine", "onnxruntime"]) == 0
     captured = capsys.readouterr()
-    assert captured.err.startswith("stepnet: onnxruntime engine: net 'xor_predict', op #3 (LengthsTile): no ONNX")
+    assert captured.err.startswith("stepnet: warning: onnxruntime engine: net 'xor_predict', op #3 (LengthsTile): "
+                                   "no ONNX")
     assert captured.err.rstrip().endswith("running on stepnet's engine") and captured.err.count("\n") == 1
     assert "y: shape (2, 1) float32 [1., 0.]" in captured.out
 
@@ -254,5 +281,57 @@ def test_the_engine_falls_back_with_one_line(tmp_path, capsys):
 def test_a_plan_runs_on_stepnets_engine_and_says_so(capsys):
     assert main(["run", str(XOR / "plan.pbtxt"), "--fetch", "y", "--engine", "onnxruntime"]) == 0
     captured = capsys.readouterr()
-    assert captured.err == "stepnet: onnxruntime engine: it runs predict nets; a plan runs on stepnet's engine\n"
+    assert captured.err == ("stepnet: warning: onnxruntime engine: it runs predict nets; a plan runs on stepnet's "
+                            "engine\n")
     assert "y: shape (4, 1) float32 [0., 1., 1., 0.]" in captured.out
+
+
+def test_the_engines_notes_are_warnings_and_a_bad_model_is_one_error_line(tmp_path, capsys):
+    plan = proto.load(XOR / "plan.pbtxt")
+    del plan.network[0]                           # its steps name a net it no longer has
+    proto.save(plan, tmp_path / "plan.pbtxt")
+    assert main(["run", str(tmp_path / "plan.pbtxt"), "--engine", "onnxruntime", "-q"]) == 1
+    err = [ln for ln in capsys.readouterr().err.splitlines() if not ln.startswith("stepnet: warning: ")]
+    assert len(err) == 1 and err[0].startswith("stepnet: error: plan 'xor_plan'"), err
+    init, net = xor()                             # a fallback note quoting an op name with a newline: one line
+    evil = "len\nstepnet: error: forged"        # blob names are quoted raw in the note's --output hint
+    net.op.append(make_op("LengthsTile", ["y", evil], ["s"]))
+    net.external_input.append(evil)
+    net.external_output.append("s")
+    proto.save(net, tmp_path / "p.pbtxt")
+    np.save(tmp_path / "len.npy", np.array([1], np.int32))
+    assert main(["run", str(INIT), str(tmp_path / "p.pbtxt"), "--feed", "X=[[0, 1]]", "--feed",
+                 f"{evil}={tmp_path / 'len.npy'}",
+                 "--engine", "onnxruntime", "-q"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("stepnet: warning: onnxruntime engine: ") and "len\\nstepnet" in err[0]
+
+
+def test_the_init_net_runs_but_writes_no_file(tmp_path, capsys, monkeypatch):
+    """export-onnx runs the init net to take its values; a Save op there must not write (only -o is written)."""
+    monkeypatch.chdir(tmp_path)
+    init, net = xor()
+    init.op.append(make_op("Save", ["W1"], [], db="dropped.minidb", db_type="minidb"))
+    proto.save(init, tmp_path / "init.pbtxt")
+    assert main(["export-onnx", "init.pbtxt", str(PREDICT), "-o", "out.onnx", "--input", "X=1,2"]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and re.match(r"stepnet: error: net 'xor_init', op #\d+ \(Save\): db path "
+                                      r"'(\./)?dropped.minidb': this command runs the model's ops only to compute "
+                                      r"values and lets no op write a file", err[0]), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["init.pbtxt"]
+
+
+def test_a_net_onnxruntime_fails_to_run_falls_back_with_one_warning(tmp_path, capsys):
+    """onnxruntime's own errors (an integer division by zero here) are not stepnet's: the run falls back to
+    stepnet's engine with one warning line, and onnxruntime's C++ log stays quiet."""
+    net = NetDef(name="div", op=[make_op("Div", ["a", "b"], ["y"])], external_input=["a", "b"], external_output=["y"])
+    proto.save(net, tmp_path / "div.pbtxt")
+    assert main(["run", str(tmp_path / "div.pbtxt"), "--feed", "a=[4, 6]:int32", "--feed", "b=[2, 3]:int32",
+                 "--engine", "onnxruntime"]) == 0
+    assert capsys.readouterr().err == ""
+    code = main(["run", str(tmp_path / "div.pbtxt"), "--feed", "a=[4, 6]:int32", "--feed", "b=[0, 3]:int32",
+                 "--engine", "onnxruntime", "-q"])
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("stepnet: warning: onnxruntime engine: onnxruntime could not run the exported net "
+                             "([ONNXRuntimeError]") and err[0].endswith("running on stepnet's engine"), err
+    assert len(err) == 1 or (code == 1 and len(err) == 2 and err[1].startswith("stepnet: error: net 'div', op #0"))

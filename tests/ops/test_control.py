@@ -296,3 +296,30 @@ def test_while_over_do_as_caffe2_lays_it_out():
     stack = ws.get_blob("loop_ws").value
     assert stack.top == 3 and [s.fetch("i").tolist() for s in stack.workspaces] == [[1], [2], [3], [4]]
     assert ws.get_blob("cond_ws").value.top == 4   # the condition ran 5 times, each in a pushed workspace
+
+
+def test_a_while_that_never_ends_is_interrupted_by_ctrl_c(tmp_path):
+    """While has no iteration cap (Caffe2 has none; a decoder loops until its end token): a loop whose condition
+    never turns false, nested in a Do, must stop on SIGINT with one line and exit status 130."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from stepnet import NetDef, save
+
+    body = NetDef(name="body", op=[make_op("ConstantFill", [], ["x"], shape=[1])])
+    loop = NetDef(name="inner", op=[make_op("ConstantFill", [], ["c"], shape=[1], value=1, dtype=5),
+                                    make_op("While", ["c"], ["c"], loop_net=body)])
+    save(NetDef(name="forever", op=[make_op("CreateScope", [], ["s"]),
+                                    make_op("Do", ["s"], ["s"], net=loop)]), tmp_path / "forever.pbtxt")
+    proc = subprocess.Popen([sys.executable, "-m", "stepnet", "run", str(tmp_path / "forever.pbtxt")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        time.sleep(2.0)
+        assert proc.poll() is None, proc.communicate()   # still looping
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=20)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130 and err.decode().splitlines() == ["stepnet: interrupted"], err

@@ -297,6 +297,9 @@ RUNTIME_ONLY = [  # values, not shapes: found when the op runs
     ("bbox-batch-index", "BBoxTransform", [R5 + np.array([2, 0, 0, 0, 0], F32), np.zeros((3, 4), F32), IM], 1,
      {}, ShapeError, "batch index 2, outside the 1 images"),
     ("nms-splits-sum", "BoxWithNMSLimit", [SC, BX, np.array([1, 2], F32)], 3, {}, ShapeError, "adding up to the 4"),
+    *((f"gp-im-info-{v}", "GenerateProposals", [*GP[:2], np.array([v], F32), GP[3]], 2, {}, ShapeError,
+       r"im_info row 0 is \[.*\]; each row must be \[height, width, scale\] of finite numbers")
+      for v in ([12, np.inf, 1], [np.nan, 12, 1], [12, -np.inf, 1])),
 ]
 
 

@@ -143,3 +143,33 @@ def test_an_mpi_op_under_mpiexec_without_mpi4py_names_the_extra(monkeypatch):
             Workspace().run_operator_once(make_op("MPICreateCommonWorld", [], ["comm"]))
     finally:
         world.process_world.cache_clear()
+
+
+@pytest.mark.parametrize("args, message", [
+    ({"src": 5, "tag": 1}, r"source rank 5 is not in the common world \(size 1\); give a rank from 0 to 0, or -1"),
+    ({"src": -2, "tag": 1}, r"source rank -2 is not in the common world"),
+    ({"src": 0, "tag": 2**62}, r"tag 4611686018427387904 is out of range; a tag is -1 \(any tag\) or 0 to 2147483647"),
+    ({"src": -1, "tag": -7}, r"tag -7 is out of range"),
+])
+def test_hostile_receive_arguments_are_one_line(tmp_path, capsys, args, message):
+    from stepnet import save
+    from stepnet.cli import main
+    from stepnet.testing import make_op as mk
+
+    net = NetDef(name="recv", op=[mk("MPICreateCommonWorld", [], ["comm"]),
+                                  mk("ConstantFill", [], ["like"], shape=[2], value=1.0),
+                                  mk("MPIReceiveTensor", ["comm", "like"], ["y", "s", "t"], raw_buffer=1, **args)])
+    save(net, tmp_path / "recv.pbtxt")
+    assert main(["run", str(tmp_path / "recv.pbtxt")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("stepnet: error: net 'recv', op #2 (MPIReceiveTensor): ")
+    assert "failed:" not in err[0]
+    import re
+    assert re.search(message, err[0]), err[0]
+
+
+def test_hostile_send_tag_is_one_line():
+    ws = workspace()
+    with pytest.raises(CollectiveError, match=r"MPISendTensor: tag 4611686018427387904 is out of range; a tag is 0 to "
+                                              "2147483647"):
+        run(ws, "MPISendTensor", {"x": np.ones(2, np.float32)}, [], dst=0, tag=2**62, raw_buffer=1)

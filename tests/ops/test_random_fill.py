@@ -184,3 +184,14 @@ def test_checkers_detect_broken_kernels(broken):
     broken("GaussianFill", lambda xp, *ins, **kw: gauss.kernel(xp, *ins, **kw) * 1.03)
     with pytest.raises(AssertionError):
         check_normal(sample("GaussianFill", shape=[N]), 0.0, 1.0)
+
+
+@pytest.mark.parametrize("op_type, args, match", [
+    ("UniformFill", {"min": float("-inf"), "max": 0.0}, r"min -inf and max 0.0 must be finite, and max - min too"),
+    ("UniformFill", {"min": 0.0, "max": float("inf")}, "must be finite"),
+    ("UniformFill", {"min": float("nan"), "max": 1.0}, "must be finite"),
+    ("UniformIntFill", {"min": 0, "max": 2**40}, r"min 0 and max 1099511627776 must lie in int32"),
+])
+def test_bounds_no_sample_can_lie_between_are_refused(op_type, args, match):
+    with pytest.raises(ArgumentError, match=match):
+        run_op(op_type, [], 1, shape=[2], **args)

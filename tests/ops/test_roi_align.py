@@ -176,3 +176,19 @@ def test_checkers_catch_broken_kernels(broken):
         test_roi_align_gradient_matches_finite_differences("cpu", "NCHW", *CASES[0])
     with pytest.raises(AssertionError):
         test_roi_align_gradient_matches_caffe2s_loops("cpu", "NCHW", *CASES[0])
+
+
+@pytest.mark.parametrize("args, rois", [
+    ({"sampling_ratio": 2**40}, [[0, 0, 0, 3, 3]]),                       # the file's sampling ratio
+    ({"sampling_ratio": 0, "spatial_scale": 1e9}, [[0, 0, 0, 3e3, 3e3]]),   # Caffe2's default grid of a huge RoI
+])
+@pytest.mark.parametrize("op_type", ["RoIAlign", "RoIAlignGradient"])
+def test_a_sampling_grid_past_the_limit_is_refused_before_it_is_allocated(op_type, args, rois):
+    from stepnet.errors import ResourceError
+
+    x = np.ones((1, 2, 6, 6), np.float32)
+    inputs = [x, np.array(rois, np.float32)] + ([np.ones((1, 2, 2, 2), np.float32)] if "Gradient" in op_type else [])
+    with pytest.raises(ResourceError, match=r"sampling \d+ points per bin side for 1 RoI\(s\) x 2 bins is \d+ "
+                                            r"samples along one axis, over the limit of 16777216; give a smaller "
+                                            "sampling_ratio"):
+        run_op(op_type, inputs, 1, pooled_h=2, pooled_w=2, **args)

@@ -133,3 +133,19 @@ def test_the_gradient_op_sets_each_steps_timestep_even_when_an_outer_blob_has_it
     for got in results:
         np.testing.assert_allclose(got[0], dx, rtol=1e-5)
         np.testing.assert_allclose(got[1], carry, rtol=1e-5)
+
+
+def test_the_deferred_fc_gradient_checks_the_ops_arguments_and_arity():
+    import pytest
+
+    from stepnet.errors import ArgumentError, ArityError
+
+    net = fc_backward(dw_reused=False)
+    net.op[0].arg.append(make_argument("axis", ["a", "b"]))   # a file's wrong kind of value: not an int() TypeError
+    with pytest.raises(ArgumentError, match=r"backward step net 'back', the FCGradient writing 'h_grad': argument "
+                                            r"'axis' must be an integer \(field i\), but the file stores a list"):
+        backward(net)
+    net = fc_backward(dw_reused=False)
+    net.op[0].input.append("extra")                             # four inputs: not a ValueError unpacking them
+    with pytest.raises(ArityError, match=r"the FCGradient writing 'h_grad': FCGradient takes 3 inputs, got 4"):
+        backward(net)
