@@ -241,7 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="runs of the net; for a plan, its training iterations: the iterations of the innermost of "
                         "the single loops nested in each outermost loop (what it set is printed)")
     r.add_argument("--feed", action="append", default=[], metavar="NAME=FILE.npy|FILE.npz|VALUE[:dtype]")
-    r.add_argument("--fetch", nargs="+", default=[], metavar="NAME", help="blobs to print and save")
+    r.add_argument("--fetch", nargs="+", action="extend", default=[], metavar="NAME", help="blobs to print and save")
     r.add_argument("--save", metavar="OUT.npz", help="write the fetched blobs (default: external outputs)")
     r.add_argument("--save-image", metavar="OUT.png[:layout]",
                    help="write the first fetched blob (an N×H×W×C uint8 image) as a picture; layout rgb, bgr, "

@@ -376,3 +376,10 @@ def test_inspect_escapes_names_from_the_file(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "\x1b" not in out and "\x07" not in out and "\nforged" not in out
     assert "x\\x1b]0;pwned\\x07\\nforged" in out
+
+
+def test_fetch_repeated_adds_blobs(capsys):
+    """--fetch A --fetch B prints both (argparse's default would keep only the last)."""
+    assert main(["run", str(XOR / "plan.pbtxt"), "--fetch", "y", "--fetch", "X"]) == 0
+    out = capsys.readouterr().out
+    assert "y: shape (4, 1) float32" in out and "X: shape (4, 2) float32" in out
