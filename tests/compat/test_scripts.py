@@ -106,14 +106,14 @@ def test_char_rnn_trains_and_writes_text(tmp_path, monkeypatch, capsys, device):
     mixing, that checks where the compat layer puts each blob and op (the step nets included)."""
     sentence = "the quick brown fox jumps over the lazy dog. "
     (tmp_path / "train.txt").write_text(sentence * 40)
-    handler = StopAfterReports(4)
+    handler = StopAfterReports(6)
     logger = logging.getLogger("char_rnn")
     logger.addHandler(handler)
     np.random.seed(0)
-    gpu = []
-    if device == "emulated":
-        monkeypatch.setitem(workspace._workspaces, "default", Workspace(gpu="emulate"))
-        gpu = ["--gpu"]
+    gpu = ["--gpu"] if device == "emulated" else []
+    # a seeded workspace (an unseeded one, as Caffe2's, draws other initial weights every run: flaky)
+    monkeypatch.setitem(workspace._workspaces, "default",
+                        Workspace(seed=0, gpu="emulate") if device == "emulated" else Workspace(seed=0))
     try:
         with pytest.raises(Stop):
             run_script("char_rnn.py", monkeypatch, "--train_data", str(tmp_path / "train.txt"), "--seq_length", "10",
@@ -123,12 +123,14 @@ def test_char_rnn_trains_and_writes_text(tmp_path, monkeypatch, capsys, device):
     if device == "emulated":
         assert isinstance(workspace._ws().get_blob("LSTM/gates_t_w").value, DeviceArray)
     losses = [float(m.split(": ")[1]) for m in handler.messages if m.startswith("Loss since last report")]
-    assert len(losses) == 4
+    assert len(losses) == 6
     assert 20 < losses[0] < 40            # a uniform guess over 28 characters: 10 ln 28 = 33.3 per sequence
-    assert losses[-1] < losses[0] / 3     # the repeated sentence is learnt
+    # the repeated sentence is learnt (the script's vocabulary comes from a set, so its order, and with it the
+    # curve, follow PYTHONHASHSEED: over hash seeds 1-8 the best of the last three reports was 0.7-5.7)
+    assert min(losses[-3:]) < losses[0] / 3
     out = capsys.readouterr().out
     texts = re.findall(r"-{10} Iteration (\d+) -{10}\n(.*)\n", out)
-    assert [int(n) for n, _ in texts] == [50, 100, 150, 200]
+    assert [int(n) for n, _ in texts] == [50, 100, 150, 200, 250, 300]
     assert all(len(t) == 501 and set(t) <= set(sentence) for _, t in texts)
     assert "the " in texts[-1][1]
     ops = net_ops("char_rnn")
