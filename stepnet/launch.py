@@ -15,6 +15,7 @@ import functools
 import os
 import signal
 import sys
+import time
 import traceback
 from typing import Callable
 
@@ -23,6 +24,8 @@ from .world import expand, process_world
 
 PATHS = ("feed", "load", "checkpoint", "resume", "save", "save_image")
 WRITTEN = ("checkpoint", "save", "save_image")
+# MPICH's launcher drops output still in its pipes when a job aborts (seen once under load: an empty stderr)
+ABORT_GRACE_S = 1.0
 
 
 def per_rank(command: Callable) -> Callable:
@@ -43,6 +46,7 @@ def per_rank(command: Callable) -> Callable:
         except BaseException as e:  # noqa: BLE001 - any failure of one rank ends every rank
             _report(e, world, getattr(a, "debug", False))
             code = 130 if isinstance(e, KeyboardInterrupt) else 1
+            time.sleep(ABORT_GRACE_S)   # let mpiexec forward the error line before MPI_Abort ends every process
             world.comm.Abort(code)
             os._exit(code)  # MPICH's MPI_Abort may return before the launcher ends this process
         return code
