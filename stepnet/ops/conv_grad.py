@@ -43,14 +43,14 @@ def _gradient_specs(X, W, no_bias):
 
 def _group_rows(a, group: int):
     """A channels-first (N, C, *spatial) array as (G, N*pixels, C/G): the GEMM layout of one group."""
-    n, c = a.shape[:2]
-    return a.reshape(n, group, c // group, -1).transpose(1, 0, 3, 2).reshape(group, -1, c // group)
+    n, c, pixels = a.shape[0], a.shape[1], math.prod(a.shape[2:])   # explicit sizes: N may be 0
+    return a.reshape(n, group, c // group, pixels).transpose(1, 0, 3, 2).reshape(group, n * pixels, c // group)
 
 
 def _ungroup_rows(m, shape):
     """The inverse of _group_rows: (G, N*pixels, C/G) back to a channels-first array of the given shape."""
-    n, c, group = shape[0], shape[1], m.shape[0]
-    return m.reshape(group, n, -1, c // group).transpose(1, 0, 3, 2).reshape(shape)
+    n, c, group, pixels = shape[0], shape[1], m.shape[0], math.prod(shape[2:])
+    return m.reshape(group, n, pixels, c // group).transpose(1, 0, 3, 2).reshape(shape)
 
 
 def _weight_gradient(xp, rows, cols):
@@ -94,7 +94,7 @@ def conv_gradient(ctx, xp, X, W, dY, *, order, group, float16_compute, no_gradie
     db = dyc.sum(axis=(0, *range(2, dyc.ndim)))
     dx = None
     if n_out == (2 if no_bias else 3):
-        dcols = xp.matmul(dy_rows, wc.reshape(group, wc.shape[0] // group, -1))
+        dcols = xp.matmul(dy_rows, wc.reshape(group, wc.shape[0] // group, math.prod(wc.shape[1:])))
         dx = from_channels_first(xp, col2im(xp, dcols, xc.shape, g, group), order)
     return _results(xp, order, dw, db, dx, n_out, no_bias)
 

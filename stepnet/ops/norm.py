@@ -194,7 +194,7 @@ def layer_norm(xp, x, *affine_params, axis, epsilon, elementwise_affine):
     later Caffe2 form) Y is then scaled by gamma and shifted by beta, both of x.shape[axis:] elements.
     """
     axis = ln_checks(x, affine_params, axis, elementwise_affine)
-    x2 = x.reshape(math.prod(x.shape[:axis]), -1)
+    x2 = x.reshape(math.prod(x.shape[:axis]), math.prod(x.shape[axis:]))   # explicit: rows may be 0
     mean = xp.mean(x2, axis=1, keepdims=True)
     dev = x2 - mean
     std = xp.sqrt(xp.mean(dev * dev, axis=1, keepdims=True) + epsilon)

@@ -138,12 +138,12 @@ def layer_norm_gradient(xp, dY, Y, mean, std, X, *gamma, axis, epsilon, elementw
     """dY, Y, mean, std, X[, gamma] -> dX[, dgamma, dbeta]: the derivative of (X - mean)/std through the row
     statistics (std includes epsilon); Y is not read. With gamma, dY is first scaled by it."""
     axis = _ln_grad_checks(dY, Y, mean, std, X, gamma, axis, elementwise_affine)
-    rows = math.prod(X.shape[:axis])
-    x, dy = X.reshape(rows, -1), dY.reshape(rows, -1)
+    rows, cols = math.prod(X.shape[:axis]), math.prod(X.shape[axis:])   # explicit: either may be 0
+    x, dy = X.reshape(rows, cols), dY.reshape(rows, cols)
     mu, r = mean.reshape(rows, 1), 1 / std.reshape(rows, 1)
     dyg = dy * gamma[0].reshape(1, -1) if elementwise_affine else dy
     ds, db = (dyg * x).sum(axis=1, keepdims=True), dyg.sum(axis=1, keepdims=True)
-    inv_n = X.dtype.type(1.0 / x.shape[1])
+    inv_n = X.dtype.type(1.0 / cols if cols else 0.0)
     x_scale = (db * mu - ds) * r * r * r * inv_n
     bias = -x_scale * mu - db * r * inv_n
     dx = (dyg * r + x * x_scale + bias).reshape(X.shape)

@@ -172,7 +172,7 @@ def roi_pool_gradient(xp, x, rois, argmax, dy, *, spatial_scale, pooled_h, poole
     _grad_checks(x, rois, argmax, dy, spatial_scale, pooled_h, pooled_w, order)
     n, c, h, w = x.shape
     ids = bins(backend.to_host(rois), n, h, w, spatial_scale, pooled_h, pooled_w)[0]
-    index = np.asarray(backend.to_host(argmax), np.int64).reshape(len(ids), c, -1)
+    index = np.asarray(backend.to_host(argmax), np.int64).reshape(len(ids), c, pooled_h * pooled_w)
     if ((index < -1) | (index >= h * w)).any():
         raise ShapeError(f"argmaxes must lie in [-1, H*W) = [-1, {h * w}), got values from {index.min()} to "
                          f"{index.max()}")

@@ -266,3 +266,15 @@ def test_the_cnn_check_catches_broken_gradient_kernels(op_type, fault, broken):
         broken(op_type, lambda xp, *a, **k: fault(kernel(xp, *a, **k)))
     with pytest.raises(AssertionError):
         check_cnn("cpu")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kernel, group", [(1, 1), (3, 1), (3, 2)])
+def test_conv_gradient_of_an_empty_batch(device, kernel, group):
+    """N = 0 (the GEMM layout reshaped with -1, which numpy refuses for zero rows): zero filter and bias
+    gradients, an empty dX."""
+    x = np.zeros((0, 2, 5, 5), np.float32)
+    w = np.random.default_rng(0).standard_normal((4, 2 // group, kernel, kernel)).astype(np.float32)
+    y = run_op("Conv", [x, w], 1, device=device, kernel=kernel, group=group)
+    dw, db, dx = run_op("ConvGradient", [x, w, y], 3, device=device, kernel=kernel, group=group)
+    assert dw.shape == w.shape and not dw.any() and db.shape == (4,) and not db.any() and dx.shape == x.shape

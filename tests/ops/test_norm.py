@@ -165,6 +165,17 @@ def test_layer_norm(device, shape, axis, affine):
         check(got, w)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_layer_norm_of_no_rows_is_empty_and_so_is_its_gradient(device):
+    """A batch of 0 rows (found by the fuzz campaign: the kernels reshaped to (0, -1), which numpy refuses)."""
+    x, gamma, beta = np.zeros((0, 3), np.float32), f32(3), f32(3)
+    y, mean, std = run_op("LayerNorm", [x, gamma, beta], 3, device=device, elementwise_affine=1)
+    assert y.shape == (0, 3) and mean.shape == std.shape == (0, 1)
+    dx, dgamma, dbeta = run_op("LayerNormGradient", [x, y, mean, std, x, gamma], 3, device=device,
+                               elementwise_affine=1)
+    assert dx.shape == (0, 3) and not dgamma.any() and not dbeta.any() and dgamma.shape == (3,)
+
+
 # ------------------------------------------------------------------------------------------- Instance/Group
 def grouped_reference(x, order, groups, gamma, beta, eps):
     """GroupNorm by loops; InstanceNorm is the case groups == C. Returns Y, mean and inv std (N, groups)."""

@@ -182,3 +182,13 @@ def test_reference_checks_catch_broken_kernels(broken):
     broken("RoIPoolGradient", lambda xp, x, r, a, dy, **k: grad(xp, x, r, a, dy * 2, **k))
     with pytest.raises(AssertionError):
         test_roi_pool_gradient("cpu")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_gradient_with_no_rois_is_zero(device):
+    """No RoIs (a detector's batch without proposals): dX is zeros of X's shape."""
+    x = np.random.default_rng(0).standard_normal((1, 2, 4, 4)).astype(np.float32)
+    rois = np.zeros((0, 5), np.float32)
+    y, argmax = run_op("RoIPool", [x, rois], 2, device=device, pooled_h=2, pooled_w=2)
+    dx = run_op("RoIPoolGradient", [x, rois, argmax, y], 1, device=device, pooled_h=2, pooled_w=2)
+    assert dx.shape == x.shape and not dx.any()
