@@ -8,6 +8,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+_minimum = np.minimum.reduce
 
 
 class Fast(NamedTuple):
@@ -32,13 +33,14 @@ def _args(bop):
 
 def _ended(seq, timestep):
     """Indices of the batch rows whose sequence has ended at this timestep, or None."""
-    if seq is None:
+    if seq is None or not seq.size:
         return None
     t = int(timestep.flat[0])
     if seq.size == 1:                     # B=1 (sampling): no temporary arrays
         return None if int(seq.flat[0]) > t else np.zeros(1, np.intp)
-    ended = np.flatnonzero(seq.reshape(-1) <= t)
-    return ended if ended.size else None
+    if _minimum(seq, axis=None) > t:      # no sequence has ended (the common case): one reduction, no temporaries
+        return None
+    return np.flatnonzero(seq.reshape(-1) <= t)
 
 
 def _fits(ins, outs, n_in: int, states, blocks_shape) -> bool:
