@@ -118,7 +118,7 @@ def lstm_unit_gradient(saved: bool):
             return None
         dt = ins[0].dtype
         one, half, fbh = dt.type(1), dt.type(0.5), dt.type(fb) * dt.type(0.5)
-        dct, dsig = np.empty((n, d), dt), np.empty((3, n, d), dt)
+        dct, grads, dsig = np.empty((n, d), dt), np.empty((4, n, d), dt), np.empty((3, n, d), dt)
         own = None if saved else np.empty((5, n, d), dt)
         nd, state = (n, d), (1, n, d)
 
@@ -140,9 +140,6 @@ def lstm_unit_gradient(saved: bool):
             c_prev, dh, dc = ins[1].reshape(nd), ins[-2].reshape(nd), ins[-1].reshape(nd)
             acts = ins[2] if saved else activations(ins[2], ins[-3])
             dc_total = dct
-            dh_prev, dc_prev = outs[0].reshape(state), outs[1].reshape(state)
-            dgates = outs[2].reshape(1, n, 4 * d)
-            grads = dgates.reshape(n, 4, d).transpose(1, 0, 2)   # the four gate blocks, written in place
             i, f, o, g, tanh_c = acts[0], acts[1], acts[2], acts[3], acts[4]
             np.multiply(tanh_c, tanh_c, out=dc_total)
             np.subtract(one, dc_total, out=dc_total)
@@ -160,6 +157,11 @@ def lstm_unit_gradient(saved: bool):
             np.subtract(one, dg, out=dg)
             dg *= i
             dg *= dc_total
+            dh_prev, dc_prev = outs[0].reshape(state), outs[1].reshape(state)
+            dgates = outs[2].reshape(1, n, 4 * d)
+            # contiguous scratch, then one copy: the passes above on the strided gate blocks of dgates itself
+            # measured 1.4x slower at N=32 (numpy iterates the N rows of each block)
+            np.copyto(dgates.reshape(n, 4, d), grads.transpose(1, 0, 2))
             np.multiply(dc_total, f, out=dc_prev.reshape(nd))
             dh_prev.fill(0)
             ended = _ended(ins[3] if has_seq else None, ins[n_in - 5])
