@@ -150,6 +150,11 @@ class Workspace:
     def feed(self, name: str, value, device_option=None) -> None:
         """Store a copy of value (dtype kept; str/bytes become string blobs; TensorProto converted; an
         Int8Tensor is stored as an Int8Tensor)."""
+        if type(value) is np.ndarray and device_option is None:   # the common case, without the dispatch below
+            blob = self.create_blob(name)
+            blob.value = np.array(value, copy=True)
+            blob.view = False
+            return
         from .proto import TensorProto, tensor_to_array
 
         if isinstance(value, TensorProto):
@@ -173,6 +178,8 @@ class Workspace:
         host copy; other objects described)."""
         blob = self.get_blob(name)
         v = blob.value
+        if type(v) is np.ndarray:                 # a host tensor: the common case
+            return np.array(v, copy=True)
         if v is None:
             raise MissingBlobError(f"blob {name!r} exists but holds no value yet (never written or fed)")
         if isinstance(v, (str, bytes)):

@@ -8,6 +8,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+_minimum = np.minimum.reduce
 
 
 class Fast(NamedTuple):
@@ -32,10 +33,14 @@ def _args(bop):
 
 def _ended(seq, timestep):
     """Indices of the batch rows whose sequence has ended at this timestep, or None."""
-    if seq is None:
+    if seq is None or not seq.size:
         return None
-    ended = np.flatnonzero(seq.reshape(-1) <= int(timestep.flat[0]))
-    return ended if ended.size else None
+    t = int(timestep.flat[0])
+    if seq.size == 1:                     # B=1 (sampling): no temporary arrays
+        return None if int(seq.flat[0]) > t else np.zeros(1, np.intp)
+    if _minimum(seq, axis=None) > t:      # no sequence has ended (the common case): one reduction, no temporaries
+        return None
+    return np.flatnonzero(seq.reshape(-1) <= t)
 
 
 def _fits(ins, outs, n_in: int, states, blocks_shape) -> bool:
@@ -154,6 +159,8 @@ def lstm_unit_gradient(saved: bool):
             dg *= dc_total
             dh_prev, dc_prev = outs[0].reshape(state), outs[1].reshape(state)
             dgates = outs[2].reshape(1, n, 4 * d)
+            # contiguous scratch, then one copy: the passes above on the strided gate blocks of dgates itself
+            # measured 1.4x slower at N=32 (numpy iterates the N rows of each block)
             np.copyto(dgates.reshape(n, 4, d), grads.transpose(1, 0, 2))
             np.multiply(dc_total, f, out=dc_prev.reshape(nd))
             dh_prev.fill(0)

@@ -131,6 +131,8 @@ def fold(fn, specs, **args):
 
 def size_of(x) -> int:
     """Number of elements of an array or a TensorSpec."""
+    if type(x) is np.ndarray:          # the kernels' checks at every run: no np.prod call (several µs)
+        return x.size
     return int(np.prod(x.shape, dtype=np.int64))
 
 
@@ -142,6 +144,20 @@ BOOL = ("bool",)
 FLOAT = ("float16", "float32", "float64")
 
 
+_DTYPE_NAMES: dict = {}
+
+
+def dtype_name(dtype) -> str:
+    """dtype.name, remembered per dtype (numpy computes the name in Python, several µs; kernels check their
+    inputs' dtypes by name at every call)."""
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = dtype.name
+        if len(_DTYPE_NAMES) < 256:
+            _DTYPE_NAMES[dtype] = name
+    return name
+
+
 def check_dtypes(arrays, allowed, what: str = "inputs") -> None:
     """DTypeError unless all arrays (or TensorSpecs; unknown dtypes are skipped) share one dtype from
     `allowed`."""
@@ -150,7 +166,7 @@ def check_dtypes(arrays, allowed, what: str = "inputs") -> None:
         return
     i0, first = known[0]
     for i, dtype in known:
-        if dtype.name not in allowed:
+        if dtype_name(dtype) not in allowed:
             raise DTypeError(f"input {i} has dtype {dtype.name}; {what} must be one of {', '.join(allowed)} "
                              "(use Cast to convert)")
         if dtype != first:

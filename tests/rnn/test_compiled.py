@@ -201,3 +201,23 @@ def test_new_sequence_lengths_of_the_same_shape_run_compiled():
         m.add_gradient_ops([loss_of(m, h[0])])
     _, net = run_both(build, feeds, change=lambda ws, r: ws.feed("seq", lengths[r]))
     assert_compiled(net, "RecurrentNetwork", "RecurrentNetworkGradient")
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+@pytest.mark.parametrize("drop_states", [False, True])
+def test_a_batch_of_one_with_seq_lengths(cell, drop_states):
+    """N = 1 (sampling's shape; the cells test its one length without temporaries): the sequence ended before,
+    at and after the last timestep across runs, forward and backward, bit-identical to the op-by-op path."""
+    rng = np.random.default_rng(11)
+    feeds = {"X": rng.uniform(-1, 1, (T, 1, D)).astype(F), "seq": np.array([T], np.int32),
+             "h0": rng.uniform(-1, 1, (1, 1, H)).astype(F), "c0": rng.uniform(-1, 1, (1, 1, H)).astype(F)}
+    lengths = [np.array([T], np.int32), np.array([2], np.int32), np.array([0], np.int32), np.array([T + 2], np.int32)]
+
+    def build(m):
+        if cell == "lstm":
+            h = lstm(m, "X", "seq", ["h0", "c0"], D, H, drop_states=drop_states)
+        else:
+            h = gru(m, "X", "seq", ["h0"], D, H, drop_states=drop_states)
+        m.add_gradient_ops([loss_of(m, h[0])])
+    _, net = run_both(build, feeds, runs=4, change=lambda ws, r: ws.feed("seq", lengths[r]))
+    assert_compiled(net, "RecurrentNetwork", "RecurrentNetworkGradient")
