@@ -250,4 +250,9 @@ class Workspace:
     def run_plan(self, plan, **options) -> None:
         from .plan import run_plan
 
-        run_plan(plan, self, **options)
+        limit = self.blas_threads()   # a plan's nets sit one level down: hold BLAS here, once for the whole plan
+        if limit is None:
+            run_plan(plan, self, **options)
+        else:
+            with limit:
+                run_plan(plan, self, **options)

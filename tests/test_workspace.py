@@ -190,6 +190,24 @@ def test_threads_holds_blas_while_a_net_runs(temporary_op):
         assert _blas_threads_seen(seen) == [before] * 2      # None: BLAS as the process has it
 
 
+def test_threads_holds_blas_while_a_plan_runs(temporary_op):
+    """A plan's nets are bound one level below it: the plan itself holds BLAS at `threads`."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    from stepnet.proto import PlanDef
+
+    seen = _register_recorder(temporary_op)
+    plan = PlanDef(name="p")
+    net = plan.network.add(name="n")
+    net.op.add(type="RecordThreads")
+    plan.execution_step.add(name="s", network=["n"], num_iter=2)
+    with threadpool_limits(2, user_api="blas"):
+        before = [i["num_threads"] for i in threadpool_info() if i.get("user_api") == "blas"]
+        Workspace(threads=1).run_plan(plan)
+        assert seen == [[1] * len(before)] * 2
+        assert [i["num_threads"] for i in threadpool_info() if i.get("user_api") == "blas"] == before
+
+
 def test_threads_is_inherited_and_checked():
     parent = Workspace(threads=1)
     assert Workspace(parent=parent).threads == 1 and Workspace().threads is None
