@@ -80,15 +80,7 @@ def lstm_unit(saving: bool):
             hv, cv = outs[0].reshape(state), outs[1].reshape(state)
             h, c = hv.reshape(nd), cv.reshape(nd)
             acts = outs[2] if saving else own
-            blocks = gates.reshape(n, 4, d).transpose(1, 0, 2)
-            sig = acts[:3]
-            np.multiply(blocks[:3], half, out=sig)           # sigmoid(x) = 0.5·tanh(x/2) + 0.5
-            if fb:
-                sig[1] += fbh
-            np.tanh(sig, out=sig)
-            sig *= half
-            sig += half
-            np.tanh(blocks[3], out=acts[3])
+            _gate_activations(gates.reshape(n, 4, d).transpose(1, 0, 2), acts, half, fbh)
             np.multiply(acts[0], acts[3], out=c)
             np.multiply(acts[1], c_prev.reshape(nd), out=tmp)
             c += tmp
@@ -104,6 +96,19 @@ def lstm_unit(saving: bool):
                 cv[:, ended] = 0 if drop else c_prev.reshape(state)[:, ended]
         return run
     return _fast(make)
+
+
+def _gate_activations(blocks, acts, half, fbh) -> None:
+    """acts[:3] = σ(i), σ(f + forget_bias), σ(o) as 0.5·tanh(x/2) + 0.5, and acts[3] = tanh(g), from the gate
+    blocks (4, N, D); fbh is forget_bias / 2."""
+    sig = acts[:3]
+    np.multiply(blocks[:3], half, out=sig)
+    if fbh:
+        sig[1] += fbh
+    np.tanh(sig, out=sig)
+    sig *= half
+    sig += half
+    np.tanh(blocks[3], out=acts[3])
 
 
 def lstm_unit_gradient(saved: bool):
@@ -124,15 +129,7 @@ def lstm_unit_gradient(saved: bool):
 
         def activations(gates, c):
             """acts (σ(i), σ(f + forget_bias), σ(o), tanh(g), tanh(c)) from the gates, as the kernel does."""
-            b = gates.reshape(n, 4, d).transpose(1, 0, 2)
-            sig = own[:3]
-            np.multiply(b[:3], half, out=sig)
-            if fb:
-                sig[1] += fbh
-            np.tanh(sig, out=sig)
-            sig *= half
-            sig += half
-            np.tanh(b[3], out=own[3])
+            _gate_activations(gates.reshape(n, 4, d).transpose(1, 0, 2), own, half, fbh)
             np.tanh(c.reshape(nd), out=own[4])
             return own
 
