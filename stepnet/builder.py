@@ -148,13 +148,18 @@ class NetBuilder:
         self._defined.update(outs)
         return outs[0] if len(outs) == 1 else outs
 
+    # an argument the op does not declare is an error here; compat.core.Net keeps it (warned about when the net
+    # is bound), as Caffe2 does
+    undeclared_args_are_errors = True
+
     def _check(self, opdef: OperatorDef) -> None:
+        """Arity, in-place rules and argument types, when the op is added."""
         label = f"net {self.name!r}, new op #{len(self._net.op)} ({opdef.type})"
         schema = REGISTRY.get(opdef.type)
         check_arity(schema, opdef, label)
         check_inplace(schema, opdef, label)
         with warnings.catch_warnings():
-            warnings.simplefilter("error")
+            warnings.simplefilter("error" if self.undeclared_args_are_errors else "ignore")
             try:
                 parse_args(schema, opdef, label, strict=False)
             except Warning as w:

@@ -9,14 +9,12 @@ one silently); arity, in-place rules and argument types are checked as each op i
 """
 from __future__ import annotations
 
-import warnings
 from collections import defaultdict
 
 import numpy as np
 
 from ..builder import BlobRef, NetBuilder
 from ..errors import did_you_mean
-from ..executor import check_arity, check_inplace, parse_args
 from ..ops import REGISTRY
 from ..ops.base import GradientSlice
 from ..proto import DeviceOption as _DeviceOptionProto
@@ -167,6 +165,7 @@ class Net(NetBuilder):
     """Caffe2's core.Net: Net(name) or Net(netdef) (a copy), its name made unique in the process."""
 
     _net_names_used: set = set()
+    undeclared_args_are_errors = False   # kept and warned about when the net is bound, as Caffe2 keeps them
 
     def __init__(self, name_or_proto, inputs=None):
         proto = name_or_proto if isinstance(name_or_proto, NetDef) else None
@@ -204,17 +203,6 @@ class Net(NetBuilder):
     def add_op(self, op_type, inputs=(), outputs=None, **kwargs):
         self._sync()
         return super().add_op(op_type, inputs, outputs, **kwargs)
-
-    def _check(self, opdef) -> None:
-        """Arity, in-place rules and argument types now; undeclared arguments are warned about when the net is
-        bound (Caffe2 keeps them too)."""
-        label = f"net {self.name!r}, new op #{len(self._net.op)} ({opdef.type})"
-        schema = REGISTRY.get(opdef.type)
-        check_arity(schema, opdef, label)
-        check_inplace(schema, opdef, label)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            parse_args(schema, opdef, label, strict=False)
 
     def _sync(self) -> None:
         """After Proto() was handed out the NetDef may have been changed directly: re-read what it defines."""
