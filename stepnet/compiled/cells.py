@@ -206,11 +206,7 @@ def gru_unit(bop, ins, outs):
     def run(ins, outs):
         h_prev, gates = ins[0], ins[1]
         h = outs[0].reshape(state)
-        np.multiply(gates[..., d:2 * d], half, out=u)
-        np.tanh(u, out=u)
-        np.multiply(u, half, out=u)
-        np.add(u, half, out=u)
-        np.tanh(gates[..., 2 * d:], out=o)
+        _gru_activations(gates, d, half, u, o)
         np.subtract(h_prev, o, out=h)
         h *= u
         h += o
@@ -218,6 +214,15 @@ def gru_unit(bop, ins, outs):
         if ended is not None:
             h[:, ended] = 0 if drop else h_prev[:, ended]
     return Fast(run)
+
+
+def _gru_activations(gates, d: int, half, u, o) -> None:
+    """u = σ(the update block) as 0.5·tanh(x/2) + 0.5 and o = tanh(the output block), from gates (1, N, 3D)."""
+    np.multiply(gates[..., d:2 * d], half, out=u)
+    np.tanh(u, out=u)
+    np.multiply(u, half, out=u)
+    np.add(u, half, out=u)
+    np.tanh(gates[..., 2 * d:], out=o)
 
 
 def gru_unit_gradient(bop, ins, outs):
@@ -236,11 +241,7 @@ def gru_unit_gradient(bop, ins, outs):
     def run(ins, outs):
         h_prev, gates, dh = ins[0], ins[1], ins[-1]
         dh_prev, dgates = outs[0].reshape(state), outs[1].reshape(1, n, 3 * d)
-        np.multiply(gates[..., d:2 * d], half, out=u)
-        np.tanh(u, out=u)
-        np.multiply(u, half, out=u)
-        np.add(u, half, out=u)
-        np.tanh(gates[..., 2 * d:], out=o)
+        _gru_activations(gates, d, half, u, o)
         np.subtract(one, u, out=omu)
         dgates[..., :d] = zero
         block = dgates[..., d:2 * d]            # du = dH·(h_prev − out)·u·(1 − u)
