@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import signal
 import sys
@@ -49,6 +50,14 @@ def save_npz(path: Path, arrays: dict) -> None:
                                         for k, v in arrays.items()}))   # Int8: the real values
 
 
+def _fused_cells(text: str) -> str:
+    if text not in ("auto", "on", "off"):
+        raise argparse.ArgumentTypeError(f"--fused-cells is auto, on or off, got {text!r}")
+    if text == "on" and importlib.util.find_spec("numba") is None:
+        raise argparse.ArgumentTypeError("--fused-cells on needs numba: pip install 'stepnet[fast]'")
+    return text
+
+
 def _threads(text: str) -> int:
     try:
         n = int(text)
@@ -66,7 +75,8 @@ def cmd_run(a) -> int:
     predict_def = proto.load(a.predict_net, kind="net") if a.predict_net else None
     profiler = Profiler() if a.profile or _has_prof_dag(model, predict_def) else None
     ws = Workspace(seed=a.seed, gpu=a.device, strict=a.strict, check_nan=a.check_nan, limits=limits_of(a),
-                   profiler=profiler, threads=a.threads or None)
+                   profiler=profiler, threads=a.threads or None,
+                   fused_cells={"auto": None, "on": True, "off": False}[a.fused_cells])
     monitor = Monitor(show=not a.quiet, metrics=MetricsWriter(a.metrics) if a.metrics else None)
     try:
         return _run(a, ws, model, predict_def, monitor, profiler)
@@ -271,6 +281,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--metrics", metavar="FILE.csv",
                    help="write every scalar the plan reports (its Print ops: losses, accuracies) as rows "
                         "iteration,name,value, flushed as they come; draw them with stepnet plot")
+    r.add_argument("--fused-cells", type=_fused_cells, default="auto", metavar="auto|on|off",
+                   help="LSTM/GRU cell ops as one numba pass each (the fast extra; auto: when numba is installed) "
+                        "or in numpy (off: the reference arithmetic; results agree within float32 rounding)")
     r.add_argument("--threads", type=_threads, default=1, metavar="N",
                    help="BLAS threads while nets run (default 1: on a shared 2-CPU machine two threads made a "
                         "char-rnn step up to 2.2x slower; 0 leaves BLAS as it is)")

@@ -207,6 +207,9 @@ class Net:
         device = backend.resolve(do, ws.gpu)
         xp = backend.array_module(device)
         kernel = schema.gpu_kernel if (schema.gpu_kernel and not device.is_cpu) else schema.kernel
+        if schema.fused_kernel is not None and device.is_cpu:
+            from .compiled.fused import enabled   # (import cycle: the compiled step nets build on this module)
+            kernel = schema.fused_kernel if enabled(ws) else kernel
         if schema.inplace_kernel and opdef.input and opdef.output and opdef.output[0] == opdef.input[0]:
             kernel = schema.inplace_kernel  # Caffe2 writes such an op's result into input 0's buffer
         if schema.random:

@@ -1,6 +1,7 @@
 """Workspace: named blobs with Caffe2's parent-chain binding rules, and the nets created in it."""
 from __future__ import annotations
 
+import importlib.util
 from typing import Any, Iterator
 
 import numpy as np
@@ -52,11 +53,14 @@ class Workspace:
     """Blobs and nets. A child workspace sees its parent's blobs: lookups go local first, then up the
     chain; creating a blob that exists anywhere in the chain binds to that existing blob (§2). `limits` says
     what its models may read, write and allocate (default Limits(): paths under the working directory of now,
-    blobs up to a quarter of the memory); child workspaces inherit their parent's."""
+    blobs up to a quarter of the memory); child workspaces inherit their parent's. compile_steps=False runs
+    RecurrentNetwork step nets op by op (the reference path); fused_cells=False keeps their LSTM/GRU cells in
+    numpy, True asks for the numba forms (the `fast` extra), None (default) uses them when numba is installed."""
 
     def __init__(self, parent: "Workspace | None" = None, *, seed: int | None = None, gpu: str | None = None,
                  strict: bool | None = None, check_nan: bool | None = None, limits: Limits | None = None,
-                 profiler=None, reporter=None, compile_steps: bool | None = None, threads: int | None = None):
+                 profiler=None, reporter=None, compile_steps: bool | None = None, threads: int | None = None,
+                 fused_cells: bool | None = None):
         self.parent = parent
         if limits is None and parent is not None:
             self.limits = parent.limits
@@ -71,6 +75,10 @@ class Workspace:
         # RecurrentNetwork step nets run compiled (stepnet.compiled) unless False: the op-by-op path is the reference
         self.compile_steps = (bool(compile_steps) if compile_steps is not None
                               else (True if root else parent.compile_steps))
+        # compiled LSTM/GRU cell ops as one numba pass each (the `fast` extra); None: whenever numba is installed
+        if fused_cells and importlib.util.find_spec("numba") is None:
+            raise ValueError("fused_cells=True needs numba: pip install 'stepnet[fast]'")
+        self.fused_cells = fused_cells if fused_cells is not None or root else parent.fused_cells
         if threads is not None and (type(threads) is not int or threads < 1):
             raise ValueError(f"threads must be a positive int, got {threads!r}")
         self.threads = threads if threads is not None or root else parent.threads

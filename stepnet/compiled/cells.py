@@ -18,6 +18,11 @@ class Fast(NamedTuple):
     fn: Callable
     blobs: bool = False
     rebind: Callable | None = None
+    begin: tuple | None = None   # (input index, fn(array)): called once per run with that input's array
+
+
+def _begin(ended, index: int, has_seq: bool) -> tuple | None:
+    return (index, ended.begin) if has_seq else None
 
 
 def bound_args(bop) -> dict:
@@ -31,16 +36,29 @@ def _args(bop):
     return float(a["forget_bias"]), bool(a["drop_states"]), bool(a["sequence_lengths"])
 
 
-def _ended(seq, timestep):
-    """Indices of the batch rows whose sequence has ended at this timestep, or None."""
-    if seq is None or not seq.size:
-        return None
-    t = int(timestep.flat[0])
-    if seq.size == 1:                     # B=1 (sampling): no temporary arrays
-        return None if int(seq.flat[0]) > t else np.zeros(1, np.intp)
-    if _minimum(seq, axis=None) > t:      # no sequence has ended (the common case): one reduction, no temporaries
-        return None
-    return np.flatnonzero(seq.reshape(-1) <= t)
+class _Ended:
+    """Indices of the batch rows whose sequence has ended at a timestep, or None. `begin(seq)`, called once per
+    run with the run's seq_lengths (Fast.begin), records the shortest length, so a timestep before it costs one
+    comparison; without it (the step net writes seq_lengths itself) every timestep checks the lengths."""
+    __slots__ = ("before",)
+
+    def __init__(self):
+        self.before = 0
+
+    def begin(self, seq) -> None:
+        self.before = int(_minimum(seq, axis=None)) if seq.size and seq.dtype == np.int32 else 0
+
+    def __call__(self, seq, timestep):
+        if seq is None or not seq.size:
+            return None
+        t = int(timestep.flat[0])
+        if t < self.before:
+            return None
+        if seq.size == 1:                     # B=1 (sampling): no temporary arrays
+            return None if int(seq.flat[0]) > t else np.zeros(1, np.intp)
+        if _minimum(seq, axis=None) > t:      # no sequence has ended: one reduction, no temporaries
+            return None
+        return np.flatnonzero(seq.reshape(-1) <= t)
 
 
 def _fits(ins, outs, n_in: int, states, blocks_shape) -> bool:
@@ -73,7 +91,7 @@ def lstm_unit(saving: bool):
         dt = ins[0].dtype
         half, fbh = dt.type(0.5), dt.type(fb) * dt.type(0.5)
         tmp, own = np.empty((n, d), dt), (None if saving else np.empty((4, n, d), dt))
-        nd, state = (n, d), (1, n, d)
+        nd, state, _ended = (n, d), (1, n, d), _Ended()
 
         def run(ins, outs):
             h_prev, c_prev, gates = ins[0], ins[1], ins[2]
@@ -94,7 +112,7 @@ def lstm_unit(saving: bool):
             if ended is not None:
                 hv[:, ended] = 0 if drop else h_prev.reshape(state)[:, ended]
                 cv[:, ended] = 0 if drop else c_prev.reshape(state)[:, ended]
-        return run
+        return run, _begin(_ended, 3, has_seq)
     return _fast(make)
 
 
@@ -125,7 +143,7 @@ def lstm_unit_gradient(saved: bool):
         one, half, fbh = dt.type(1), dt.type(0.5), dt.type(fb) * dt.type(0.5)
         dct, grads, dsig = np.empty((n, d), dt), np.empty((4, n, d), dt), np.empty((3, n, d), dt)
         own = None if saved else np.empty((5, n, d), dt)
-        nd, state = (n, d), (1, n, d)
+        nd, state, _ended = (n, d), (1, n, d), _Ended()
 
         def activations(gates, c):
             """acts (σ(i), σ(f + forget_bias), σ(o), tanh(g), tanh(c)) from the gates, as the kernel does."""
@@ -166,14 +184,14 @@ def lstm_unit_gradient(saved: bool):
                 dgates[:, ended] = 0
                 dh_prev[:, ended] = 0 if drop else ins[-2].reshape(state)[:, ended]
                 dc_prev[:, ended] = 0 if drop else ins[-1].reshape(state)[:, ended]
-        return run
+        return run, _begin(_ended, 3, has_seq)
     return _fast(make)
 
 
 def _fast(make):
     def wrapped(bop, ins, outs):
-        run = make(bop, ins, outs)
-        return None if run is None else Fast(run)
+        made = make(bop, ins, outs)
+        return None if made is None else Fast(made[0], begin=made[1])
     return wrapped
 
 
@@ -200,7 +218,7 @@ def gru_unit(bop, ins, outs):
         return None
     _, n, d = ins[0].shape
     dt = ins[0].dtype
-    half, state = dt.type(0.5), (1, n, d)
+    half, state, _ended = dt.type(0.5), (1, n, d), _Ended()
     u, o = np.empty(state, dt), np.empty(state, dt)
 
     def run(ins, outs):
@@ -213,7 +231,7 @@ def gru_unit(bop, ins, outs):
         ended = _ended(ins[2] if has_seq else None, ins[-1])
         if ended is not None:
             h[:, ended] = 0 if drop else h_prev[:, ended]
-    return Fast(run)
+    return Fast(run, begin=_begin(_ended, 2, has_seq))
 
 
 def _gru_activations(gates, d: int, half, u, o) -> None:
@@ -235,7 +253,7 @@ def gru_unit_gradient(bop, ins, outs):
         return None
     _, n, d = ins[0].shape
     dt = ins[0].dtype
-    one, zero, half, state = dt.type(1), dt.type(0), dt.type(0.5), (1, n, d)
+    one, zero, half, state, _ended = dt.type(1), dt.type(0), dt.type(0.5), (1, n, d), _Ended()
     u, o, omu = np.empty(state, dt), np.empty(state, dt), np.empty(state, dt)
 
     def run(ins, outs):
@@ -259,4 +277,4 @@ def gru_unit_gradient(bop, ins, outs):
         if ended is not None:
             dh_prev[:, ended] = 0 if drop else dh[:, ended]
             dgates[:, ended] = 0
-    return Fast(run)
+    return Fast(run, begin=_begin(_ended, 2, has_seq))

@@ -14,6 +14,7 @@ from ..ops import REGISTRY, gru, lstm, rnn_internal, sums
 from ..ops import shape as shape_ops
 from ..ops import math as math_ops
 from ..ops.rnn_internal import _link_error
+from .fused import FUSED
 from .cells import FLOATS, Fast, bound_args, gru_unit, gru_unit_gradient, lstm_unit, lstm_unit_gradient
 
 
@@ -275,9 +276,13 @@ SPECIALIZED = {   # type -> (the kernel it specializes, its maker); a record who
 }
 
 
-def compiled_form(bop, ins, outs) -> Fast | None:
-    """The op's compiled form for these arrays, or None."""
+def compiled_form(bop, ins, outs, fused: bool = False) -> Fast | None:
+    """The op's compiled form for these arrays, or None; with `fused`, a cell op's fused form where it has one."""
     kernel, make = SPECIALIZED.get(bop.opdef.type, (None, None))
+    if fused and bop.opdef.type in FUSED and bop.schema.kernel is kernel:
+        fast = FUSED[bop.opdef.type](bop, ins, outs)
+        if fast is not None:
+            return fast
     fast = make(bop, ins, outs) if make is not None and bop.schema.kernel is kernel else None
     if fast is not None:
         return fast

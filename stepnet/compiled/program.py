@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..executor import _failure
+from .fused import enabled
 from .kernels import compiled_form
 
 _BUFFER, _VIEW, _INPLACE, _LINKS = "buffer", "view", "in place", "links"
@@ -64,8 +65,9 @@ def _writes_in_place(bop, blob) -> bool:
 class Program:
     """Per op of the step net: its compiled form and what each of its outputs is."""
 
-    def __init__(self, ops):
+    def __init__(self, ops, begins=()):
         self.ops = ops   # [(Fast, [(kind, shape, dtype) per output])]
+        self.begins = tuple(begins)   # [(op index, input index, fn)]: each op's per-run setup (Fast.begin)
 
     @classmethod
     def of(cls, net) -> "Program | None":
@@ -73,12 +75,13 @@ class Program:
         compiled."""
         if net.check_nan or net.mixed_devices:
             return None
+        fused = enabled(net.workspace)
         ops, views, buffers = [], set(), {}
         for bop in net.ops:
             ins, outs = [b.value for b in bop.inputs], [b.value for b in bop.outputs]
             if any(type(v) is not np.ndarray for v in ins):
                 return None
-            fast = compiled_form(bop, ins, outs) if all(type(v) is np.ndarray for v in outs) or \
+            fast = compiled_form(bop, ins, outs, fused) if all(type(v) is np.ndarray for v in outs) or \
                 bop.opdef.type == "rnn_internal_apply_links" else None
             if fast is None:
                 return None
@@ -104,7 +107,16 @@ class Program:
                 else:
                     return None
             ops.append((fast, kinds))
-        return cls(ops)
+        written = {id(b) for bop in net.ops for b in bop.outputs}
+        begins = [(k, fast.begin[0], fast.begin[1]) for k, (bop, (fast, _)) in enumerate(zip(net.ops, ops))
+                  if fast.begin is not None and id(bop.inputs[fast.begin[0]]) not in written]
+        return cls(ops, begins)
+
+    def begin(self, net) -> None:
+        """Once per run, before its compiled timesteps: each op's per-run setup from its input's array (an
+        input the step net never writes, so it holds for every timestep of the run)."""
+        for k, index, fn in self.begins:
+            fn(net.ops[k].inputs[index].value)
 
     def routine(self, net):
         """The routine of one step workspace's bound net: its buffers allocated (and bound to its blobs) now."""
@@ -158,7 +170,10 @@ class StepCompiler:
             entry = self.externals[id(net)] = (net, external_blobs(net))
         sig = signature(entry[1])
         if sig is not None and sig == self.signature and not self.pending:
-            return self.program is not None
+            if self.program is None:
+                return False
+            self.program.begin(net)
+            return True
         self.signature, self.program, self.routines, self.pending = sig, None, {}, sig is not None
         return False
 
@@ -167,6 +182,8 @@ class StepCompiler:
         if self.pending:
             self.pending = False
             self.program = Program.of(net)
+            if self.program is not None:
+                self.program.begin(net)
 
     def run(self, net) -> None:
         entry = self.routines.get(id(net))

@@ -7,13 +7,27 @@ from __future__ import annotations
 
 from ..shapes import TensorSpec
 from .registry import op
-from .lstm import NOT_IN_PLACE, _cell_dims, _check_cell, _check_steps, _past_end, _sigmoid, _unpack
+from .lstm import NOT_IN_PLACE, _cell_dims, _check_cell, _check_steps, _past_end, _sigmoid, _unpack, fused
 
 GRU_HEAD = ("hidden_t_prev", "gates")
 GRU_GRAD_TAIL = ("hidden_t", "hidden_t_grad")
 GRU_STATES = ("hidden_t_prev", "hidden_t", "hidden_t_grad")
 # Caffe2's gru_cell.py puts forget_bias on GRUUnit, whose kernel never reads it: accepted and ignored.
 GRU_ARGS = {"drop_states": False, "sequence_lengths": True, "forget_bias": 0.0}
+
+
+_GRU_PARAMS = ("drop_states", "sequence_lengths")
+
+
+def _gru_dims(grad: bool):
+    """dims(inputs, args) -> (N, D, dtype) after the kernel's checks, for lstm.fused()."""
+    def dims(inputs, args):
+        (h_prev, gates), seq, timestep, rest = _unpack(inputs, args["sequence_lengths"], GRU_HEAD,
+                                                       GRU_GRAD_TAIL if grad else ())
+        names = GRU_STATES if grad else GRU_STATES[:1]
+        n, d = _cell_dims(names, (h_prev, *rest), gates, 3, "reset, update, output", seq, timestep)
+        return n, d, h_prev.dtype
+    return dims
 
 
 # --------------------------------------------------------------------------------------------- GRUUnit
@@ -33,7 +47,8 @@ def gru_unit_gradient_maker(g) -> None:
 
 
 @op("GRUUnit", inputs=(3, 4), outputs=1, args=GRU_ARGS, inplace=NOT_IN_PLACE, host_inputs=(2, 3),
-    gradient=gru_unit_gradient_maker, shape=_gru_shape)
+    gradient=gru_unit_gradient_maker, shape=_gru_shape,
+    fused=lambda k: fused("gru_step", k, _gru_dims(False), lambda n, d: [(1, n, d)], _GRU_PARAMS))
 def gru_unit(xp, *inputs, drop_states=False, sequence_lengths=True, forget_bias=0.0):
     """One GRU step: h = h_prev·σ(u) + tanh(o)·(1 − σ(u)) -> hidden_t.
 
@@ -64,7 +79,8 @@ def _gru_grad_shape(specs, drop_states, sequence_lengths, forget_bias=0.0):
 
 
 @op("GRUUnitGradient", inputs=(5, 6), outputs=2, args=GRU_ARGS, inplace=NOT_IN_PLACE, host_inputs=(2, 3),
-    shape=_gru_grad_shape)
+    shape=_gru_grad_shape,
+    fused=lambda k: fused("gru_grad_step", k, _gru_dims(True), lambda n, d: [(1, n, d), (1, n, 3 * d)], _GRU_PARAMS))
 def gru_unit_gradient(xp, *inputs, drop_states=False, sequence_lengths=True, forget_bias=0.0):
     """Gradients of GRUUnit -> (hidden_t_prev_grad, gates_grad).
 

@@ -258,8 +258,46 @@ def lstm_unit_gradient_maker(g) -> None:
     g.op("LSTMUnitGradient", ins, [g.GI(0), g.GI(1), g.GI(2)])
 
 
+def fused(step: str, regular, dims, outputs, argnames: tuple, *flags):
+    """The fused_kernel of a cell op record: regular's checks (dims(inputs, args) -> (N, D, dtype)), then the
+    fused arithmetic (stepnet.compiled.fused: `step`, outputs(N, D) -> their shapes) for float32 host arrays;
+    otherwise the regular kernel."""
+    def kernel(xp, *inputs, **args):
+        from ..compiled import fused as cells
+
+        n, d, dtype = dims(inputs, args)
+        params = [args[a] for a in argnames]
+        run = cells.interpreted(getattr(cells, step), xp, dtype, *flags, *params, n, d)
+        if run is None:
+            return regular(xp, *inputs, **args)
+        outs = [np.empty(shape, dtype) for shape in outputs(n, d)]
+        run(list(inputs), outs)
+        return tuple(outs) if len(outs) > 1 else outs[0]
+    kernel.__doc__ = f"{regular.__name__} with the fused float32 cell arithmetic (Workspace.fused_cells)."
+    return kernel
+
+
+def _lstm_dims(grad: bool, n_gates: int = 4, order: str = "i, f, o, g", block_major: bool = False):
+    """dims(inputs, args) -> (N, D, dtype) after the kernel's checks, for fused()."""
+    def dims(inputs, args):
+        (h_prev, c_prev, gates), seq, timestep, rest = _unpack(
+            inputs, args["sequence_lengths"], LSTM_HEAD, LSTM_GRAD_TAIL if grad else ())
+        names = LSTM_STATES if grad else LSTM_STATES[:2]
+        n, d = _cell_dims(names, (c_prev, h_prev, *rest), gates, n_gates, order, seq, timestep, block_major)
+        return n, d, c_prev.dtype
+    return dims
+
+
+_LSTM_PARAMS = ("forget_bias", "drop_states", "sequence_lengths")
+
+
+def _GRAD_OUTS(n: int, d: int) -> list:
+    return [(1, n, d), (1, n, d), (1, n, 4 * d)]
+
+
 @op("LSTMUnit", inputs=(4, 5), outputs=2, args=LSTM_ARGS, inplace=NOT_IN_PLACE, host_inputs=(3, 4),
-    gradient=lstm_unit_gradient_maker, shape=_lstm_shape)
+    gradient=lstm_unit_gradient_maker, shape=_lstm_shape,
+    fused=lambda k: fused("lstm_step", k, _lstm_dims(False), lambda n, d: [(1, n, d)] * 2, _LSTM_PARAMS, False))
 def lstm_unit(xp, *inputs, forget_bias=0.0, drop_states=False, sequence_lengths=True):
     """One LSTM step: c = σ(f+forget_bias)·c_prev + σ(i)·tanh(g), h = σ(o)·tanh(c) -> (hidden_t, cell_t).
 
@@ -289,7 +327,8 @@ def _lstm_grad_shape(specs, forget_bias, drop_states, sequence_lengths):
 
 
 @op("LSTMUnitGradient", inputs=(8, 9), outputs=3, args=LSTM_ARGS, inplace=NOT_IN_PLACE, host_inputs=(3, 4),
-    shape=_lstm_grad_shape)
+    shape=_lstm_grad_shape,
+    fused=lambda k: fused("lstm_grad_step", k, _lstm_dims(True), _GRAD_OUTS, _LSTM_PARAMS, False))
 def lstm_unit_gradient(xp, *inputs, forget_bias=0.0, drop_states=False, sequence_lengths=True):
     """Gradients of LSTMUnit -> (hidden_t_prev_grad, cell_t_prev_grad, gates_grad).
 
@@ -318,7 +357,9 @@ def _saved_shape(specs, forget_bias, drop_states, sequence_lengths):
 
 
 @op("rnn_internal_lstm_unit", inputs=(4, 5), outputs=3, args=LSTM_ARGS, inplace=NOT_IN_PLACE,
-    host_inputs=(3, 4), gradient=NO_GRADIENT, shape=_saved_shape)
+    host_inputs=(3, 4), gradient=NO_GRADIENT, shape=_saved_shape,
+    fused=lambda k: fused("lstm_step", k, _lstm_dims(False), lambda n, d: [(1, n, d)] * 2 + [(5, n, d)],
+                          _LSTM_PARAMS, True))
 def lstm_unit_saving(xp, *inputs, forget_bias=0.0, drop_states=False, sequence_lengths=True):
     """LSTMUnit that also outputs [σ(i), σ(f + forget_bias), σ(o), tanh(g), tanh(c)] (5×N×D) for its gradient."""
     (h_prev, c_prev, gates), seq, timestep, _ = _unpack(inputs, sequence_lengths, LSTM_HEAD)
@@ -335,7 +376,9 @@ def _saved_grad_shape(specs, forget_bias, drop_states, sequence_lengths):
 
 
 @op("rnn_internal_lstm_unit_gradient", inputs=(8, 9), outputs=3, args=LSTM_ARGS, inplace=NOT_IN_PLACE,
-    host_inputs=(3, 4), gradient=NO_GRADIENT, shape=_saved_grad_shape)
+    host_inputs=(3, 4), gradient=NO_GRADIENT, shape=_saved_grad_shape,
+    fused=lambda k: fused("lstm_grad_step", k, _lstm_dims(True, 5, "i, f, o, g, tanh(c)", block_major=True),
+                          _GRAD_OUTS, _LSTM_PARAMS, True))
 def lstm_unit_gradient_saved(xp, *inputs, forget_bias=0.0, drop_states=False, sequence_lengths=True):
     """LSTMUnitGradient reading rnn_internal_lstm_unit's saved activations (input 2) instead of the gates."""
     (h_prev, c_prev, acts), seq, timestep, (h, c, dh, dc) = _unpack(

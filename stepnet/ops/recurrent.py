@@ -131,8 +131,9 @@ def _zeroed(xp, blob, like):
     return blob.value
 
 
-def _timestep_value(t: int) -> np.ndarray:
-    return np.array([t], dtype=np.int32)
+def _timesteps(T: int) -> np.ndarray:
+    """One run's timestep values: row t (a view, t:t+1) is timestep t's int32 [t], one allocation per run."""
+    return np.arange(T, dtype=np.int32)
 
 
 # ------------------------------------------------------------------------------------------- forward op
@@ -188,10 +189,10 @@ class _Forward:
             scratch.shared.create_local_blob(name)
         k = self.num_workspaces if self.forward_only else None
         net, local, strict, level = self.step_net, self.local, ctx.net.strict, ctx.net.level + NET_IN_ARG
-        compiler, fast = self.compiler, False
+        compiler, fast, timesteps = self.compiler, False, _timesteps(T)
         for t in range(T):
             step_ws = scratch.step(t if k is None else t % k)
-            step_ws.create_blob(self.timestep).value = _timestep_value(t)
+            step_ws.create_blob(self.timestep).value = timesteps[t:t + 1]
             try:
                 bound = step_ws.bind(net, local, strict, level)   # once per step workspace (ctx.bind's primitive)
             except MissingBlobError as e:

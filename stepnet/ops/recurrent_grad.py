@@ -7,7 +7,7 @@ from __future__ import annotations
 from ..compiled import StepCompiler
 from ..errors import ArgumentError, MissingBlobError, ShapeError
 from ..passes.step_nets import ACTIVATIONS, BACKWARD, Link, ParamGradient, Recurrence, StepNets, run
-from .recurrent import (RNN_ARGS, StepWorkspaces, _backward_net, _distinct_names, _links, _timestep_value, _zeroed,
+from .recurrent import (RNN_ARGS, StepWorkspaces, _backward_net, _distinct_names, _links, _timesteps, _zeroed,
                         missing_step_input)
 from .registry import op
 from ..validate import NET_IN_ARG
@@ -110,10 +110,10 @@ class _Backward:
             if first.find(name) is None:
                 scratch.shared.create_local_blob(name)
         net, strict, level = self.net, ctx.net.strict, ctx.net.level + NET_IN_ARG
-        compiler, fast = self.compiler, False
+        compiler, fast, timesteps = self.compiler, False, _timesteps(T)
         for t in range(T - 1, -1, -1):
             step_ws = scratch.steps[t]
-            step_ws.create_blob(self.timestep).value = _timestep_value(t)
+            step_ws.create_blob(self.timestep).value = timesteps[t:t + 1]
             try:
                 bound = step_ws.bind(net, (), strict, level)
             except MissingBlobError as e:

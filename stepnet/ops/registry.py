@@ -82,6 +82,7 @@ class OpSchema:
     shape: Callable | None = None
     alloc: Callable | None = None             # alloc(*inputs, **args) -> [(output, shape, dtype)] it will allocate
     specialize: Callable | None = None        # specialize(*inputs, **args) -> fast(*inputs) for that input signature
+    fused_kernel: Callable | None = None      # the kernel with the fused cell arithmetic (Workspace.fused_cells)
     doc: str = ""
     family: str = ""
 
@@ -109,10 +110,12 @@ class Registry:
     def op(self, type_: str, **record) -> Callable[[Callable], Callable]:
         """Decorator registering kernel under type_ with its full record: inputs=1, outputs=1 (a count or a
         (min, max) pair, None = unbounded), args, inplace, enforce_inplace, context, random, devices,
-        host_inputs, gradient, shape, alloc, doc, aliases, inplace_kernel, specialize. Raises once the registry is
-        frozen. specialize (for hot CPU ops) is called once per input signature (the shape and dtype of every
-        input) with that call's inputs and the arguments, does every check that depends only on them and returns
-        fast(*inputs), the kernel without those checks for inputs of that signature (None: use the kernel).
+        host_inputs, gradient, shape, alloc, doc, aliases, inplace_kernel, specialize, fused. Raises once the
+        registry is frozen. specialize (for hot CPU ops) is called once per input signature (the shape and dtype
+        of every input) with that call's inputs and the arguments, does every check that depends only on them
+        and returns fast(*inputs), the kernel without those checks for inputs of that signature (None: use the
+        kernel). fused(kernel) -> the kernel with the fused cell arithmetic (the LSTM/GRU cell ops), which the
+        executor binds on the CPU in a workspace whose fused_cells is on (stepnet.compiled.fused).
         alloc (for ops whose output sizes a file dictates, such as fills) is called with the kernel's inputs and
         arguments before the kernel and returns (output index, shape, dtype) of each array the kernel will
         allocate; the executor refuses any over the workspace's Limits.max_blob_bytes."""
@@ -126,7 +129,7 @@ class Registry:
 
     def _add(self, type_, kernel, *, inputs=1, outputs=1, args=None, inplace=ANY_INPLACE, enforce_inplace=(),
              context=False, random=False, devices="same", host_inputs=(), gradient=None, shape=None, alloc=None,
-             doc=None, aliases=(), inplace_kernel=None, specialize=None) -> tuple[str, ...]:
+             doc=None, aliases=(), inplace_kernel=None, specialize=None, fused=None) -> tuple[str, ...]:
         allow = inplace if inplace == ANY_INPLACE else frozenset(inplace)
         schema = OpSchema(
             type=type_, kernel=kernel, inputs=_range(inputs), outputs=_range(outputs),
@@ -134,6 +137,7 @@ class Registry:
             enforce_inplace=frozenset(enforce_inplace), context=context, random=random, devices=devices,
             host_inputs=frozenset(host_inputs), inplace_kernel=inplace_kernel,
             gradient=gradient, shape=shape, alloc=alloc, specialize=specialize,
+            fused_kernel=None if fused is None else fused(kernel),
             doc=(doc or kernel.__doc__ or "").strip(),
             family=kernel.__module__.rsplit(".", 1)[-1])
         names = (type_, *aliases)

@@ -1,7 +1,10 @@
 """Compiled step nets (stepnet.compiled) against the op-by-op path: every cell type, forward and backward, with
 and without seq_lengths, run several times (the first timestep of a new input signature runs op by op, every
-later one compiled): every blob of the workspace bit-identical, and the compiled path really taken; a step
-net with an op lacking a compiled form runs op by op."""
+later one compiled): every blob of the workspace bit-identical with the numpy cell forms, within float32
+rounding with the fused (numba) ones, and the compiled path really taken; a step net with an op lacking a
+compiled form runs op by op."""
+import importlib.util
+
 import numpy as np
 import pytest
 
@@ -12,6 +15,10 @@ from stepnet.rnn_cell import basic_rnn, gru, lstm, recurrent_net
 
 F = np.float32
 T, N, D, H = 4, 3, 5, 6
+# the cell forms: numpy (bit-identical to op by op) and fused (numba, the `fast` extra, in the test extra)
+CELLS = [pytest.param(False, id="numpy"),
+         pytest.param(True, id="fused", marks=pytest.mark.skipif(importlib.util.find_spec("numba") is None,
+                                                                 reason="numba (the fast extra) not installed"))]
 
 
 def compilers(net):
@@ -30,14 +37,14 @@ def loss_of(m, out):
     return m.net.AveragedLoss(m.net.Tanh(out, BlobRef("squashed")), BlobRef("loss"))
 
 
-def run_both(build, feeds, runs=3, change=None):
-    """The net built by build(m) run `runs` times in a compiled and an op-by-op workspace; (compiled ws and
-    net, interpreted ws). change(ws, run): feed new values before a run."""
+def run_both(build, feeds, runs=3, change=None, fused=False):
+    """The net built by build(m) run `runs` times in a compiled (cell forms: numpy, or fused) and an op-by-op
+    workspace; (compiled ws and net). change(ws, run): feed new values before a run."""
     out = []
     for compiled in (True, False):
         m = ModelBuilder("m")
         build(m)
-        ws = Workspace(seed=3, compile_steps=compiled)
+        ws = Workspace(seed=3, compile_steps=compiled, fused_cells=fused and compiled)
         ws.run_net_once(m.init_net.proto())
         for name, value in feeds.items():
             ws.feed(name, value)
@@ -50,9 +57,24 @@ def run_both(build, feeds, runs=3, change=None):
     (ws_c, net_c), (ws_i, _) = out
     for name in ws_i.blobs():
         a, b = ws_i.find(name).value, ws_c.find(name).value
-        if isinstance(a, np.ndarray):
+        if isinstance(a, np.ndarray) and fused and a.dtype.kind == "f":
+            np.testing.assert_allclose(b, a, rtol=1e-5, atol=2e-6, err_msg=name)
+        elif isinstance(a, np.ndarray):
             np.testing.assert_array_equal(b, a, err_msg=name)
+    if fused:
+        assert fused_types(net_c), "no cell op ran fused"
     return ws_c, net_c
+
+
+def fused_types(net) -> set:
+    """The op types the compiled programs of a net's RecurrentNetwork ops run with fused forms."""
+    found = set()
+    for c in compilers(net).values():
+        if c.program is not None and c.routines:
+            step_net = next(iter(c.routines.values()))[0]
+            found |= {bop.opdef.type for bop, (fast, _) in zip(step_net.ops, c.program.ops)
+                      if fast.fn.__module__ == "stepnet.compiled.fused"}
+    return found
 
 
 def sequence(rng, d=D, t=T):
@@ -67,7 +89,8 @@ def assert_compiled(net, *types):
 
 @pytest.mark.parametrize("seq", [True, False])
 @pytest.mark.parametrize("forget_bias, drop_states", [(0.0, False), (1.0, True)])
-def test_lstm(seq, forget_bias, drop_states):
+@pytest.mark.parametrize("fused", CELLS)
+def test_lstm(seq, forget_bias, drop_states, fused):
     rng = np.random.default_rng(1)
     feeds = {**sequence(rng), "h0": rng.uniform(-1, 1, (1, N, H)).astype(F),
              "c0": rng.uniform(-1, 1, (1, N, H)).astype(F)}
@@ -76,11 +99,12 @@ def test_lstm(seq, forget_bias, drop_states):
         h = lstm(m, "X", "seq" if seq else None, ["h0", "c0"], D, H, forget_bias=forget_bias,
                  drop_states=drop_states)
         m.add_gradient_ops([loss_of(m, h[0])])
-    _, net = run_both(build, feeds)
+    _, net = run_both(build, feeds, fused=fused)
     assert_compiled(net, "RecurrentNetwork", "RecurrentNetworkGradient")
 
 
-def test_lstm_forward_only_and_a_new_sequence_length():
+@pytest.mark.parametrize("fused", CELLS)
+def test_lstm_forward_only_and_a_new_sequence_length(fused):
     rng = np.random.default_rng(2)
     feeds = {**sequence(rng), "h0": np.zeros((1, N, H), F), "c0": np.zeros((1, N, H), F)}
     longer = sequence(np.random.default_rng(5), t=T + 3)
@@ -90,19 +114,21 @@ def test_lstm_forward_only_and_a_new_sequence_length():
             ws.feed("X", longer["X"])
             ws.feed("seq", np.array([T + 3, 2, 1], np.int32))
 
-    _, net = run_both(lambda m: lstm(m, "X", "seq", ["h0", "c0"], D, H, forward_only=True), feeds, change=change)
+    _, net = run_both(lambda m: lstm(m, "X", "seq", ["h0", "c0"], D, H, forward_only=True), feeds, change=change,
+                      fused=fused)
     assert_compiled(net, "RecurrentNetwork")
 
 
 @pytest.mark.parametrize("seq, lbr", [(True, False), (False, True)])
-def test_gru(seq, lbr):
+@pytest.mark.parametrize("fused", CELLS)
+def test_gru(seq, lbr, fused):
     rng = np.random.default_rng(3)
     feeds = {**sequence(rng), "h0": rng.uniform(-1, 1, (1, N, H)).astype(F)}
 
     def build(m):
         h = gru(m, "X", "seq" if seq else None, ["h0"], D, H, linear_before_reset=lbr)
         m.add_gradient_ops([loss_of(m, h[0])])
-    _, net = run_both(build, feeds)
+    _, net = run_both(build, feeds, fused=fused)
     assert_compiled(net, "RecurrentNetwork", "RecurrentNetworkGradient")
 
 
@@ -188,24 +214,28 @@ def test_op_by_op_when_asked():
     assert compilers(net)["RecurrentNetwork"].program is None
 
 
-def test_new_sequence_lengths_of_the_same_shape_run_compiled():
-    """seq_lengths' values are read at every timestep: new lengths of the same shape keep the compiled program
-    and still match the op-by-op path."""
+@pytest.mark.parametrize("fused", CELLS)
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_new_sequence_lengths_of_the_same_shape_run_compiled(cell, fused):
+    """New seq_lengths values of the same shape keep the compiled program (the cells take the run's shortest
+    length once per run) and still match the op-by-op path: a length shorter than the last run's shortest
+    must be seen."""
     rng = np.random.default_rng(9)
     feeds = {**sequence(rng), "h0": rng.uniform(-1, 1, (1, N, H)).astype(F),
              "c0": rng.uniform(-1, 1, (1, N, H)).astype(F)}
-    lengths = [np.array([T, 1, T - 1], np.int32), np.array([2, T, 0], np.int32), np.array([1, 1, 1], np.int32)]
+    lengths = [np.array([T, 1, T - 1], np.int32), np.array([1, 1, 1], np.int32), np.array([2, T, 0], np.int32)]
 
     def build(m):
-        h = lstm(m, "X", "seq", ["h0", "c0"], D, H)
+        h = (lstm(m, "X", "seq", ["h0", "c0"], D, H) if cell == "lstm" else gru(m, "X", "seq", ["h0"], D, H))
         m.add_gradient_ops([loss_of(m, h[0])])
-    _, net = run_both(build, feeds, change=lambda ws, r: ws.feed("seq", lengths[r]))
+    _, net = run_both(build, feeds, change=lambda ws, r: ws.feed("seq", lengths[r]), fused=fused)
     assert_compiled(net, "RecurrentNetwork", "RecurrentNetworkGradient")
 
 
+@pytest.mark.parametrize("fused", CELLS)
 @pytest.mark.parametrize("cell", ["lstm", "gru"])
 @pytest.mark.parametrize("drop_states", [False, True])
-def test_a_batch_of_one_with_seq_lengths(cell, drop_states):
+def test_a_batch_of_one_with_seq_lengths(cell, drop_states, fused):
     """N = 1 (sampling's shape; the cells test its one length without temporaries): the sequence ended before,
     at and after the last timestep across runs, forward and backward, bit-identical to the op-by-op path."""
     rng = np.random.default_rng(11)
@@ -219,5 +249,5 @@ def test_a_batch_of_one_with_seq_lengths(cell, drop_states):
         else:
             h = gru(m, "X", "seq", ["h0"], D, H, drop_states=drop_states)
         m.add_gradient_ops([loss_of(m, h[0])])
-    _, net = run_both(build, feeds, runs=4, change=lambda ws, r: ws.feed("seq", lengths[r]))
+    _, net = run_both(build, feeds, runs=4, change=lambda ws, r: ws.feed("seq", lengths[r]), fused=fused)
     assert_compiled(net, "RecurrentNetwork", "RecurrentNetworkGradient")

@@ -1,0 +1,213 @@
+"""The fused cell arithmetic: LSTMUnit, GRUUnit, RecurrentNetwork's saved-activation LSTM forms and their
+gradients as one numba pass per op (fused_kernels) instead of ~20 numpy passes. A workspace choice
+(`Workspace(fused_cells=)`; None, the default: whenever numba, the `fast` extra, is installed): there every
+float32 call of these ops on the CPU uses it, interpreted (the records' fused_kernel, which the executor binds)
+or compiled (the forms below), so a net gives the same bits whichever way its timesteps run. Results agree with
+the numpy kernels within float32 rounding (the tanh approximation is within 3e-7); fused_cells=False keeps the
+numpy arithmetic, the reference. Other dtypes and devices use the numpy kernels."""
+from __future__ import annotations
+
+import functools
+import importlib.util
+import warnings
+
+import numpy as np
+
+from .cells import Fast, _args, _begin, _Ended, _fits, _gru_fits, bound_args
+
+_F32 = np.dtype(np.float32)
+
+
+def installed() -> bool:
+    """Whether numba can be imported (without importing it)."""
+    return importlib.util.find_spec("numba") is not None
+
+
+def enabled(ws) -> bool:
+    """Whether the cell ops of nets bound in ws use the fused arithmetic."""
+    return installed() if ws.fused_cells is None else bool(ws.fused_cells)
+
+
+@functools.cache
+def kernels():
+    """The compiled kernel module, or None without a working numba (imported once, on the first fused call;
+    then every cell op keeps the numpy arithmetic, interpreted and compiled alike)."""
+    if not installed():
+        return None
+    try:
+        from . import fused_kernels
+    except Exception as e:  # noqa: BLE001 - a numba that cannot compile or cache here: warn, run numpy
+        warnings.warn(f"the fused cell kernels are unavailable ({type(e).__name__}: {e}); the LSTM/GRU cells run "
+                      "in numpy", RuntimeWarning, stacklevel=2)
+        return None
+    return fused_kernels
+
+
+def _flat(a):
+    return a.reshape(-1) if a.flags.c_contiguous else np.ascontiguousarray(a).reshape(-1)
+
+
+def _via_scratch(run, ins, outs) -> None:
+    """run into contiguous scratch, then copy into outputs that are not C-contiguous."""
+    scratch = [np.empty(o.shape, o.dtype) for o in outs]
+    run(ins, scratch)
+    for o, s in zip(outs, scratch):
+        np.copyto(o, s)
+
+
+def _hold(ended, drop: bool, *pairs) -> None:
+    """Rows whose sequence has ended: each output keeps its previous value (or 0 with drop_states)."""
+    for out, prev in pairs:
+        out[:, ended] = 0 if drop else prev[:, ended]
+
+
+# ------------------------------------------------------------------------------------------- steps
+# step(k, args..., n, d) -> (run(ins, outs), ended): ins and outs in the op's order, float32, states 1×N×D.
+
+def lstm_step(k, saving: bool, fb: float, drop: bool, has_seq: bool, n: int, d: int):
+    fbh, state, ended_at, unused = np.float32(fb) * np.float32(0.5), (1, n, d), _Ended(), np.empty(1, _F32)
+
+    def run(ins, outs):
+        h, c = outs[0], outs[1]
+        acts = outs[2] if saving else unused
+        if not (h.flags.c_contiguous and c.flags.c_contiguous and acts.flags.c_contiguous):
+            return _via_scratch(run, ins, outs)
+        h_prev, c_prev = ins[0], ins[1]
+        k.lstm_forward(_flat(ins[2]), _flat(c_prev), fbh, h.reshape(-1), c.reshape(-1), acts.reshape(-1), saving,
+                       n, d)
+        ended = ended_at(ins[3] if has_seq else None, ins[-1])
+        if ended is not None:
+            _hold(ended, drop, (h.reshape(state), h_prev.reshape(state)), (c.reshape(state), c_prev.reshape(state)))
+    return run, ended_at
+
+
+def lstm_grad_step(k, saved: bool, fb: float, drop: bool, has_seq: bool, n: int, d: int):
+    fbh, state, ended_at = np.float32(fb) * np.float32(0.5), (1, n, d), _Ended()
+    own = None if saved else np.empty(5 * n * d, _F32)
+    t_at = 4 if has_seq else 3
+
+    def run(ins, outs):
+        dh_prev, dc_prev, dgates = outs
+        if not (dh_prev.flags.c_contiguous and dc_prev.flags.c_contiguous and dgates.flags.c_contiguous):
+            return _via_scratch(run, ins, outs)
+        dh, dc = ins[-2], ins[-1]
+        acts = _flat(ins[2])
+        if not saved:
+            k.lstm_activations(acts, _flat(ins[-3]), fbh, own, n, d)
+            acts = own
+        k.lstm_backward(acts, _flat(ins[1]), _flat(dh), _flat(dc), dgates.reshape(-1), dh_prev.reshape(-1),
+                        dc_prev.reshape(-1), n, d)
+        ended = ended_at(ins[3] if has_seq else None, ins[t_at])
+        if ended is not None:
+            dgates.reshape(1, n, 4 * d)[:, ended] = 0
+            _hold(ended, drop, (dh_prev.reshape(state), dh.reshape(state)), (dc_prev.reshape(state), dc.reshape(state)))
+    return run, ended_at
+
+
+def gru_step(k, drop: bool, has_seq: bool, n: int, d: int):
+    state, ended_at = (1, n, d), _Ended()
+
+    def run(ins, outs):
+        h = outs[0]
+        if not h.flags.c_contiguous:
+            return _via_scratch(run, ins, outs)
+        h_prev = ins[0]
+        k.gru_forward(_flat(h_prev), _flat(ins[1]), h.reshape(-1), n, d)
+        ended = ended_at(ins[2] if has_seq else None, ins[-1])
+        if ended is not None:
+            _hold(ended, drop, (h.reshape(state), h_prev.reshape(state)))
+    return run, ended_at
+
+
+def gru_grad_step(k, drop: bool, has_seq: bool, n: int, d: int):
+    state, ended_at, t_at = (1, n, d), _Ended(), 3 if has_seq else 2
+
+    def run(ins, outs):
+        dh_prev, dgates = outs
+        if not (dh_prev.flags.c_contiguous and dgates.flags.c_contiguous):
+            return _via_scratch(run, ins, outs)
+        dh = ins[-1]
+        k.gru_backward(_flat(ins[0]), _flat(ins[1]), _flat(dh), dh_prev.reshape(-1), dgates.reshape(-1), n, d)
+        ended = ended_at(ins[2] if has_seq else None, ins[t_at])
+        if ended is not None:
+            dgates.reshape(1, n, 3 * d)[:, ended] = 0
+            _hold(ended, drop, (dh_prev.reshape(state), dh.reshape(state)))
+    return run, ended_at
+
+
+def interpreted(step, xp, dtype, *params):
+    """run(ins, outs) of a step for an interpreted kernel call (its checks passed), or None where the fused
+    arithmetic does not apply: not numpy, not float32, or no numba."""
+    k = kernels()
+    if k is None or xp is not np or dtype != _F32:
+        return None
+    return step(k, *params)[0]
+
+
+# ------------------------------------------------------------------------------------------- compiled forms
+def _compiled(step, seq_at, k, has_seq, *params):
+    run, ended_at = step(k, *params)
+    return Fast(run, begin=_begin(ended_at, seq_at, has_seq))
+
+
+def lstm_unit(saving: bool):
+    def make(bop, ins, outs):
+        k = kernels()
+        fb, drop, has_seq = _args(bop)
+        if k is None or not _fits(ins, outs, 5 if has_seq else 4, (0, 1), lambda n, d: (1, n, 4 * d)):
+            return None
+        _, n, d = ins[0].shape
+        if ins[0].dtype != _F32 or outs[0].size != n * d or outs[1].size != n * d or \
+                (saving and outs[2].shape != (5, n, d)):
+            return None
+        return _compiled(lstm_step, 3, k, has_seq, saving, fb, drop, has_seq, n, d)
+    return make
+
+
+def lstm_unit_gradient(saved: bool):
+    def make(bop, ins, outs):
+        k = kernels()
+        fb, drop, has_seq = _args(bop)
+        n_in = 9 if has_seq else 8
+        blocks = (lambda n, d: (5, n, d)) if saved else (lambda n, d: (1, n, 4 * d))
+        if k is None or not _fits(ins, outs, n_in, (0, 1, n_in - 4, n_in - 3, n_in - 2, n_in - 1), blocks):
+            return None
+        _, n, d = ins[0].shape
+        if ins[0].dtype != _F32 or outs[0].size != n * d or outs[1].size != n * d or outs[2].size != 4 * n * d:
+            return None
+        return _compiled(lstm_grad_step, 3, k, has_seq, saved, fb, drop, has_seq, n, d)
+    return make
+
+
+def _gru_args(bop):
+    a = bound_args(bop)
+    return bool(a["drop_states"]), bool(a["sequence_lengths"])
+
+
+def gru_unit(bop, ins, outs):
+    k = kernels()
+    drop, has_seq = _gru_args(bop)
+    if k is None or not _gru_fits(ins, outs, 4 if has_seq else 3, (0,)) or outs[0].size != ins[0].size \
+            or ins[0].dtype != _F32:
+        return None
+    _, n, d = ins[0].shape
+    return _compiled(gru_step, 2, k, has_seq, drop, has_seq, n, d)
+
+
+def gru_unit_gradient(bop, ins, outs):
+    k = kernels()
+    drop, has_seq = _gru_args(bop)
+    n_in = 6 if has_seq else 5
+    if k is None or not _gru_fits(ins, outs, n_in, (0, n_in - 2, n_in - 1)) or outs[0].size != ins[0].size \
+            or outs[1].size != ins[1].size or ins[0].dtype != _F32:
+        return None
+    _, n, d = ins[0].shape
+    return _compiled(gru_grad_step, 2, k, has_seq, drop, has_seq, n, d)
+
+
+FUSED = {
+    "LSTMUnit": lstm_unit(saving=False), "rnn_internal_lstm_unit": lstm_unit(saving=True),
+    "LSTMUnitGradient": lstm_unit_gradient(saved=False),
+    "rnn_internal_lstm_unit_gradient": lstm_unit_gradient(saved=True),
+    "GRUUnit": gru_unit, "GRUUnitGradient": gru_unit_gradient,
+}
