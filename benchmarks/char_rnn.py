@@ -82,7 +82,7 @@ def stepnet_model(cfg, H: int, T: int | None = None, lstm_only: bool = False, fo
             m.sgd(cfg.lr, policy="step", stepsize=1, gamma=GAMMA)
         else:
             m.adam(cfg.lr)
-    ws = Workspace(seed=0)           # the same initial weights in every process
+    ws = Workspace(seed=0, fused_cells=getattr(cfg, "fused_cells", None))   # the same initial weights everywhere
     ws.run_net_once(m.init_net.proto())
     x, target = make_data(T, B, V)
     zeros = np.zeros((1, B, H), np.float32)

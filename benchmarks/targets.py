@@ -15,7 +15,7 @@ Rows (B=32, T=25, V=65 unless said; one-hot input, SGD):
   squeeze  SqueezeNet 1.1 forward at 224×224, batch 1 and 8, vs torch (squeezenet.py's models)
 
     python benchmarks/targets.py [--threads 1] [--rounds 20] [--rows train forward sample squeeze]
-        [--cells lstm gru rnn] [--hidden 128 512] [--write]
+        [--cells lstm gru rnn] [--hidden 128 512] [--fused-cells auto|on|off] [--write]
 """
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def make_data(T: int, B: int, V: int, seed: int = 0):
 
 
 # --------------------------------------------------------------------------------------------- stepnet
-def stepnet_net(cell: str, H: int, T: int, B: int, V: int, train: bool):
+def stepnet_net(cell: str, H: int, T: int, B: int, V: int, train: bool, fused: bool | None = None):
     """(workspace, bound net) of the char-rnn model with this cell: the training step or the predict net."""
     from stepnet.builder import BlobRef
     from stepnet.model import ModelBuilder
@@ -70,7 +70,7 @@ def stepnet_net(cell: str, H: int, T: int, B: int, V: int, train: bool):
                                   BlobRef("loss"))
         m.add_gradient_ops([loss])
         m.sgd(0.1 * T, policy="step", stepsize=1, gamma=GAMMA)
-    ws = Workspace(seed=0)
+    ws = Workspace(seed=0, fused_cells=fused)
     ws.run_net_once(m.init_net.proto())
     xs, target = make_data(T, B, V)
     zeros = np.zeros((1, B, H), np.float32)
@@ -151,10 +151,10 @@ def onnx_forward(cell: str, H: int, T: int, B: int, V: int, threads: int):
 
 
 # --------------------------------------------------------------------------------------------- sampling
-def sampler_pair(H: int, V: int, chars: int):
+def sampler_pair(H: int, V: int, chars: int, fused: bool | None = None):
     """(stepnet sampler, numpy sampler): each draws `chars` characters at B=1 from the same LSTM weights,
     feeding the previous character and states back (greedy: the most likely next character)."""
-    ws, net, outs = stepnet_net("lstm", H, 1, 1, V, train=False)
+    ws, net, outs = stepnet_net("lstm", H, 1, 1, V, train=False, fused=fused)
     p = {k: ws.fetch(f"LSTM/{k}") for k in ("i2h_w", "i2h_b", "gates_t_w", "gates_t_b")}
     p.update({k: ws.fetch(k) for k in ("output_w", "output_b")})
     h_last, c_last = outs[1], outs[3]
@@ -214,20 +214,21 @@ def rows(args):
     for H in args.hidden:
         for cell in args.cells:
             if "train" in args.rows:
-                _, net, _ = stepnet_net(cell, H, T, B, V, train=True)
+                _, net, _ = stepnet_net(cell, H, T, B, V, train=True, fused=args.fused)
                 yield "train", "pytorch", cell, H, net.run, torch_train(cell, H, T, B, V, loop=False), ""
                 yield "train", "pytorch-cell", cell, H, net.run, torch_train(cell, H, T, B, V, loop=True), ""
                 if cell == "lstm":
                     from char_rnn import numpy_timer, stepnet_timer
-                    cfg = argparse.Namespace(batch=B, steps=T, vocab=V, optimizer="sgd", lr=0.1 * T)
+                    cfg = argparse.Namespace(batch=B, steps=T, vocab=V, optimizer="sgd", lr=0.1 * T,
+                                             fused_cells=args.fused)
                     run, _, init = stepnet_timer(cfg, H)
                     yield "train", "numpy", cell, H, run, numpy_timer(cfg, H, init)[0], ""
             if "forward" in args.rows:
-                _, net, _ = stepnet_net(cell, H, T, B, V, train=False)
+                _, net, _ = stepnet_net(cell, H, T, B, V, train=False, fused=args.fused)
                 yield "forward", "onnxruntime", cell, H, net.run, onnx_forward(cell, H, T, B, V, args.threads), ""
     if "sample" in args.rows:
         for H in args.hidden:
-            a, b, diff = sampler_pair(H, V, args.chars)
+            a, b, diff = sampler_pair(H, V, args.chars, args.fused)
             yield ("sample", "numpy", "lstm", H, a, b, f"{args.chars} chars per call, times per char; "
                    f"max |Δp| after {args.chars} chars {diff:.0e}")
     if "squeeze" in args.rows:
@@ -238,6 +239,15 @@ def rows(args):
             run()
             diff = float(np.abs(out() - peer()).max())
             yield "squeeze", "pytorch", "squeezenet", f"batch {batch}", run, peer, f"max |Δp| {diff:.0e}"
+
+
+def cells_of(fused: bool | None) -> str:
+    from stepnet.compiled.fused import installed
+
+    if fused is False or not installed():
+        return "numpy (fused_cells off)" if fused is False else "numpy (numba not installed)"
+    import numba
+    return f"fused, numba {numba.__version__} (the fast extra)"
 
 
 def target_of(row, peer, size):
@@ -253,8 +263,11 @@ def main() -> None:
     p.add_argument("--rows", nargs="+", default=["train", "forward", "sample", "squeeze"])
     p.add_argument("--cells", nargs="+", default=["lstm", "gru", "rnn"])
     p.add_argument("--hidden", type=int, nargs="+", default=[128, 512])
+    p.add_argument("--fused-cells", choices=("auto", "on", "off"), default="auto",
+                   help="stepnet's cell arithmetic (Workspace.fused_cells; auto: numba's when installed)")
     p.add_argument("--write", action="store_true")
     args = p.parse_args()
+    args.fused = {"auto": None, "on": True, "off": False}[args.fused_cells]
     from threadpoolctl import threadpool_info, threadpool_limits
 
     threadpool_limits(args.threads, user_api="blas")
@@ -283,6 +296,7 @@ def main() -> None:
         f"{os.cpu_count()} CPUs, Python {platform.python_version()}, numpy {np.__version__}, torch {torch.__version__}",
         f"- threads: {args.threads} (numpy BLAS: {blas}; torch {torch.get_num_threads()}; onnxruntime intra-op "
         f"{args.threads})",
+        f"- stepnet's LSTM/GRU cell arithmetic: {cells_of(args.fused)}",
         f"- load average at the start (1, 5, 15 min): {load}; at the end: "
         + ", ".join(f"{v:.2f}" for v in os.getloadavg()),
         f"- command: `{command}`",

@@ -46,7 +46,10 @@ class _Ended:
         self.before = 0
 
     def begin(self, seq) -> None:
-        self.before = int(_minimum(seq, axis=None)) if seq.size and seq.dtype == np.int32 else 0
+        if seq.dtype != np.int32 or not seq.size:
+            self.before = 0
+        else:
+            self.before = seq.item() if seq.size == 1 else int(_minimum(seq, axis=None))
 
     def __call__(self, seq, timestep):
         if seq is None or not seq.size:

@@ -288,9 +288,11 @@ def _softmax_specialize(X, axis=1):
 
     def fast(X):
         X2 = X.reshape(x2)
-        with np.errstate(over="ignore"):
-            e = np.exp(X2 - X2.max(axis=1, keepdims=True))
-        return (e / e.sum(axis=1, keepdims=True)).reshape(shape)
+        with np.errstate(over="ignore"):   # rows spanning more than the float range shift to -inf (exp: 0)
+            e = X2 - X2.max(axis=1, keepdims=True)
+        np.exp(e, out=e)
+        e /= e.sum(axis=1, keepdims=True)
+        return e.reshape(shape)
     return fast
 
 
