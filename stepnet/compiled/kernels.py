@@ -87,13 +87,14 @@ def mul(bop, ins, outs):
 
 
 def sigmoid(bop, ins, outs):
-    """The Sigmoid kernel's passes (exp(-|x|), then 1/(1+e) or e/(1+e) by the sign of x) into scratch."""
+    """The Sigmoid kernel's values (e = exp(-|x|), then 1/(1+e) or e/(1+e) by the sign of x) with one
+    division and no masked select: the numerator is exp(min(x, 0)), exactly 1 for x ≥ 0 and exactly e for
+    x < 0 (the same exp of the same value), divided by 1 + e: the kernel's correctly rounded quotients."""
     x = ins[0]
     if not _floats(x) or outs[0].size != x.size:
         return None
     shape = x.shape
-    e, d, q = np.empty(shape, x.dtype), np.empty(shape, x.dtype), np.empty(shape, x.dtype)
-    positive = np.empty(shape, bool)
+    e, d = np.empty(shape, x.dtype), np.empty(shape, x.dtype)
 
     def run(ins, outs):
         x, out = ins[0], _shaped(outs[0], shape)
@@ -101,19 +102,24 @@ def sigmoid(bop, ins, outs):
         np.negative(e, out=e)
         np.exp(e, out=e)
         np.add(1, e, out=d)
-        np.divide(1, d, out=q)
+        np.minimum(x, 0, out=e)
+        np.exp(e, out=e)
         np.divide(e, d, out=out)
-        np.greater_equal(x, 0, out=positive)
-        np.copyto(out, q, where=positive)
     return Fast(run)
 
 
 def split(bop, ins, outs):
-    """Split by argument sizes (or equal parts): each part copied straight into its buffer."""
+    """Split by argument sizes, equal parts, or sizes from input 1 (the gradient of a Concat: the sizes of the
+    compiled timestep, checked every call): each part copied straight into its buffer."""
     args = bound_args(bop)
-    if len(ins) != 1 or (args["add_axis"] and args["axis"] is not None):
+    if len(ins) > 2 or (args["add_axis"] and args["axis"] is not None):
         return None
     x = ins[0]
+    sizes = None
+    if len(ins) == 2:
+        if ins[1].dtype.kind not in "iu" or ins[1].ndim != 1 or len(ins[1]) != len(outs):
+            return None
+        sizes = ins[1].tolist()
     ax = shape_ops.canonical_axis(shape_ops._axis_from(args["axis"], args["order"]), x.ndim)
     parts, start = [], 0
     for out in outs:
@@ -122,14 +128,60 @@ def split(bop, ins, outs):
             return None
         parts.append((slice(None),) * ax + (slice(start, start + size),))
         start += size
-    if start != x.shape[ax] or x.dtype != outs[0].dtype:
+    if start != x.shape[ax] or x.dtype != outs[0].dtype or (sizes is not None and sizes != [
+            o.shape[ax] for o in outs]):
         return None
     shapes = [o.shape for o in outs]
 
     def run(ins, outs):
         x = ins[0]
+        if sizes is not None and ins[1].tolist() != sizes:
+            raise ShapeError(f"split sizes {ins[1].tolist()} differ from {sizes}, the sizes of this run's first "
+                             "timestep: the sizes input must not change between the timesteps of a run")
         for out, shape, part in zip(outs, shapes, parts):
             np.copyto(_shaped(out, shape), x[part])
+    return Fast(run)
+
+
+def mul_gradient(bop, ins, outs):
+    """MulGradient of same-shape float tensors (no broadcast): dA = dC·B, dB = dC·A into the outputs (dA may be
+    dC itself, in place: then dB is formed first)."""
+    dc, a, b = ins
+    if not _floats(dc, a, b) or not dc.shape == a.shape == b.shape or outs[0].size != a.size or \
+            outs[1].size != b.size:
+        return None
+    shape = a.shape
+
+    def run(ins, outs):
+        dc, a, b = ins
+        da, db = _shaped(outs[0], shape), _shaped(outs[1], shape)
+        if da is dc:
+            np.multiply(dc, a, out=db)
+            np.multiply(dc, b, out=da)
+        else:
+            np.multiply(dc, b, out=da)
+            np.multiply(dc, a, out=db)
+    return Fast(run)
+
+
+def sigmoid_gradient(bop, ins, outs):
+    """SigmoidGradient: dY·Y·(1 − Y) into the output (which may be Y or dY, in place), with the input order its
+    kernel read from the net at the first timestep."""
+    ctx = bop.plain.args[0] if getattr(bop.plain, "args", None) else None
+    order = getattr(ctx, "state", {}).get("order")
+    if order is None or not _floats(*ins) or ins[0].shape != ins[1].shape or outs[0].size != ins[0].size:
+        return None
+    y_at, dy_at = order
+    shape = ins[0].shape
+    one_minus = np.empty(shape, ins[0].dtype)
+    one = ins[0].dtype.type(1)
+
+    def run(ins, outs):
+        y, dy = ins[y_at], ins[dy_at]
+        np.subtract(one, y, out=one_minus)
+        out = _shaped(outs[0], shape)
+        np.multiply(dy, y, out=out)
+        out *= one_minus
     return Fast(run)
 
 
@@ -272,6 +324,8 @@ SPECIALIZED = {   # type -> (the kernel it specializes, its maker); a record who
     "rnn_internal_lstm_unit_gradient": (lstm.lstm_unit_gradient_saved, lstm_unit_gradient(saved=True)),
     "Mul": (REGISTRY.get("Mul").kernel, mul), "Sigmoid": (REGISTRY.get("Sigmoid").kernel, sigmoid),
     "Split": (shape_ops.split, split), "Concat": (shape_ops.concat, concat),
+    "MulGradient": (REGISTRY.get("MulGradient").kernel, mul_gradient),
+    "SigmoidGradient": (REGISTRY.get("SigmoidGradient").kernel, sigmoid_gradient),
     "GRUUnit": (gru.gru_unit, gru_unit), "GRUUnitGradient": (gru.gru_unit_gradient, gru_unit_gradient),
 }
 

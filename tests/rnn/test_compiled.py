@@ -251,3 +251,36 @@ def test_a_batch_of_one_with_seq_lengths(cell, drop_states, fused):
         m.add_gradient_ops([loss_of(m, h[0])])
     _, net = run_both(build, feeds, runs=4, change=lambda ws, r: ws.feed("seq", lengths[r]), fused=fused)
     assert_compiled(net, "RecurrentNetwork", "RecurrentNetworkGradient")
+
+
+def test_gru_backward_ops_run_their_own_compiled_forms():
+    """The GRU backward step's MulGradient, SigmoidGradient and sizes-input Split have compiled forms (not the
+    generic kernel call), bit-identical to op by op (run_both)."""
+    rng = np.random.default_rng(12)
+    feeds = {**sequence(rng), "h0": rng.uniform(-1, 1, (1, N, H)).astype(F)}
+
+    def build(m):
+        m.add_gradient_ops([loss_of(m, gru(m, "X", "seq", ["h0"], D, H)[0])])
+    _, net = run_both(build, feeds)
+    c = compilers(net)["RecurrentNetworkGradient"]
+    step_net = next(iter(c.routines.values()))[0]
+    forms = {bop.opdef.type: fast.fn.__qualname__.split(".")[0] for bop, (fast, _) in zip(step_net.ops, c.program.ops)}
+    assert forms["MulGradient"] == "mul_gradient" and forms["SigmoidGradient"] == "sigmoid_gradient"
+    assert forms["Split"] == "split"
+
+
+def test_a_split_whose_sizes_change_within_a_run_is_refused():
+    import functools
+    import types
+
+    from stepnet.compiled.kernels import split
+    from stepnet.errors import ShapeError
+
+    bop = types.SimpleNamespace(plain=functools.partial(print, split=None, axis=2, order=None, add_axis=0))
+    x, sizes = np.arange(12, dtype=F).reshape(1, 2, 6), np.array([2, 4], np.int32)
+    outs = [np.empty((1, 2, 2), F), np.empty((1, 2, 4), F)]
+    fast = split(bop, [x, sizes], outs)
+    fast.fn([x, sizes], outs)
+    np.testing.assert_array_equal(outs[1], x[..., 2:])
+    with pytest.raises(ShapeError, match=r"split sizes \[3, 3\] differ from \[2, 4\]"):
+        fast.fn([x, np.array([3, 3], np.int32)], outs)
