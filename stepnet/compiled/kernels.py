@@ -7,6 +7,8 @@ the same order as the op's kernel, so results are bit-identical. None: no compil
 from __future__ import annotations
 
 import math
+import time
+
 import numpy as np
 
 from ..errors import ShapeError
@@ -29,9 +31,12 @@ def _shaped(out, shape):
 
 
 # ------------------------------------------------------------------------------------------- FC, Sum
-def fc(bop, ins, outs):
-    """FC as W·Xᵀ into scratch (OpenBLAS runs this NN product 20-30 % faster than X·Wᵀ on step shapes, with
-    the same sums), then its transpose plus the bias into the output."""
+def fc(bop, ins, outs, by_rows: bool | None = None):
+    """FC in the faster of two orientations for these sizes, timed once here (same sums: checked on random data;
+    by_rows True/False picks one):
+    W·Xᵀ into scratch, then its transpose plus the bias into the output (OpenBLAS's NN product; wins at large
+    K), or X·Wᵀ straight into the output from a contiguous Wᵀ copied once per run (Fast.begin), then the bias
+    (no transposed pass; wins at small K)."""
     x, w, b = ins
     args = bound_args(bop)
     if not _floats(x, w, b) or args.get("float16_compute") or b.ndim != 1:
@@ -44,13 +49,48 @@ def fc(bop, ins, outs):
     if w.size != n * k or b.size != n or outs[0].size != m * n:
         return None
     xs, ws, ys = (m, k), (n, k), (m, n)
-    yt = np.empty((n, m), x.dtype)
+    yt, wt, copied = np.empty((n, m), x.dtype), np.empty((k, n), x.dtype), [None]
 
-    def run(ins, outs):
+    def by_w(ins, outs):
         x, w, b = ins
         np.matmul(_shaped(w, ws), _shaped(x, xs).T, out=yt)
         np.add(yt.T, b, out=_shaped(outs[0], ys))      # the transposed copy and the bias in one pass
-    return Fast(run)
+
+    def by_x(ins, outs):
+        x, w, b = ins
+        if w is not copied[0]:                         # no Wᵀ of this W (the step net writes W): W·Xᵀ
+            return by_w(ins, outs)
+        out = _shaped(outs[0], ys)
+        np.matmul(_shaped(x, xs), wt, out=out)
+        out += b
+
+    def begin(w):
+        np.copyto(wt, _shaped(w, ws).T)
+        copied[0] = w
+    if by_rows is None:
+        by_rows = _x_first(m, k, n, x.dtype, by_w, by_x, begin)
+        copied[0] = None
+    return Fast(by_x, begin=(1, begin)) if by_rows else Fast(by_w)
+
+
+def _x_first(m, k, n, dtype, by_w, by_x, begin) -> bool:
+    """Whether by_x gives by_w's bits on random data and, with its per-run Wᵀ copy spread over 8 timesteps,
+    runs faster (best of 5 each, interleaved). With one row numpy calls a matrix-vector product whose sums
+    depend on the orientation, and below 2^18 multiply-adds the difference is not worth timing: W·Xᵀ then."""
+    if m < 2 or m * k * n < 1 << 18:
+        return False
+    rng = np.random.default_rng(0)
+    ins = [rng.standard_normal((m, k)).astype(dtype), rng.standard_normal((n, k)).astype(dtype),
+           rng.standard_normal(n).astype(dtype)]
+    outs_w, outs_x = [np.empty((m, n), dtype)], [np.empty((m, n), dtype)]
+    times = {by_w: [], by_x: [], begin: []}
+    for _ in range(5):
+        for fn, args in ((begin, (ins[1],)), (by_w, (ins, outs_w)), (by_x, (ins, outs_x))):
+            start = time.perf_counter()
+            fn(*args)
+            times[fn].append(time.perf_counter() - start)
+    best = {fn: min(t) for fn, t in times.items()}
+    return np.array_equal(outs_w[0], outs_x[0]) and 8 * (best[by_w] - best[by_x]) > best[begin]
 
 
 def sum_(bop, ins, outs):

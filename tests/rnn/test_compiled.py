@@ -284,3 +284,36 @@ def test_a_split_whose_sizes_change_within_a_run_is_refused():
     np.testing.assert_array_equal(outs[1], x[..., 2:])
     with pytest.raises(ShapeError, match=r"split sizes \[3, 3\] differ from \[2, 4\]"):
         fast.fn([x, np.array([3, 3], np.int32)], outs)
+
+
+@pytest.mark.parametrize("m, k, n", [(32, 128, 512), (5, 37, 24), (1, 16, 8)])
+def test_the_fc_orientation_chosen_gives_the_kernels_bits(m, k, n):
+    """The step FC's two compiled orientations (W·Xᵀ plus a transposed add; X·Wᵀ from a per-run Wᵀ copy): the
+    first always has the FC kernel's bits; the second only for some sizes (OpenBLAS sums K=37 in another order),
+    and the automatic choice takes it only where it has them. Without its per-run copy it falls back."""
+    import functools
+    import types
+
+    from stepnet.compiled.kernels import fc
+    from stepnet.testing import run_op
+
+    rng = np.random.default_rng(m + k + n)
+    x, w, b = (rng.standard_normal(s).astype(F) for s in ((m, k), (n, k), (n,)))
+    want = run_op("FC", [x, w, b], 1)
+    bop = types.SimpleNamespace(plain=functools.partial(print, axis=1, axis_w=1, float16_compute=False))
+    results = {}
+    for by_rows in (False, True):
+        fast = fc(bop, [x, w, b], [np.empty((m, n), F)], by_rows=by_rows)
+        assert (fast.begin is not None) == by_rows
+        out = [np.empty((m, n), F)]
+        if by_rows:
+            fast.fn([x, w, b], out)                  # no begin yet: the W·Xᵀ path
+            np.testing.assert_array_equal(out[0], want)
+            fast.begin[1](w)
+        fast.fn([x, w, b], out)
+        results[by_rows] = out[0]
+    np.testing.assert_array_equal(results[False], want)
+    np.testing.assert_allclose(results[True], want, rtol=1e-5, atol=1e-5)
+    chosen = fc(bop, [x, w, b], [np.empty((m, n), F)])
+    if not np.array_equal(results[True], want):
+        assert chosen.begin is None, "an orientation with other sums was chosen"
