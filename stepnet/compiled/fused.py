@@ -18,8 +18,9 @@ from .cells import Fast, _args, _begin, _Ended, _fits, _gru_fits, bound_args
 _F32 = np.dtype(np.float32)
 
 
+@functools.cache
 def installed() -> bool:
-    """Whether numba can be imported (without importing it)."""
+    """Whether numba can be imported (without importing it; asked once: every step workspace binds its cells)."""
     return importlib.util.find_spec("numba") is not None
 
 
