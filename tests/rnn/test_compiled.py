@@ -317,3 +317,30 @@ def test_the_fc_orientation_chosen_gives_the_kernels_bits(m, k, n):
     chosen = fc(bop, [x, w, b], [np.empty((m, n), F)])
     if not np.array_equal(results[True], want):
         assert chosen.begin is None, "an orientation with other sums was chosen"
+
+
+def test_without_numba_the_default_is_the_numpy_arithmetic(monkeypatch):
+    """fused_cells=None (the default) with numba not installed: every cell op runs the numpy kernels, the bits of
+    fused_cells=False (what `pip install .` without the fast extra gets)."""
+    from stepnet.compiled import fused
+
+    fused.kernels()                      # loaded (or None) before: only the workspace's choice may change
+    monkeypatch.setattr(fused, "installed", lambda: False)
+    rng = np.random.default_rng(13)
+    feeds = {**sequence(rng), "h0": rng.uniform(-1, 1, (1, N, H)).astype(F),
+             "c0": rng.uniform(-1, 1, (1, N, H)).astype(F)}
+    blobs = []
+    for setting in (None, False):
+        m = ModelBuilder("m")
+        m.add_gradient_ops([loss_of(m, lstm(m, "X", "seq", ["h0", "c0"], D, H)[0])])
+        ws = Workspace(seed=3, fused_cells=setting)
+        ws.run_net_once(m.init_net.proto())
+        for name, value in feeds.items():
+            ws.feed(name, value)
+        net = ws.create_net(m.net.proto())
+        for _ in range(2):
+            net.run()
+        assert not fused_types(net)
+        blobs.append({b: ws.fetch(b) for b in ws.blobs() if isinstance(ws.find(b).value, np.ndarray)})
+    for name, value in blobs[1].items():
+        np.testing.assert_array_equal(blobs[0][name], value, err_msg=name)
