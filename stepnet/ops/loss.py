@@ -121,14 +121,17 @@ def label_cross_entropy(xp, X, label):
 
 @op("LabelCrossEntropyGradient", inputs=3, outputs=1, inplace=(), shape=_xent_grad_shape(False))
 def label_cross_entropy_gradient(xp, X, label, dY):
-    """dX is zero except dX[i, label[i]] = -dY[i] / max(X[i, label[i]], 1e-20)."""
+    """dX is zero except dX[i, label[i]] = -dY[i] / max(X[i, label[i]], 1e-20): Caffe2's kernel writes only the
+    label entries, so X elsewhere (even NaN) never reaches dX."""
     n, d = _xent_dims(X, label, False)
     _dy_check(dY, n)
     labels = label.reshape(n)
     check_label_values(xp, labels, d)
-    x = X.reshape(n, d)
-    hot = onehot(xp, labels, d, X.dtype)
-    return _divided(xp, -hot, dY, x, n).reshape(X.shape)
+    rows = xp.arange(n)
+    picked = X.reshape(n, d)[rows, labels]
+    dX = xp.zeros((n, d), X.dtype)
+    dX[rows, labels] = -dY.reshape(n).astype(X.dtype) / xp.maximum(picked, X.dtype.type(LOG_THRESHOLD))
+    return dX.reshape(X.shape)
 
 
 def _divided(xp, numerator, dY, x, n):

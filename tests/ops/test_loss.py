@@ -78,6 +78,21 @@ def test_label_cross_entropy_gradient_divides_by_the_clamp(device):
     close(got, np.array([[-2.0 / 1e-20, 0.0], [0.0, -3.0 / 0.5]]), 1e-6)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_label_cross_entropy_gradient_writes_only_the_label_entries(device):
+    """Caffe2's kernel zero-fills dX and writes dX[i, label[i]] only: a NaN or inf elsewhere in X stays out."""
+    rng = np.random.default_rng(2)
+    X = rng.uniform(0.1, 1, (5, 7)).astype(np.float32)
+    labels = np.array([3, 0, 6, 3, 2], np.int32)
+    X[0, 1], X[2, 5], X[4, 4] = np.nan, np.inf, -np.inf
+    dY = rng.uniform(-1, 1, 5).astype(np.float32)
+    got = run_op("LabelCrossEntropyGradient", [X, labels, dY], device=device)
+    want = np.zeros((5, 7))
+    for i, k in enumerate(labels):
+        want[i, k] = -float(dY[i]) / max(float(X[i, k]), 1e-20)
+    close(got, want, 1e-6)
+
+
 
 MAKERS = [
     ("LabelCrossEntropy", ["X", "T"], ["Y"], ["Y"], {},
