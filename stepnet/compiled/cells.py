@@ -83,14 +83,38 @@ def _fits(ins, outs, n_in: int, states, blocks_shape) -> bool:
     return all(o.dtype == ref.dtype for o in outs)
 
 
+def lstm_params(bop, ins, outs, saving: bool) -> tuple | None:
+    """(forget_bias, drop_states, has_seq, N, D) of an LSTMUnit (saving: rnn_internal_lstm_unit) whose arrays
+    the compiled forms handle, else None."""
+    fb, drop, has_seq = _args(bop)
+    if not _fits(ins, outs, 5 if has_seq else 4, (0, 1), lambda n, d: (1, n, 4 * d)):
+        return None
+    _, n, d = ins[0].shape
+    if outs[0].size != n * d or outs[1].size != n * d or (saving and outs[2].shape != (5, n, d)):
+        return None
+    return fb, drop, has_seq, n, d
+
+
+def lstm_grad_params(bop, ins, outs, saved: bool) -> tuple | None:
+    """(forget_bias, drop_states, has_seq, N, D) of an LSTMUnitGradient (saved: its saved-activation form) whose
+    arrays the compiled forms handle, else None."""
+    fb, drop, has_seq = _args(bop)
+    n_in = 9 if has_seq else 8
+    blocks = (lambda n, d: (5, n, d)) if saved else (lambda n, d: (1, n, 4 * d))
+    if not _fits(ins, outs, n_in, (0, 1, n_in - 4, n_in - 3, n_in - 2, n_in - 1), blocks):
+        return None
+    _, n, d = ins[0].shape
+    if outs[0].size != n * d or outs[1].size != n * d or outs[2].size != 4 * n * d:
+        return None
+    return fb, drop, has_seq, n, d
+
+
 def lstm_unit(saving: bool):
     def make(bop, ins, outs):
-        fb, drop, has_seq = _args(bop)
-        if not _fits(ins, outs, 5 if has_seq else 4, (0, 1), lambda n, d: (1, n, 4 * d)):
+        params = lstm_params(bop, ins, outs, saving)
+        if params is None:
             return None
-        _, n, d = ins[0].shape
-        if outs[0].size != n * d or outs[1].size != n * d or (saving and outs[2].shape != (5, n, d)):
-            return None
+        fb, drop, has_seq, n, d = params
         dt = ins[0].dtype
         half, fbh = dt.type(0.5), dt.type(fb) * dt.type(0.5)
         tmp, own = np.empty((n, d), dt), (None if saving else np.empty((4, n, d), dt))
@@ -134,14 +158,11 @@ def _gate_activations(blocks, acts, half, fbh) -> None:
 
 def lstm_unit_gradient(saved: bool):
     def make(bop, ins, outs):
-        fb, drop, has_seq = _args(bop)
+        params = lstm_grad_params(bop, ins, outs, saved)
+        if params is None:
+            return None
+        fb, drop, has_seq, n, d = params
         n_in = 9 if has_seq else 8
-        blocks = (lambda n, d: (5, n, d)) if saved else (lambda n, d: (1, n, 4 * d))
-        if not _fits(ins, outs, n_in, (0, 1, n_in - 4, n_in - 3, n_in - 2, n_in - 1), blocks):
-            return None
-        _, n, d = ins[0].shape
-        if outs[0].size != n * d or outs[1].size != n * d or outs[2].size != 4 * n * d:
-            return None
         dt = ins[0].dtype
         one, half, fbh = dt.type(1), dt.type(0.5), dt.type(fb) * dt.type(0.5)
         dct, grads, dsig = np.empty((n, d), dt), np.empty((4, n, d), dt), np.empty((3, n, d), dt)
@@ -213,13 +234,35 @@ def _gru_fits(ins, outs, n_in: int, states) -> bool:
     return all(type(x) is np.ndarray and x.dtype == np.int32 for x in host)
 
 
-def gru_unit(bop, ins, outs):
-    """GRUUnit's passes (σ(u) through tanh, tanh(o), h = out + u·(h_prev − out)) into scratch and the output."""
+def _gru_args(bop):
     a = bound_args(bop)
-    drop, has_seq = bool(a["drop_states"]), bool(a["sequence_lengths"])
+    return bool(a["drop_states"]), bool(a["sequence_lengths"])
+
+
+def gru_params(bop, ins, outs) -> tuple | None:
+    """(drop_states, has_seq, N, D) of a GRUUnit whose arrays the compiled forms handle, else None."""
+    drop, has_seq = _gru_args(bop)
     if not _gru_fits(ins, outs, 4 if has_seq else 3, (0,)) or outs[0].size != ins[0].size:
         return None
-    _, n, d = ins[0].shape
+    return drop, has_seq, *ins[0].shape[1:]
+
+
+def gru_grad_params(bop, ins, outs) -> tuple | None:
+    """(drop_states, has_seq, N, D) of a GRUUnitGradient whose arrays the compiled forms handle, else None."""
+    drop, has_seq = _gru_args(bop)
+    n_in = 6 if has_seq else 5
+    if not _gru_fits(ins, outs, n_in, (0, n_in - 2, n_in - 1)) or outs[0].size != ins[0].size \
+            or outs[1].size != ins[1].size:
+        return None
+    return drop, has_seq, *ins[0].shape[1:]
+
+
+def gru_unit(bop, ins, outs):
+    """GRUUnit's passes (σ(u) through tanh, tanh(o), h = out + u·(h_prev − out)) into scratch and the output."""
+    params = gru_params(bop, ins, outs)
+    if params is None:
+        return None
+    drop, has_seq, n, d = params
     dt = ins[0].dtype
     half, state, _ended = dt.type(0.5), (1, n, d), _Ended()
     u, o = np.empty(state, dt), np.empty(state, dt)
@@ -248,13 +291,11 @@ def _gru_activations(gates, d: int, half, u, o) -> None:
 
 def gru_unit_gradient(bop, ins, outs):
     """GRUUnitGradient's passes into scratch and the outputs (dh_prev, dgates)."""
-    a = bound_args(bop)
-    drop, has_seq = bool(a["drop_states"]), bool(a["sequence_lengths"])
-    n_in = 6 if has_seq else 5
-    if not _gru_fits(ins, outs, n_in, (0, n_in - 2, n_in - 1)) or outs[0].size != ins[0].size \
-            or outs[1].size != ins[1].size:
+    params = gru_grad_params(bop, ins, outs)
+    if params is None:
         return None
-    _, n, d = ins[0].shape
+    drop, has_seq, n, d = params
+    n_in = 6 if has_seq else 5
     dt = ins[0].dtype
     one, zero, half, state, _ended = dt.type(1), dt.type(0), dt.type(0.5), (1, n, d), _Ended()
     u, o, omu = np.empty(state, dt), np.empty(state, dt), np.empty(state, dt)

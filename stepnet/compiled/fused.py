@@ -13,7 +13,7 @@ import warnings
 
 import numpy as np
 
-from .cells import Fast, _args, _begin, _Ended, _fits, _gru_fits, bound_args
+from .cells import Fast, _begin, _Ended, gru_grad_params, gru_params, lstm_grad_params, lstm_params
 
 _F32 = np.dtype(np.float32)
 
@@ -146,69 +146,23 @@ def interpreted(step, xp, dtype, *params):
 
 
 # ------------------------------------------------------------------------------------------- compiled forms
-def _compiled(step, seq_at, k, has_seq, *params):
-    run, ended_at = step(k, *params)
-    return Fast(run, begin=_begin(ended_at, seq_at, has_seq))
-
-
-def lstm_unit(saving: bool):
+def _fused_form(step, params_of, seq_at: int, *flags):
+    """The compiled maker of a fused step: the numpy forms' checks (params_of -> the step's parameters, the
+    has_seq flag third from the end), float32 only."""
     def make(bop, ins, outs):
         k = kernels()
-        fb, drop, has_seq = _args(bop)
-        if k is None or not _fits(ins, outs, 5 if has_seq else 4, (0, 1), lambda n, d: (1, n, 4 * d)):
+        params = params_of(bop, ins, outs, *flags)
+        if k is None or params is None or ins[0].dtype != _F32:
             return None
-        _, n, d = ins[0].shape
-        if ins[0].dtype != _F32 or outs[0].size != n * d or outs[1].size != n * d or \
-                (saving and outs[2].shape != (5, n, d)):
-            return None
-        return _compiled(lstm_step, 3, k, has_seq, saving, fb, drop, has_seq, n, d)
+        run, ended_at = step(k, *flags, *params)
+        return Fast(run, begin=_begin(ended_at, seq_at, params[-3]))
     return make
-
-
-def lstm_unit_gradient(saved: bool):
-    def make(bop, ins, outs):
-        k = kernels()
-        fb, drop, has_seq = _args(bop)
-        n_in = 9 if has_seq else 8
-        blocks = (lambda n, d: (5, n, d)) if saved else (lambda n, d: (1, n, 4 * d))
-        if k is None or not _fits(ins, outs, n_in, (0, 1, n_in - 4, n_in - 3, n_in - 2, n_in - 1), blocks):
-            return None
-        _, n, d = ins[0].shape
-        if ins[0].dtype != _F32 or outs[0].size != n * d or outs[1].size != n * d or outs[2].size != 4 * n * d:
-            return None
-        return _compiled(lstm_grad_step, 3, k, has_seq, saved, fb, drop, has_seq, n, d)
-    return make
-
-
-def _gru_args(bop):
-    a = bound_args(bop)
-    return bool(a["drop_states"]), bool(a["sequence_lengths"])
-
-
-def gru_unit(bop, ins, outs):
-    k = kernels()
-    drop, has_seq = _gru_args(bop)
-    if k is None or not _gru_fits(ins, outs, 4 if has_seq else 3, (0,)) or outs[0].size != ins[0].size \
-            or ins[0].dtype != _F32:
-        return None
-    _, n, d = ins[0].shape
-    return _compiled(gru_step, 2, k, has_seq, drop, has_seq, n, d)
-
-
-def gru_unit_gradient(bop, ins, outs):
-    k = kernels()
-    drop, has_seq = _gru_args(bop)
-    n_in = 6 if has_seq else 5
-    if k is None or not _gru_fits(ins, outs, n_in, (0, n_in - 2, n_in - 1)) or outs[0].size != ins[0].size \
-            or outs[1].size != ins[1].size or ins[0].dtype != _F32:
-        return None
-    _, n, d = ins[0].shape
-    return _compiled(gru_grad_step, 2, k, has_seq, drop, has_seq, n, d)
 
 
 FUSED = {
-    "LSTMUnit": lstm_unit(saving=False), "rnn_internal_lstm_unit": lstm_unit(saving=True),
-    "LSTMUnitGradient": lstm_unit_gradient(saved=False),
-    "rnn_internal_lstm_unit_gradient": lstm_unit_gradient(saved=True),
-    "GRUUnit": gru_unit, "GRUUnitGradient": gru_unit_gradient,
+    "LSTMUnit": _fused_form(lstm_step, lstm_params, 3, False),
+    "rnn_internal_lstm_unit": _fused_form(lstm_step, lstm_params, 3, True),
+    "LSTMUnitGradient": _fused_form(lstm_grad_step, lstm_grad_params, 3, False),
+    "rnn_internal_lstm_unit_gradient": _fused_form(lstm_grad_step, lstm_grad_params, 3, True),
+    "GRUUnit": _fused_form(gru_step, gru_params, 2), "GRUUnitGradient": _fused_form(gru_grad_step, gru_grad_params, 2),
 }
