@@ -1,8 +1,8 @@
 """The fused cell arithmetic (stepnet/compiled/fused.py, numba, the `fast` extra): its tanh against float64 tanh;
 every fused cell op against the per-element float64 references (rnn_cell_reference.py) and against the numpy
 kernels at sizes whose loops vectorize, ended rows and drop_states included; arrays that are not C-contiguous;
-NaN propagation; the interpreted and compiled fused paths giving the same bits; a broken fused kernel caught;
-fused_cells=True without numba refused. The numpy path stays the reference (fused_cells=False)."""
+NaN propagation; a broken fused kernel caught; fused_cells=True without numba refused (tests/rnn/test_compiled.py:
+interpreted and compiled fused timesteps give the same bits). The numpy path stays the reference (fused_cells=False)."""
 import importlib.util
 
 import numpy as np
@@ -127,33 +127,6 @@ def test_nan_in_the_gates_reaches_the_outputs():
     h, c = run_op("LSTMUnit", ins, 2, ws=fused_ws(), sequence_lengths=False)
     assert np.isnan(h[0, 1, 3]) and np.isnan(c[0, 1, 3])
     assert np.isfinite(np.delete(h.reshape(-1), 16 + 3)).all()
-
-
-def test_interpreted_and_compiled_fused_paths_agree_bit_for_bit():
-    """A workspace's choice holds for interpreted and compiled timesteps alike: an LSTM layer run op by op and
-    compiled, both fused, give the same bits (so a net's results do not depend on which timesteps compiled)."""
-    from stepnet.model import ModelBuilder
-    from stepnet.rnn_cell import lstm
-
-    rng = np.random.default_rng(5)
-    T, N, D, H = 6, 4, 5, 40
-    feeds = {"X": rng.uniform(-1, 1, (T, N, D)).astype(F), "seq": np.array([T, 3, T, 1], np.int32),
-             "h0": rng.uniform(-1, 1, (1, N, H)).astype(F), "c0": rng.uniform(-1, 1, (1, N, H)).astype(F)}
-    results = []
-    for compiled in (True, False):
-        m = ModelBuilder("m")
-        h = lstm(m, "X", "seq", ["h0", "c0"], D, H)
-        m.add_gradient_ops([m.net.AveragedLoss(h[0], "loss")])
-        ws = Workspace(seed=1, compile_steps=compiled, fused_cells=True)
-        ws.run_net_once(m.init_net.proto())
-        for k, v in feeds.items():
-            ws.feed(k, v)
-        net = ws.create_net(m.net.proto())
-        for _ in range(3):
-            net.run()
-        results.append({b: ws.fetch(b) for b in ws.blobs() if isinstance(ws.find(b).value, np.ndarray)})
-    for name, value in results[1].items():
-        np.testing.assert_array_equal(results[0][name], value, err_msg=name)
 
 
 def test_a_broken_fused_kernel_is_caught(monkeypatch):

@@ -37,23 +37,33 @@ def loss_of(m, out):
     return m.net.AveragedLoss(m.net.Tanh(out, BlobRef("squashed")), BlobRef("loss"))
 
 
+def run_model(build, feeds, runs=3, change=None, seed=3, **settings):
+    """The nets build(m) adds to a ModelBuilder, in a Workspace(seed, **settings): init net run, feeds fed, the
+    main net run `runs` times (change(ws, run): feed new values before a run); (ws, bound net)."""
+    m = ModelBuilder("m")
+    build(m)
+    ws = Workspace(seed=seed, **settings)
+    ws.run_net_once(m.init_net.proto())
+    for name, value in feeds.items():
+        ws.feed(name, value)
+    net = ws.create_net(m.net.proto())
+    for r in range(runs):
+        if change is not None:
+            change(ws, r)
+        net.run()
+    return ws, net
+
+
+def arrays(ws) -> dict:
+    """Every numpy blob of a workspace, fetched."""
+    return {b: ws.fetch(b) for b in ws.blobs() if isinstance(ws.find(b).value, np.ndarray)}
+
+
 def run_both(build, feeds, runs=3, change=None, fused=False):
     """The net built by build(m) run `runs` times in a compiled (cell forms: numpy, or fused) and an op-by-op
     workspace; (compiled ws and net). change(ws, run): feed new values before a run."""
-    out = []
-    for compiled in (True, False):
-        m = ModelBuilder("m")
-        build(m)
-        ws = Workspace(seed=3, compile_steps=compiled, fused_cells=fused and compiled)
-        ws.run_net_once(m.init_net.proto())
-        for name, value in feeds.items():
-            ws.feed(name, value)
-        net = ws.create_net(m.net.proto())
-        for r in range(runs):
-            if change is not None:
-                change(ws, r)
-            net.run()
-        out.append((ws, net))
+    out = [run_model(build, feeds, runs, change, compile_steps=compiled, fused_cells=fused and compiled)
+           for compiled in (True, False)]
     (ws_c, net_c), (ws_i, _) = out
     for name in ws_i.blobs():
         a, b = ws_i.find(name).value, ws_c.find(name).value
@@ -202,15 +212,9 @@ def test_an_op_without_a_compiled_form_runs_op_by_op():
 
 def test_op_by_op_when_asked():
     rng = np.random.default_rng(8)
-    m = ModelBuilder("m")
-    lstm(m, "X", "seq", ["h0", "c0"], D, H, forward_only=True)
-    ws = Workspace(compile_steps=False)
-    ws.run_net_once(m.init_net.proto())
-    for name, value in {**sequence(rng), "h0": np.zeros((1, N, H), F), "c0": np.zeros((1, N, H), F)}.items():
-        ws.feed(name, value)
-    net = ws.create_net(m.net.proto())
-    net.run()
-    net.run()
+    feeds = {**sequence(rng), "h0": np.zeros((1, N, H), F), "c0": np.zeros((1, N, H), F)}
+    _, net = run_model(lambda m: lstm(m, "X", "seq", ["h0", "c0"], D, H, forward_only=True), feeds, runs=2,
+                       seed=None, compile_steps=False)
     assert compilers(net)["RecurrentNetwork"].program is None
 
 
@@ -331,16 +335,28 @@ def test_without_numba_the_default_is_the_numpy_arithmetic(monkeypatch):
              "c0": rng.uniform(-1, 1, (1, N, H)).astype(F)}
     blobs = []
     for setting in (None, False):
-        m = ModelBuilder("m")
-        m.add_gradient_ops([loss_of(m, lstm(m, "X", "seq", ["h0", "c0"], D, H)[0])])
-        ws = Workspace(seed=3, fused_cells=setting)
-        ws.run_net_once(m.init_net.proto())
-        for name, value in feeds.items():
-            ws.feed(name, value)
-        net = ws.create_net(m.net.proto())
-        for _ in range(2):
-            net.run()
+        _, net = run_model(lambda m: m.add_gradient_ops([loss_of(m, lstm(m, "X", "seq", ["h0", "c0"], D, H)[0])]),
+                           feeds, runs=2, fused_cells=setting)
         assert not fused_types(net)
-        blobs.append({b: ws.fetch(b) for b in ws.blobs() if isinstance(ws.find(b).value, np.ndarray)})
+        blobs.append(arrays(net.workspace))
     for name, value in blobs[1].items():
         np.testing.assert_array_equal(blobs[0][name], value, err_msg=name)
+
+
+@pytest.mark.parametrize("fused", CELLS[1:])
+def test_interpreted_and_compiled_fused_paths_agree_bit_for_bit(fused):
+    """A workspace's cell arithmetic holds for interpreted and compiled timesteps alike: an LSTM layer run op by
+    op and compiled, both fused, give the same bits (so a net's results do not depend on which timesteps
+    compiled)."""
+    rng = np.random.default_rng(5)
+    T_, N_, D_, H_ = 6, 4, 5, 40
+    feeds = {"X": rng.uniform(-1, 1, (T_, N_, D_)).astype(F), "seq": np.array([T_, 3, T_, 1], np.int32),
+             "h0": rng.uniform(-1, 1, (1, N_, H_)).astype(F), "c0": rng.uniform(-1, 1, (1, N_, H_)).astype(F)}
+
+    def build(m):
+        h = lstm(m, "X", "seq", ["h0", "c0"], D_, H_)
+        m.add_gradient_ops([m.net.AveragedLoss(h[0], "loss")])
+    results = [arrays(run_model(build, feeds, seed=1, compile_steps=compiled, fused_cells=fused)[0])
+               for compiled in (True, False)]
+    for name, value in results[1].items():
+        np.testing.assert_array_equal(results[0][name], value, err_msg=name)
