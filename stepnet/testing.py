@@ -1,7 +1,9 @@
 """Helpers for testing operators: build an OperatorDef, run it once on a device, get numpy results."""
 from __future__ import annotations
 
-from typing import Sequence
+import contextlib
+import tracemalloc
+from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -14,6 +16,19 @@ from .workspace import Workspace
 # The emulated device stands in for CUDA on machines without a GPU; with CuPy and a GPU, "cuda" runs too.
 DEVICES = ("cpu", "emulated") + (("cuda",) if backend.cupy_module() is not None else ())
 GPU_MODE = {"cpu": None, "emulated": "emulate", "cuda": "cuda"}
+
+
+@contextlib.contextmanager
+def allocates_under(limit: int = 1 << 20) -> Iterator[None]:
+    """Assert that the block's Python allocations (tracemalloc) peak under `limit` bytes: a file whose sizes lie
+    is refused before anything of those sizes is allocated."""
+    tracemalloc.start()
+    try:
+        yield
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < limit, f"the block allocated up to {peak} bytes (limit {limit})"
 
 
 def make_op(op_type: str, inputs: Sequence[str], outputs: Sequence[str], device: str = "cpu", **args) -> OperatorDef:

@@ -3,7 +3,6 @@ and .npy/.npz files whose headers promise more than the file holds are one clean
 allocated."""
 import os
 import struct
-import tracemalloc
 import zipfile
 
 import numpy as np
@@ -11,6 +10,7 @@ import pytest
 
 from stepnet.errors import ArgumentError, FileFormatError
 from stepnet.feeds import parse_feed
+from stepnet.testing import allocates_under
 
 
 @pytest.mark.parametrize("spec, want", [
@@ -89,14 +89,8 @@ def npy_bytes(arr, shape_text=None) -> bytes:
 def test_an_npy_header_that_lies_allocates_nothing(tmp_path, shape_text, message):
     path = tmp_path / "x.npy"
     path.write_bytes(npy_bytes(np.zeros((2, 3), np.float32), shape_text))
-    tracemalloc.start()
-    try:
-        with pytest.raises(FileFormatError, match=message):
-            parse_feed(f"X={path}")
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-    assert peak < 1 << 20
+    with allocates_under(), pytest.raises(FileFormatError, match=message):
+        parse_feed(f"X={path}")
 
 
 def test_a_truncated_npy_and_a_good_one(tmp_path):
@@ -117,15 +111,9 @@ def test_an_npz_member_that_lies_allocates_nothing(tmp_path):
     with zipfile.ZipFile(path, "w") as z:
         z.writestr("ok.npy", npy_bytes(np.ones(3, np.float32)))
         z.writestr("liar.npy", npy_bytes(np.zeros((2, 3), np.float32), "(9999999, 99999)"))
-    tracemalloc.start()
-    try:
-        with pytest.raises(FileFormatError, match=r"x\.npz member 'liar\.npy': its header claims shape "
-                                                  r"\(9999999, 99999\)"):
-            parse_feed(str(path))
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-    assert peak < 1 << 20
+    with allocates_under(), pytest.raises(FileFormatError, match=r"x\.npz member 'liar\.npy': its header "
+                                                             r"claims shape \(9999999, 99999\)"):
+        parse_feed(str(path))
 
 
 def test_an_npz_member_claiming_more_than_deflate_can_give(tmp_path):
