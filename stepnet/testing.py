@@ -9,7 +9,7 @@ import numpy as np
 
 from . import backend
 from .int8 import Int8Tensor
-from .proto import DeviceOption, OperatorDef, make_argument
+from .proto import DeviceOption, NetDef, OperatorDef, make_argument, to_text
 from .shapes import TensorSpec, infer_net
 from .workspace import Workspace
 
@@ -63,6 +63,22 @@ def check_inferred_shapes(opdef, in_specs, ws) -> None:
         if got.quant is not None or real_quant is not None:
             assert got.quant == real_quant, (f"{opdef.type}: shape function says {name} has quantization "
                                              f"{got.quant}, the kernel produced {real_quant}")
+
+
+def nested_nets(levels: int, op_type: str, leaf: NetDef, text_at: int | None = None) -> NetDef:
+    """Nets n{levels-1} ... n0, each an op_type op whose `net` argument holds the next (three message levels a
+    wrapper: op, arg, net), around a copy of `leaf`; wrapper n{text_at} holds its net as text. Built in place,
+    top down: protobuf's copies refuse more than 100 levels. For the nesting limit's tests."""
+    top = nd = NetDef()
+    for i in reversed(range(levels)):
+        nd.name = f"n{i}"
+        arg = nd.op.add(type=op_type).arg.add(name="net")
+        if i == text_at:
+            arg.s = to_text(nested_nets(text_at, op_type, leaf)).encode()
+            return top
+        nd = arg.n
+    nd.CopyFrom(leaf)
+    return top
 
 
 def run_op(op_type: str, inputs, outputs=1, device: str = "cpu", ws: Workspace | None = None, **args):

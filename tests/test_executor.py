@@ -8,7 +8,7 @@ from stepnet import NetDef, Workspace
 from stepnet.errors import (ArgumentError, ArityError, MissingBlobError, NetError, OpError, ShapeError,
                             StepnetWarning, UnknownOpError)
 from stepnet.proto import DeviceOption, make_argument
-from stepnet.testing import make_op
+from stepnet.testing import make_op, nested_nets
 
 
 def net(name, *ops, **kw):
@@ -184,19 +184,8 @@ def test_enforced_inplace():
 
 # --------------------------------------------------------------------------------------------- nested nets
 def nested(levels: int, text_at: int | None = None) -> NetDef:
-    """`levels` RunNet wrappers around a net copying x to y (each wrapper: op, arg, net = three message levels);
-    wrapper number `text_at` holds its net as text. Built in place: protobuf's copies refuse > 100 levels."""
-    top = nd = NetDef()
-    for i in reversed(range(levels)):
-        nd.name = f"n{i}"
-        arg = nd.op.add(type="RunNet").arg.add(name="net")
-        if i == text_at:
-            from stepnet.proto import to_text
-            arg.s = to_text(nested(text_at)).encode()
-            return top
-        nd = arg.n
-    nd.CopyFrom(net("leaf", make_op("Copy", ["x"], ["y"])))
-    return top
+    """`levels` RunNet wrappers around a net copying x to y; wrapper number `text_at` holds its net as text."""
+    return nested_nets(levels, "RunNet", net("leaf", make_op("Copy", ["x"], ["y"])), text_at)
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ from stepnet import graph
 from stepnet.errors import NetError
 from stepnet.graph import Graph
 from stepnet.proto import NetDef, OperatorDef, make_argument, to_text
+from stepnet.testing import nested_nets
 
 
 def random_ops(rng, n_ops: int, names="abcdef") -> list[OperatorDef]:
@@ -100,19 +101,8 @@ def test_rewrites_return_new_nets_and_leave_theirs_alone():
 
 
 def chain(levels: int, text_at: int | None = None) -> NetDef:
-    """Nets n{levels-1} ... n0 nested in op arguments around a leaf net (each wrapper is three message levels: op,
-    arg, net); wrapper n{text_at} holds its net as text. Built in place, top down: protobuf's copies refuse more
-    than 100 levels."""
-    top = net = NetDef()
-    for i in reversed(range(levels)):
-        net.name = f"n{i}"
-        arg = net.op.add(type="Do").arg.add(name="net")
-        if i == text_at:
-            arg.s = to_text(chain(text_at)).encode()
-            return top
-        net = arg.n
-    net.CopyFrom(step("leaf"))
-    return top
+    """Nets n{levels-1} ... n0 nested in Do ops' arguments around a leaf net; n{text_at} holds its net as text."""
+    return nested_nets(levels, "Do", step("leaf"), text_at)
 
 
 def test_walk_stops_at_protobufs_nesting_limit():
