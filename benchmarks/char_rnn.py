@@ -64,7 +64,6 @@ def stepnet_model(cfg, H: int, T: int | None = None, lstm_only: bool = False, fo
     from stepnet.builder import BlobRef
     from stepnet.model import ModelBuilder
     from stepnet.rnn_cell import lstm
-    from stepnet.workspace import Workspace
 
     T, B, V = T or cfg.steps, cfg.batch, cfg.vocab
     m = ModelBuilder("char_rnn")
@@ -72,24 +71,41 @@ def stepnet_model(cfg, H: int, T: int | None = None, lstm_only: bool = False, fo
     h_all = lstm(m, BlobRef("input_blob"), BlobRef("seq_lengths"), states, V, H, scope="LSTM",
                  forward_only=forward_only)[0]
     if not lstm_only:
-        logits = m.fc(h_all, "output", H, V, axis=2)
-        probs = m.net.Softmax(logits, BlobRef("softmax"), axis=2)
-        flat, _ = m.net.Reshape(probs, [BlobRef("softmax_reshaped"), BlobRef("_")], shape=[-1, V])
-        loss = m.net.AveragedLoss(m.net.LabelCrossEntropy([flat, BlobRef("target")], BlobRef("xent")),
-                                  BlobRef("loss"))
-        m.add_gradient_ops([loss])
+        add_head(m, h_all, H, V, train=True)
         if cfg.optimizer == "sgd":
             m.sgd(cfg.lr, policy="step", stepsize=1, gamma=GAMMA)
         else:
             m.adam(cfg.lr)
-    ws = Workspace(seed=0, fused_cells=getattr(cfg, "fused_cells", None))   # the same initial weights everywhere
+    ws = fed_workspace(m, T, B, V, H, getattr(cfg, "fused_cells", None))
+    return ws, ws.create_net(m.net.proto()), m
+
+
+def add_head(m, h_all, H: int, V: int, train: bool) -> None:
+    """The output FC and Softmax (blob `softmax`) over the RNN's hidden states; with train, the averaged cross
+    entropy against `target` and the gradient ops."""
+    from stepnet.builder import BlobRef
+
+    probs = m.net.Softmax(m.fc(h_all, "output", H, V, axis=2), BlobRef("softmax"), axis=2)
+    if train:
+        flat, _ = m.net.Reshape(probs, [BlobRef("softmax_reshaped"), BlobRef("_")], shape=[-1, V])
+        loss = m.net.AveragedLoss(m.net.LabelCrossEntropy([flat, BlobRef("target")], BlobRef("xent")),
+                                  BlobRef("loss"))
+        m.add_gradient_ops([loss])
+
+
+def fed_workspace(m, T: int, B: int, V: int, H: int, fused_cells: bool | None = None):
+    """A workspace with m's init net run (seed 0: the same initial weights in every process) and the char-rnn
+    inputs fed: one-hot data, targets, full sequence lengths, zero initial states."""
+    from stepnet.workspace import Workspace
+
+    ws = Workspace(seed=0, fused_cells=fused_cells)
     ws.run_net_once(m.init_net.proto())
     x, target = make_data(T, B, V)
     zeros = np.zeros((1, B, H), np.float32)
     for name, value in (("input_blob", x), ("target", target), ("seq_lengths", np.full(B, T, np.int32)),
                         ("hidden_init", zeros), ("cell_init", zeros)):
         ws.feed(name, value)
-    return ws, ws.create_net(m.net.proto()), m
+    return ws
 
 
 def roles(m) -> dict:

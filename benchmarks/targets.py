@@ -29,21 +29,14 @@ import time
 import warnings
 
 import numpy as np
+from char_rnn import GAMMA, add_head, fed_workspace, make_data
 from results import write_section
 
 HEADER = "## Speed targets (issue #16)"
-GAMMA = 0.9999
 TORCH_CELLS = {"lstm": ("LSTM", "LSTMCell"), "gru": ("GRU", "GRUCell"), "rnn": ("RNN", "RNNCell")}
 TARGETS = {("train", "pytorch"): 1.3, ("train", "numpy"): 1.0, ("train", "pytorch-cell", 128): 0.8,
            ("train", "pytorch-cell", 512): 0.9, ("forward", "onnxruntime"): 1.3, ("sample", "numpy"): 1.5,
            ("squeeze", "pytorch"): 1.3}
-
-
-def make_data(T: int, B: int, V: int, seed: int = 0):
-    ids = np.random.default_rng(seed).integers(0, V, (T + 1, B))
-    x = np.zeros((T, B, V), np.float32)
-    x[np.arange(T)[:, None], np.arange(B)[None, :], ids[:-1]] = 1
-    return x, ids[1:].reshape(-1).astype(np.int32)
 
 
 # --------------------------------------------------------------------------------------------- stepnet
@@ -52,7 +45,6 @@ def stepnet_net(cell: str, H: int, T: int, B: int, V: int, train: bool, fused: b
     from stepnet.builder import BlobRef
     from stepnet.model import ModelBuilder
     from stepnet.rnn_cell import basic_rnn, gru, lstm
-    from stepnet.workspace import Workspace
 
     m = ModelBuilder("char_rnn")
     x, h0, c0 = BlobRef("input_blob"), BlobRef("hidden_init"), BlobRef("cell_init")
@@ -62,21 +54,10 @@ def stepnet_net(cell: str, H: int, T: int, B: int, V: int, train: bool, fused: b
         outs = gru(m, x, BlobRef("seq_lengths"), (h0,), V, H, scope="GRU", forward_only=not train)
     else:
         outs = basic_rnn(m, x, None, (h0,), V, H, scope="RNN", forward_only=not train)
-    logits = m.fc(outs[0], "output", H, V, axis=2)
-    probs = m.net.Softmax(logits, BlobRef("softmax"), axis=2)
+    add_head(m, outs[0], H, V, train)
     if train:
-        flat, _ = m.net.Reshape(probs, [BlobRef("softmax_reshaped"), BlobRef("_")], shape=[-1, V])
-        loss = m.net.AveragedLoss(m.net.LabelCrossEntropy([flat, BlobRef("target")], BlobRef("xent")),
-                                  BlobRef("loss"))
-        m.add_gradient_ops([loss])
         m.sgd(0.1 * T, policy="step", stepsize=1, gamma=GAMMA)
-    ws = Workspace(seed=0, fused_cells=fused)
-    ws.run_net_once(m.init_net.proto())
-    xs, target = make_data(T, B, V)
-    zeros = np.zeros((1, B, H), np.float32)
-    for name, value in (("input_blob", xs), ("target", target), ("seq_lengths", np.full(B, T, np.int32)),
-                        ("hidden_init", zeros), ("cell_init", zeros)):
-        ws.feed(name, value)
+    ws = fed_workspace(m, T, B, V, H, fused)
     return ws, ws.create_net(m.net.proto()), [str(o) for o in outs]
 
 
