@@ -237,15 +237,21 @@ def sample_plan(vocab, H: int, chars: int) -> PlanDef:
     return plan
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--batch", type=int, default=32)
+def add_training_args(p: argparse.ArgumentParser) -> None:
+    """The training plan's options (build_char_rnn_dp.py takes them too): sequence length, hidden size,
+    iterations, report interval, learning rate, gradient clip."""
     p.add_argument("--seq", type=int, default=25)
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--iterations", type=int, default=2000)
     p.add_argument("--report", type=int, default=250)
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--clip", type=float, default=5.0)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--batch", type=int, default=32)
+    add_training_args(p)
     p.add_argument("--chars", type=int, default=400)
     a = p.parse_args(argv)
     vocab = write_data(a.batch, a.seq)

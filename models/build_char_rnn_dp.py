@@ -108,12 +108,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ranks", type=int, default=2, help="K, the number of processes (the batch is split K ways)")
     p.add_argument("--batch", type=int, default=32, help="the global batch B (streams), as in char_rnn.pbtxt")
-    p.add_argument("--seq", type=int, default=25)
-    p.add_argument("--hidden", type=int, default=256)
-    p.add_argument("--iterations", type=int, default=2000)
-    p.add_argument("--report", type=int, default=250)
-    p.add_argument("--lr", type=float, default=2e-3)
-    p.add_argument("--clip", type=float, default=5.0)
+    single.add_training_args(p)
     a = p.parse_args(argv)
     vocab = write_shards(a.batch, a.seq, a.ranks)
     save(train_plan(vocab, a.batch, a.seq, a.hidden, a.iterations, a.report, a.lr, a.clip, a.ranks),
