@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import signal
 import sys
@@ -53,7 +52,9 @@ def save_npz(path: Path, arrays: dict) -> None:
 def _fused_cells(text: str) -> str:
     if text not in ("auto", "on", "off"):
         raise argparse.ArgumentTypeError(f"--fused-cells is auto, on or off, got {text!r}")
-    if text == "on" and importlib.util.find_spec("numba") is None:
+    from .compiled.fused import installed
+
+    if text == "on" and not installed():
         raise argparse.ArgumentTypeError("--fused-cells on needs numba: pip install 'stepnet[fast]'")
     return text
 

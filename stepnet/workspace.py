@@ -1,7 +1,6 @@
 """Workspace: named blobs with Caffe2's parent-chain binding rules, and the nets created in it."""
 from __future__ import annotations
 
-import importlib.util
 from typing import Any, Iterator
 
 import numpy as np
@@ -49,6 +48,11 @@ class Blob:
         return f"Blob({self.name!r}, {what}{', view' if self.view else ''})"
 
 
+def _numba_installed() -> bool:
+    from .compiled.fused import installed   # (import cycle: the compiled step nets build on the executor)
+    return installed()
+
+
 class Workspace:
     """Blobs and nets. A child workspace sees its parent's blobs: lookups go local first, then up the
     chain; creating a blob that exists anywhere in the chain binds to that existing blob (§2). `limits` says
@@ -76,7 +80,7 @@ class Workspace:
         self.compile_steps = (bool(compile_steps) if compile_steps is not None
                               else (True if root else parent.compile_steps))
         # compiled LSTM/GRU cell ops as one numba pass each (the `fast` extra); None: whenever numba is installed
-        if fused_cells and importlib.util.find_spec("numba") is None:
+        if fused_cells and not _numba_installed():
             raise ValueError("fused_cells=True needs numba: pip install 'stepnet[fast]'")
         self.fused_cells = fused_cells if fused_cells is not None or root else parent.fused_cells
         if threads is not None and (type(threads) is not int or threads < 1):

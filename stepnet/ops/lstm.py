@@ -291,7 +291,7 @@ def _lstm_dims(grad: bool, n_gates: int = 4, order: str = "i, f, o, g", block_ma
 _LSTM_PARAMS = ("forget_bias", "drop_states", "sequence_lengths")
 
 
-def _GRAD_OUTS(n: int, d: int) -> list:
+def _lstm_grad_outputs(n: int, d: int) -> list:
     return [(1, n, d), (1, n, d), (1, n, 4 * d)]
 
 
@@ -328,7 +328,7 @@ def _lstm_grad_shape(specs, forget_bias, drop_states, sequence_lengths):
 
 @op("LSTMUnitGradient", inputs=(8, 9), outputs=3, args=LSTM_ARGS, inplace=NOT_IN_PLACE, host_inputs=(3, 4),
     shape=_lstm_grad_shape,
-    fused=lambda k: fused("lstm_grad_step", k, _lstm_dims(True), _GRAD_OUTS, _LSTM_PARAMS, False))
+    fused=lambda k: fused("lstm_grad_step", k, _lstm_dims(True), _lstm_grad_outputs, _LSTM_PARAMS, False))
 def lstm_unit_gradient(xp, *inputs, forget_bias=0.0, drop_states=False, sequence_lengths=True):
     """Gradients of LSTMUnit -> (hidden_t_prev_grad, cell_t_prev_grad, gates_grad).
 
@@ -378,7 +378,7 @@ def _saved_grad_shape(specs, forget_bias, drop_states, sequence_lengths):
 @op("rnn_internal_lstm_unit_gradient", inputs=(8, 9), outputs=3, args=LSTM_ARGS, inplace=NOT_IN_PLACE,
     host_inputs=(3, 4), gradient=NO_GRADIENT, shape=_saved_grad_shape,
     fused=lambda k: fused("lstm_grad_step", k, _lstm_dims(True, 5, "i, f, o, g, tanh(c)", block_major=True),
-                          _GRAD_OUTS, _LSTM_PARAMS, True))
+                          _lstm_grad_outputs, _LSTM_PARAMS, True))
 def lstm_unit_gradient_saved(xp, *inputs, forget_bias=0.0, drop_states=False, sequence_lengths=True):
     """LSTMUnitGradient reading rnn_internal_lstm_unit's saved activations (input 2) instead of the gates."""
     (h_prev, c_prev, acts), seq, timestep, (h, c, dh, dc) = _unpack(

@@ -148,12 +148,17 @@ def test_a_broken_fused_kernel_is_caught(monkeypatch):
         check(c, want_c)
 
 
-def test_fused_cells_without_numba_is_refused(monkeypatch):
-    real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "numba" else real(name, *a))
+def test_fused_cells_without_numba_is_refused(monkeypatch, capsys):
+    from stepnet.cli import main
+    from stepnet.compiled import fused
+
+    monkeypatch.setattr(fused, "installed", lambda: False)
     with pytest.raises(ValueError, match=r"fused_cells=True needs numba: pip install 'stepnet\[fast\]'"):
         Workspace(fused_cells=True)
     assert Workspace(fused_cells=None).fused_cells is None   # auto: the numpy arithmetic then
+    with pytest.raises(SystemExit):
+        main(["run", "model.pbtxt", "--fused-cells", "on"])
+    assert "--fused-cells on needs numba: pip install 'stepnet[fast]'" in capsys.readouterr().err
 
 
 def test_run_fused_cells_option(tmp_path, monkeypatch):
