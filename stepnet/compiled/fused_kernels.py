@@ -157,3 +157,16 @@ def gru_backward(h_prev, gates, dh, dh_prev, dgates, n, d):
             dgates[gb + d + j] = row[0, j]
             dgates[gb + 2 * d + j] = row[1, j]
             dh_prev[ob + j] = row[2, j]
+
+
+@njit(**_JIT)
+def add_rows(g, idx, k):
+    """out (k × g's columns, zeroed) with out[idx[r]] += g[r] for every row r of g, in row order (the one-hot
+    FC's weight gradient, stepnet.ops.fc_onehot); every idx[r] < k."""
+    m, n = g.shape
+    out = np.zeros((k, n), np.float32)
+    for r in range(m):
+        v = idx[r]
+        for j in range(n):
+            out[v, j] += g[r, j]
+    return out

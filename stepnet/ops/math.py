@@ -14,6 +14,7 @@ import numpy as np
 
 from ..errors import ArgumentError, GradientError, ShapeError
 from .base import check_float, like, out_spec, size_of
+from .fc_onehot import gather_fc
 from .registry import op
 
 
@@ -70,8 +71,10 @@ def _fc(xp, X, W, b, axis, axis_w, transposed):
     X2, _ = view2d(X, axis)
     K, N = X2.shape[1], out_shape[-1]
     W2 = W.reshape(K, N) if transposed else W.reshape(N, K).T
-    Y = xp.matmul(X2, W2)
-    Y += b          # in place: a second fresh M x N array costs page faults when M x N is large
+    Y = gather_fc(X2, W2, b) if xp is np else None      # one-hot rows of X: no GEMM
+    if Y is None:
+        Y = xp.matmul(X2, W2)
+        Y += b      # in place: a second fresh M x N array costs page faults when M x N is large
     return Y.reshape(out_shape)
 
 
@@ -84,8 +87,11 @@ def _fc_specialize(transposed):
         w2 = (K, N) if transposed else (N, K)
 
         def fast(X, W, b):
-            Y = np.matmul(X.reshape(x2), W.reshape(w2) if transposed else W.reshape(w2).T)
-            Y += b
+            X2, W2 = X.reshape(x2), W.reshape(w2) if transposed else W.reshape(w2).T
+            Y = gather_fc(X2, W2, b)
+            if Y is None:
+                Y = np.matmul(X2, W2)
+                Y += b
             return Y.reshape(out_shape)
         return fast
     return specialize

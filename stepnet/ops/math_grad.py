@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from ..errors import ArityError, ShapeError
 from .base import check_float, like, out_spec, size_of
+from .fc_onehot import scatter_weight_grad
 from .math import canonical_axis, view2d, view2d_shape
 from .registry import op
 
@@ -46,6 +49,24 @@ def _fc_gradient(xp, op_type, X, W, dY, axis, axis_w, transposed):
     return dW.reshape(W.shape), G.sum(axis=0), dX.reshape(X.shape)
 
 
+def _one_hot_fc_gradient(regular, op_type, transposed):
+    """FCGradient's fused_kernel: regular, but the weight gradient of one-hot rows of X as a scatter-add
+    (stepnet.ops.fc_onehot; numba's, with Workspace.fused_cells)."""
+    def kernel(xp, X, W, dY, axis=1, axis_w=1, float16_compute=False):
+        from ..compiled.fused import kernels   # (import cycle: the compiled step nets build on the ops)
+
+        M, K, N = fc_grad_dims(op_type, X, W, dY, axis, axis_w, transposed)
+        if xp is np and type(dY) is np.ndarray and M:
+            G = dY.reshape(M, N)
+            dWt = scatter_weight_grad(X.reshape(M, K), G, kernels())
+            if dWt is not None:
+                dW, W2 = (dWt, W.reshape(K, N).T) if transposed else (dWt.T.copy(), W.reshape(N, K))
+                return dW.reshape(W.shape), G.sum(axis=0), np.matmul(G, W2).reshape(X.shape)
+        return regular(xp, X, W, dY, axis=axis, axis_w=axis_w, float16_compute=float16_compute)
+    kernel.__doc__ = f"{op_type} with the one-hot weight gradient as a scatter-add (Workspace.fused_cells)."
+    return kernel
+
+
 def _fc_gradient_shape(op_type, transposed):
     def shape(specs, axis=1, axis_w=1, float16_compute=False):
         X, W, dY = specs
@@ -55,14 +76,16 @@ def _fc_gradient_shape(op_type, transposed):
 
 
 @op("FCGradient", inputs=3, outputs=(2, 3), args=_FC_ARGS, inplace=(),
-    shape=_fc_gradient_shape("FCGradient", False))
+    shape=_fc_gradient_shape("FCGradient", False),
+    fused=lambda k: _one_hot_fc_gradient(k, "FCGradient", False))
 def fc_gradient(xp, X, W, dY, axis=1, axis_w=1, float16_compute=False):
     """(X, W, dY) -> (dW = dYᵀ·X, db = Σ_rows dY, dX = dY·W) on the 2-D views of FC; dX is optional."""
     return _fc_gradient(xp, "FCGradient", X, W, dY, axis, axis_w, False)
 
 
 @op("FCTransposedGradient", inputs=3, outputs=(2, 3), args=_FC_ARGS, inplace=(),
-    shape=_fc_gradient_shape("FCTransposedGradient", True))
+    shape=_fc_gradient_shape("FCTransposedGradient", True),
+    fused=lambda k: _one_hot_fc_gradient(k, "FCTransposedGradient", True))
 def fc_transposed_gradient(xp, X, W, dY, axis=1, axis_w=1, float16_compute=False):
     """(X, W, dY) -> (dW = Xᵀ·dY, db = Σ_rows dY, dX = dY·Wᵀ) for FCTransposed's K x N weight."""
     return _fc_gradient(xp, "FCTransposedGradient", X, W, dY, axis, axis_w, True)
