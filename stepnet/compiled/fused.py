@@ -44,6 +44,17 @@ def kernels():
     return fused_kernels
 
 
+def rows(name: str, *matrices) -> np.ndarray | None:
+    """The fused row kernel `name` (softmax_rows, softmax_grad_rows) over float32 host matrices of one shape
+    (m × k) into a new m × k array; None without numba or for other arrays (then the numpy kernel runs)."""
+    k = kernels()
+    if k is None or any(type(a) is not np.ndarray or a.dtype != _F32 for a in matrices):
+        return None
+    out = np.empty(matrices[0].shape, _F32)
+    getattr(k, name)(*(np.ascontiguousarray(a) for a in matrices), out)
+    return out
+
+
 def _flat(a):
     return a.reshape(-1) if a.flags.c_contiguous else np.ascontiguousarray(a).reshape(-1)
 

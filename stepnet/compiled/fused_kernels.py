@@ -170,3 +170,62 @@ def add_rows(g, idx, k):
         for j in range(n):
             out[v, j] += g[r, j]
     return out
+
+
+_SIGN = np.int32(0x7FFFFFFF)
+
+
+@njit(**_JIT)
+def softmax_rows(x, out):
+    """out[i] = softmax of row i of x (m × k, float32, C-contiguous). The row max is found on
+    the float bits mapped to monotone int32 (a vectorizable integer max; any NaN in a row makes the row's sum
+    and so the whole row NaN, as numpy's does). exp(z) for z = x − max ≤ 0 is Cephes' expf: Cody–Waite reduction
+    z = n·ln2 + r, a degree-7 polynomial in r (within 3e-7 relative of exp), times 2^n built from bits as
+    2^(n+64)·2^−64 so that results below 2^−126 round once into the subnormals; z < −104 gives 0."""
+    m, k = x.shape
+    xi = x.view(np.int32)
+    y = np.empty(k, np.float32)
+    bits = np.empty(k + 1, np.int32)
+    scale = bits.view(np.float32)
+    for i in range(m):
+        best = np.int32(-2147483648)
+        for j in range(k):
+            v = xi[i, j]
+            best = max(best, v ^ ((v >> 31) & _SIGN))
+        bits[k] = best ^ ((best >> 31) & _SIGN)
+        mx = scale[k]
+        for j in range(k):
+            z = x[i, j] - mx
+            z = float32(-104.0) if z < float32(-104.0) else z          # a NaN stays NaN
+            fx = np.floor(z * float32(1.44269504088896341) + float32(0.5))
+            r = z - fx * float32(0.693359375) - fx * float32(-2.12194440e-4)
+            p = float32(1.9875691500e-4)
+            p = p * r + float32(1.3981999507e-3)
+            p = p * r + float32(8.3334519073e-3)
+            p = p * r + float32(4.1665795894e-2)
+            p = p * r + float32(1.6666665459e-1)
+            p = p * r + float32(5.0000001201e-1)
+            y[j] = p * (r * r) + r + float32(1.0)
+            bits[j] = ((np.int32(fx) if fx == fx else np.int32(0)) + np.int32(191)) << 23   # 2^(n+64)
+        s = float32(0.0)
+        for j in range(k):
+            e = (y[j] * scale[j]) * float32(5.421010862427522e-20)                       # · 2^−64
+            y[j] = e
+            s += e
+        for j in range(k):
+            out[i, j] = y[j] / s
+
+
+@njit(**_JIT)
+def softmax_grad_rows(y, dy, out):
+    """out[i] = y[i] ⊙ (dy[i] − Σ_j dy[i, j]·y[i, j]) for every row (m × k, float32)."""
+    m, k = y.shape
+    row = np.empty(k, np.float32)
+    for i in range(m):
+        s = float32(0.0)
+        for j in range(k):
+            s += dy[i, j] * y[i, j]
+        for j in range(k):
+            row[j] = y[i, j] * (dy[i, j] - s)
+        for j in range(k):
+            out[i, j] = row[j]

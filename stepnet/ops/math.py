@@ -302,8 +302,21 @@ def _softmax_specialize(X, axis=1):
     return fast
 
 
+def _fused_softmax(regular):
+    """Softmax's fused_kernel: one numba pass per row for float32 host arrays (Workspace.fused_cells)."""
+    def kernel(xp, X, axis=1):
+        from ..compiled.fused import rows   # (import cycle: the compiled step nets build on the ops)
+
+        check_float("Softmax", X=X)
+        m, k, _ = view2d_shape(X.shape, axis)
+        Y = rows("softmax_rows", X.reshape(m, k)) if m * k else None
+        return regular(xp, X, axis=axis) if Y is None else Y.reshape(X.shape)
+    kernel.__doc__ = "Softmax with one fused float32 pass per row (Workspace.fused_cells)."
+    return kernel
+
+
 @op("Softmax", args={"axis": 1}, inplace=(), shape=_softmax_shape, gradient=_softmax_gradient,
-    specialize=_softmax_specialize)
+    specialize=_softmax_specialize, fused=_fused_softmax)
 def softmax(xp, X, axis=1):
     """Softmax over each row of X's 2-D view at axis (all trailing dims together), shifted by the row max."""
     check_float("Softmax", X=X)

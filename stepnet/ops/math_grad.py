@@ -105,7 +105,21 @@ def _softmax_gradient_shape(specs, axis=1):
     return [like(specs[0])]
 
 
-@op("SoftmaxGradient", inputs=2, args={"axis": 1}, inplace=(), shape=_softmax_gradient_shape)
+def _fused_softmax_gradient(regular):
+    """SoftmaxGradient's fused_kernel: one numba pass per row for float32 host arrays (Workspace.fused_cells)."""
+    def kernel(xp, Y, dY, axis=1):
+        from ..compiled.fused import rows   # (import cycle: the compiled step nets build on the ops)
+
+        _check_softmax_grad(Y, dY, axis)
+        m, k, _ = view2d_shape(tuple(Y.shape), axis)
+        dX = rows("softmax_grad_rows", Y.reshape(m, k), dY.reshape(m, k)) if m * k else None
+        return regular(xp, Y, dY, axis=axis) if dX is None else dX.reshape(Y.shape)
+    kernel.__doc__ = "SoftmaxGradient with one fused float32 pass per row (Workspace.fused_cells)."
+    return kernel
+
+
+@op("SoftmaxGradient", inputs=2, args={"axis": 1}, inplace=(), shape=_softmax_gradient_shape,
+    fused=_fused_softmax_gradient)
 def softmax_gradient(xp, Y, dY, axis=1):
     """(Y, dY) -> dX = Y ⊙ (dY − Σ_row dY ⊙ Y), rows of the 2-D view at axis (Y is Softmax's output)."""
     _check_softmax_grad(Y, dY, axis)
