@@ -15,20 +15,24 @@ from __future__ import annotations
 import numpy as np
 
 _MIN_ROWS = 64      # below this the gather's W + b pass costs more than the GEMM it saves
+_BITS = {2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
 def one_hot_columns(X2) -> np.ndarray | None:
     """idx with X2[r, idx[r]] the only nonzero of row r, and 1, for every row of the M×K float matrix X2
-    (a host array with at least _MIN_ROWS rows); None otherwise."""
-    if type(X2) is not np.ndarray or X2.shape[0] < _MIN_ROWS or X2.shape[1] < 2:
+    (a C-contiguous host array with at least _MIN_ROWS rows); None otherwise. Counted on the bits (a -0.0
+    counts as nonzero: such an X takes the GEMM), whose integer count and argmax are the fast ones."""
+    if (type(X2) is not np.ndarray or X2.shape[0] < _MIN_ROWS or X2.shape[1] < 2 or X2.dtype.kind != "f"
+            or X2.itemsize not in _BITS or not X2.flags.c_contiguous):
         return None
     first = X2[0]
     if np.count_nonzero(first) != 1 or not first.max() == 1:      # a NaN max is not 1
         return None
-    idx = X2.argmax(axis=1)                                        # a NaN wins argmax, and is not 1
-    if np.count_nonzero(X2) != X2.shape[0] or not (X2[np.arange(X2.shape[0]), idx] == 1).all():
+    bits = X2.view(_BITS[X2.itemsize])
+    if np.count_nonzero(bits) != X2.shape[0]:
         return None
-    return idx
+    idx = bits.argmax(axis=1)                      # each row's one nonzero, when it has one
+    return idx if (X2[np.arange(X2.shape[0]), idx] == 1).all() else None
 
 
 def gather_fc(X2, Wt, b) -> np.ndarray | None:

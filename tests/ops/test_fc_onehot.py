@@ -46,11 +46,14 @@ def _spoiled(kind):
         X[row, 3] = np.nan
     elif kind.endswith("negative"):
         X[row, (X[row].argmax() + 1) % 9] = -1e-30
+    elif kind.endswith("minus-zero"):                  # one-hot in value; left to the GEMM, which adds -0.0
+        X[row, (X[row].argmax() + 1) % 9] = -0.0
     return X
 
 
 @pytest.mark.parametrize("kind", ["first-two", "first-scaled", "first-zero", "first-nan", "later-two",
-                                  "later-scaled", "later-zero", "later-nan", "later-negative"])
+                                  "later-scaled", "later-zero", "later-nan", "later-negative",
+                                  "later-minus-zero"])
 def test_rows_that_are_not_one_hot_are_refused(kind):
     assert one_hot_columns(_spoiled(kind)) is None
 
@@ -59,6 +62,9 @@ def test_small_batches_and_other_arrays_are_left_to_the_gemm():
     X, _ = one_hot(np.random.default_rng(2), fc_onehot._MIN_ROWS - 1, 5)
     assert one_hot_columns(X) is None
     assert one_hot_columns(X.tolist()) is None
+    wide, _ = one_hot(np.random.default_rng(2), 100, 5)
+    assert one_hot_columns(np.repeat(wide, 2, axis=1)[:, ::2]) is None         # not C-contiguous
+    assert one_hot_columns(wide.astype(np.float16)) is not None
 
 
 @pytest.mark.parametrize("op_type", ["FC", "FCTransposed"])
