@@ -58,8 +58,9 @@ class Workspace:
     chain; creating a blob that exists anywhere in the chain binds to that existing blob (§2). `limits` says
     what its models may read, write and allocate (default Limits(): paths under the working directory of now,
     blobs up to a quarter of the memory); child workspaces inherit their parent's. compile_steps=False runs
-    RecurrentNetwork step nets op by op (the reference path); fused_cells=False keeps their LSTM/GRU cells in
-    numpy, True asks for the numba forms (the `fast` extra), None (default) uses them when numba is installed."""
+    RecurrentNetwork step nets op by op (the reference path); fused_cells=False keeps the LSTM/GRU cells, Softmax
+    and the one-hot FC weight gradient in numpy, True asks for their numba forms (the `fast` extra), None
+    (default) uses them when numba is installed."""
 
     def __init__(self, parent: "Workspace | None" = None, *, seed: int | None = None, gpu: str | None = None,
                  strict: bool | None = None, check_nan: bool | None = None, limits: Limits | None = None,
