@@ -31,6 +31,17 @@ def bound_args(bop) -> dict:
     return getattr(call, "call", call).keywords   # executor.Specialized keeps the plain call
 
 
+def same_floats(*arrays) -> bool:
+    """Whether the arrays share one float dtype (float32 or float64)."""
+    dt = arrays[0].dtype
+    return dt in FLOATS and all(a.dtype == dt for a in arrays)
+
+
+def shaped(out, shape):
+    """out seen with `shape` (a view: compiled outputs are contiguous)."""
+    return out if out.shape == shape else out.reshape(shape)
+
+
 def _args(bop):
     a = bound_args(bop)
     return float(a["forget_bias"]), bool(a["drop_states"]), bool(a["sequence_lengths"])

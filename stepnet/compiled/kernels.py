@@ -7,7 +7,6 @@ the same order as the op's kernel, so results are bit-identical. None: no compil
 from __future__ import annotations
 
 import math
-import time
 
 import numpy as np
 
@@ -17,90 +16,18 @@ from ..ops import shape as shape_ops
 from ..ops import math as math_ops
 from ..ops.rnn_internal import _link_error
 from .fused import FUSED
-from .cells import FLOATS, Fast, bound_args, gru_unit, gru_unit_gradient, lstm_unit, lstm_unit_gradient
+from .cells import Fast, bound_args, same_floats, shaped, gru_unit, gru_unit_gradient, lstm_unit, lstm_unit_gradient
+from .products import fc, fc_gradient_deferred
 
 
-def _floats(*arrays) -> bool:
-    dt = arrays[0].dtype
-    return dt in FLOATS and all(a.dtype == dt for a in arrays)
-
-
-def _shaped(out, shape):
-    """out seen with `shape` (a view: compiled outputs are contiguous)."""
-    return out if out.shape == shape else out.reshape(shape)
-
-
-# ------------------------------------------------------------------------------------------- FC, Sum
-def fc(bop, ins, outs, by_rows: bool | None = None):
-    """FC in the faster of two orientations for these sizes, timed once here (same sums: checked on random data;
-    by_rows True/False picks one):
-    W·Xᵀ into scratch, then its transpose plus the bias into the output (OpenBLAS's NN product; wins at large
-    K), or X·Wᵀ straight into the output from a contiguous Wᵀ copied once per run (Fast.begin), then the bias
-    (no transposed pass; wins at small K)."""
-    x, w, b = ins
-    args = bound_args(bop)
-    if not _floats(x, w, b) or args.get("float16_compute") or b.ndim != 1:
-        return None
-    a, aw = args["axis"], args["axis_w"]
-    a, aw = a + x.ndim if a < 0 else a, aw + w.ndim if aw < 0 else aw
-    if not (0 < a < x.ndim and 0 < aw < w.ndim):
-        return None
-    m, k, n = math.prod(x.shape[:a]), math.prod(x.shape[a:]), math.prod(w.shape[:aw])
-    if w.size != n * k or b.size != n or outs[0].size != m * n:
-        return None
-    xs, ws, ys = (m, k), (n, k), (m, n)
-    yt, wt, copied = np.empty((n, m), x.dtype), np.empty((k, n), x.dtype), [None]   # wt: only kept for by_x
-
-    def by_w(ins, outs):
-        x, w, b = ins
-        np.matmul(_shaped(w, ws), _shaped(x, xs).T, out=yt)
-        np.add(yt.T, b, out=_shaped(outs[0], ys))      # the transposed copy and the bias in one pass
-
-    def by_x(ins, outs):
-        x, w, b = ins
-        if w is not copied[0]:                         # no Wᵀ of this W (the step net writes W): W·Xᵀ
-            return by_w(ins, outs)
-        out = _shaped(outs[0], ys)
-        np.matmul(_shaped(x, xs), wt, out=out)
-        out += b
-
-    def begin(w):
-        np.copyto(wt, _shaped(w, ws).T)
-        copied[0] = w
-    if by_rows is None:
-        by_rows = _x_first(m, k, n, x.dtype, by_w, by_x, begin)
-        copied[0] = None
-    if not by_rows:
-        del wt   # only by_x and begin read it: W·Xᵀ keeps no Wᵀ copy (4 MiB at H=512)
-    return Fast(by_x, begin=(1, begin)) if by_rows else Fast(by_w)
-
-
-def _x_first(m, k, n, dtype, by_w, by_x, begin) -> bool:
-    """Whether by_x gives by_w's bits on random data and, with its per-run Wᵀ copy spread over 8 timesteps,
-    runs faster (best of 5 each, interleaved). With one row numpy calls a matrix-vector product whose sums
-    depend on the orientation, and below 2^18 multiply-adds the difference is not worth timing: W·Xᵀ then."""
-    if m < 2 or m * k * n < 1 << 18:
-        return False
-    rng = np.random.default_rng(0)
-    ins = [rng.standard_normal(shape, dtype=dtype) for shape in ((m, k), (n, k), (n,))]
-    outs_w, outs_x = [np.empty((m, n), dtype)], [np.empty((m, n), dtype)]
-    times = {by_w: [], by_x: [], begin: []}
-    for _ in range(5):
-        for fn, args in ((begin, (ins[1],)), (by_w, (ins, outs_w)), (by_x, (ins, outs_x))):
-            start = time.perf_counter()
-            fn(*args)
-            times[fn].append(time.perf_counter() - start)
-    best = {fn: min(t) for fn, t in times.items()}
-    return np.array_equal(outs_w[0], outs_x[0]) and 8 * (best[by_w] - best[by_x]) > best[begin]
-
-
+# ------------------------------------------------------------------------------------------- Sum
 def sum_(bop, ins, outs):
-    if not _floats(*ins) or any(x.shape != ins[0].shape for x in ins) or outs[0].size != ins[0].size:
+    if not same_floats(*ins) or any(x.shape != ins[0].shape for x in ins) or outs[0].size != ins[0].size:
         return None
     shape = ins[0].shape
 
     def run(ins, outs):
-        out = _shaped(outs[0], shape)
+        out = shaped(outs[0], shape)
         if out is ins[0]:
             for x in ins[1:]:
                 out += x
@@ -118,12 +45,12 @@ def sum_(bop, ins, outs):
 def mul(bop, ins, outs):
     """Mul of two same-shape float tensors (no broadcast) into its output."""
     a, b = ins
-    if not _floats(a, b) or a.shape != b.shape or outs[0].size != a.size:
+    if not same_floats(a, b) or a.shape != b.shape or outs[0].size != a.size:
         return None
     shape = a.shape
 
     def run(ins, outs):
-        np.multiply(ins[0], ins[1], out=_shaped(outs[0], shape))
+        np.multiply(ins[0], ins[1], out=shaped(outs[0], shape))
     return Fast(run)
 
 
@@ -132,13 +59,13 @@ def sigmoid(bop, ins, outs):
     division and no masked select: the numerator is exp(min(x, 0)), exactly 1 for x ≥ 0 and exactly e for
     x < 0 (the same exp of the same value), divided by 1 + e: the kernel's correctly rounded quotients."""
     x = ins[0]
-    if not _floats(x) or outs[0].size != x.size:
+    if not same_floats(x) or outs[0].size != x.size:
         return None
     shape = x.shape
     e, d = np.empty(shape, x.dtype), np.empty(shape, x.dtype)
 
     def run(ins, outs):
-        x, out = ins[0], _shaped(outs[0], shape)
+        x, out = ins[0], shaped(outs[0], shape)
         np.abs(x, out=e)
         np.negative(e, out=e)
         np.exp(e, out=e)
@@ -180,7 +107,7 @@ def split(bop, ins, outs):
             raise ShapeError(f"split sizes {ins[1].tolist()} differ from {sizes}, the sizes of this run's first "
                              "timestep: the sizes input must not change between the timesteps of a run")
         for out, shape, part in zip(outs, shapes, parts):
-            np.copyto(_shaped(out, shape), x[part])
+            np.copyto(shaped(out, shape), x[part])
     return Fast(run)
 
 
@@ -188,14 +115,14 @@ def mul_gradient(bop, ins, outs):
     """MulGradient of same-shape float tensors (no broadcast): dA = dC·B, dB = dC·A into the outputs (dA may be
     dC itself, in place: then dB is formed first)."""
     dc, a, b = ins
-    if not _floats(dc, a, b) or not dc.shape == a.shape == b.shape or outs[0].size != a.size or \
+    if not same_floats(dc, a, b) or not dc.shape == a.shape == b.shape or outs[0].size != a.size or \
             outs[1].size != b.size:
         return None
     shape = a.shape
 
     def run(ins, outs):
         dc, a, b = ins
-        da, db = _shaped(outs[0], shape), _shaped(outs[1], shape)
+        da, db = shaped(outs[0], shape), shaped(outs[1], shape)
         if da is dc:
             np.multiply(dc, a, out=db)
             np.multiply(dc, b, out=da)
@@ -210,7 +137,7 @@ def sigmoid_gradient(bop, ins, outs):
     kernel read from the net at the first timestep."""
     ctx = bop.plain.args[0] if getattr(bop.plain, "args", None) else None
     order = getattr(ctx, "state", {}).get("order")
-    if order is None or not _floats(*ins) or ins[0].shape != ins[1].shape or outs[0].size != ins[0].size:
+    if order is None or not same_floats(*ins) or ins[0].shape != ins[1].shape or outs[0].size != ins[0].size:
         return None
     y_at, dy_at = order
     shape = ins[0].shape
@@ -220,7 +147,7 @@ def sigmoid_gradient(bop, ins, outs):
     def run(ins, outs):
         y, dy = ins[y_at], ins[dy_at]
         np.subtract(one, y, out=one_minus)
-        out = _shaped(outs[0], shape)
+        out = shaped(outs[0], shape)
         np.multiply(dy, y, out=out)
         out *= one_minus
     return Fast(run)
@@ -238,7 +165,7 @@ def concat(bop, ins, outs):
     sizes = np.array([x.shape[ax] for x in ins], np.int32)
 
     def run(ins, outs):
-        np.concatenate(ins, axis=ax, out=_shaped(outs[0], shape))
+        np.concatenate(ins, axis=ax, out=shaped(outs[0], shape))
         if len(outs) > 1:
             np.copyto(outs[1], sizes)
     return Fast(run)
@@ -278,32 +205,7 @@ def accumulate_gradient_input(bop, ins, outs):
             raise ShapeError(f"timestep {t} + offset {offset} is outside the gradient tensors "
                              f"{tuple(og.shape)} / {tuple(g.shape)}")
         row = g[t + offset]
-        row += _shaped(og[t], row_shape)
-    return Fast(run)
-
-
-def fc_gradient_deferred(bop, ins, outs):
-    _, sequence, x, w, dy, xs, dys = ins
-    args = bound_args(bop)
-    a, aw = args["axis"], args["axis_w"]
-    a, aw = a + x.ndim if a < 0 else a, aw + w.ndim if aw < 0 else aw
-    m, k, n = math.prod(x.shape[:a]), math.prod(x.shape[a:]), math.prod(w.shape[:aw])
-    T = sequence.shape[0]
-    if (not _floats(x, w, dy, xs, dys) or dy.size != m * n or w.size != n * k
-            or xs.shape != (T * m, k) or dys.shape != (T * m, n) or outs[0].size != x.size):
-        return None
-    x2, w2, y2 = (m, k), (n, k), (m, n)
-
-    def run(ins, outs):
-        timestep, _, x, w, dy, xs, dys = ins
-        t = int(timestep.flat[0])
-        if not 0 <= t < T:
-            raise ShapeError(f"timestep {t} is outside the {T} steps of the sequence")
-        block = (T - 1 - t) * m
-        dy = _shaped(dy, y2)
-        xs[block:block + m] = _shaped(x, x2)
-        dys[block:block + m] = dy
-        np.matmul(dy, _shaped(w, w2), out=_shaped(outs[0], x2))
+        row += shaped(og[t], row_shape)
     return Fast(run)
 
 
@@ -314,7 +216,7 @@ def _put(out, value) -> None:
     if value.size != out.size:
         raise ShapeError(f"a compiled step wrote {tuple(value.shape)} into a {tuple(out.shape)} buffer: the op's "
                          "output shape changed between timesteps")
-    np.copyto(_shaped(out, value.shape), value)
+    np.copyto(shaped(out, value.shape), value)
 
 
 def _generic_fn(bop):

@@ -291,14 +291,15 @@ def test_a_split_whose_sizes_change_within_a_run_is_refused():
 
 
 @pytest.mark.parametrize("m, k, n", [(32, 128, 512), (5, 37, 24), (1, 16, 8)])
-def test_the_fc_orientation_chosen_gives_the_kernels_bits(m, k, n):
-    """The step FC's two compiled orientations (W·Xᵀ plus a transposed add; X·Wᵀ from a per-run Wᵀ copy): the
-    first always has the FC kernel's bits; the second only for some sizes (OpenBLAS sums K=37 in another order),
-    and the automatic choice takes it only where it has them. Without its per-run copy it falls back."""
+def test_the_fc_form_chosen_gives_the_kernels_bits(m, k, n):
+    """The step FC's compiled forms (W·Xᵀ plus a transposed add; X·Wᵀ into 1, 2 or 4 column blocks from a
+    per-run Wᵀ copy): the first always has the FC kernel's bits; the others only for some sizes (OpenBLAS sums
+    K=37 in another order), and the automatic choice takes one only where it has them. Without its per-run
+    copy a block form falls back to W·Xᵀ."""
     import functools
     import types
 
-    from stepnet.compiled.kernels import fc
+    from stepnet.compiled.products import fc
     from stepnet.testing import run_op
 
     rng = np.random.default_rng(m + k + n)
@@ -306,21 +307,45 @@ def test_the_fc_orientation_chosen_gives_the_kernels_bits(m, k, n):
     want = run_op("FC", [x, w, b], 1)
     bop = types.SimpleNamespace(plain=functools.partial(print, axis=1, axis_w=1, float16_compute=False))
     results = {}
-    for by_rows in (False, True):
-        fast = fc(bop, [x, w, b], [np.empty((m, n), F)], by_rows=by_rows)
-        assert (fast.begin is not None) == by_rows
+    for parts in (0, 1, 2, 4):
+        fast = fc(bop, [x, w, b], [np.empty((m, n), F)], parts=parts)
+        assert (fast.begin is not None) == (parts > 0)
         out = [np.empty((m, n), F)]
-        if by_rows:
+        if parts:
             fast.fn([x, w, b], out)                  # no begin yet: the W·Xᵀ path
             np.testing.assert_array_equal(out[0], want)
             fast.begin[1](w)
         fast.fn([x, w, b], out)
-        results[by_rows] = out[0]
-    np.testing.assert_array_equal(results[False], want)
-    np.testing.assert_allclose(results[True], want, rtol=1e-5, atol=1e-5)
+        results[parts] = out[0]
+        np.testing.assert_allclose(results[parts], want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(results[0], want)
     chosen = fc(bop, [x, w, b], [np.empty((m, n), F)])
-    if not np.array_equal(results[True], want):
-        assert chosen.begin is None, "an orientation with other sums was chosen"
+    if chosen.begin is not None:
+        out = [np.empty((m, n), F)]
+        chosen.begin[1](w)
+        chosen.fn([x, w, b], out)
+        np.testing.assert_array_equal(out[0], want)
+
+
+def test_a_faster_fc_form_with_other_sums_is_not_chosen():
+    """_fastest times the forms and keeps only those with W·Xᵀ's bits: here every block form is faster, only
+    the 4-block one gives the same values, so it wins; with none the same, W·Xᵀ (0) stays."""
+    import time
+
+    from stepnet.compiled.products import _fastest
+
+    def by_w(ins, outs):
+        time.sleep(0.002)
+        outs[0][...] = 1
+
+    def by_x(same):
+        def make(p):
+            def run(ins, outs):
+                outs[0][...] = 1 if p in same else 2
+            return run, lambda w: None, None
+        return make
+    assert _fastest(32, 128, 512, F, by_w, by_x({4})) == 4
+    assert _fastest(32, 128, 512, F, by_w, by_x(set())) == 0
 
 
 def test_without_numba_the_default_is_the_numpy_arithmetic(monkeypatch):

@@ -1,0 +1,128 @@
+"""The compiled forms of the step nets' matrix products: the step FC (the fastest of W·Xᵀ and X·Wᵀ in column
+blocks for its sizes, timed once) and the deferred FC gradient (the input gradient per timestep; the weight
+gradient's rows gathered for one GEMM after the loop). Same contract as kernels.py: same sums as the kernels."""
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from ..errors import ShapeError
+from .cells import Fast, bound_args, same_floats, shaped
+
+
+def fc(bop, ins, outs, parts: int | None = None):
+    """FC in the fastest of these forms for its sizes, timed once here (same sums: checked on random data;
+    parts picks one):
+    parts=0: W·Xᵀ into scratch, then its transpose plus the bias into the output (OpenBLAS's NN product);
+    parts=p ≥ 1: X·Wᵀ straight into p column blocks of the output, from Wᵀ copied once per run (Fast.begin)
+    into p contiguous K × N/p blocks, then the bias. No transposed pass; and with p blocks each product can be
+    small enough for OpenBLAS's small-matrix kernel, which skips packing W on every call (at 32×128×512, 4
+    blocks take 41 µs against 51 for one)."""
+    x, w, b = ins
+    args = bound_args(bop)
+    if not same_floats(x, w, b) or args.get("float16_compute") or b.ndim != 1:
+        return None
+    a, aw = args["axis"], args["axis_w"]
+    a, aw = a + x.ndim if a < 0 else a, aw + w.ndim if aw < 0 else aw
+    if not (0 < a < x.ndim and 0 < aw < w.ndim):
+        return None
+    m, k, n = math.prod(x.shape[:a]), math.prod(x.shape[a:]), math.prod(w.shape[:aw])
+    if w.size != n * k or b.size != n or outs[0].size != m * n:
+        return None
+    xs, ws, ys = (m, k), (n, k), (m, n)
+    yt = np.empty((n, m), x.dtype)
+
+    def by_w(ins, outs):
+        x, w, b = ins
+        np.matmul(shaped(w, ws), shaped(x, xs).T, out=yt)
+        np.add(yt.T, b, out=shaped(outs[0], ys))      # the transposed copy and the bias in one pass
+
+    def by_x(p: int):
+        c = n // p
+        blocks, copied = [np.empty((k, c), x.dtype) for _ in range(p)], [None]
+
+        def run(ins, outs):
+            x, w, b = ins
+            if w is not copied[0]:                     # no Wᵀ of this W (the step net writes W): W·Xᵀ
+                return by_w(ins, outs)
+            out, x2 = shaped(outs[0], ys), shaped(x, xs)
+            if p == 1:
+                np.matmul(x2, blocks[0], out=out)
+            else:
+                for i, block in enumerate(blocks):
+                    np.matmul(x2, block, out=out[:, i * c:(i + 1) * c])
+            out += b
+
+        def begin(w):
+            wt = shaped(w, ws).T
+            for i, block in enumerate(blocks):
+                np.copyto(block, wt[:, i * c:(i + 1) * c])
+            copied[0] = w
+        return run, begin, copied
+    if parts is None:
+        parts = _fastest(m, k, n, x.dtype, by_w, by_x)
+    if not parts:
+        return Fast(by_w)
+    run, begin, _ = by_x(parts)
+    return Fast(run, begin=(1, begin))
+
+
+def _fastest(m, k, n, dtype, by_w, by_x) -> int:
+    """The parts of the fastest form that gives by_w's bits on random data, with its per-run Wᵀ copy spread
+    over 8 timesteps. Each form is timed as a run uses it, 8 calls in a row (its first calls run cold), best
+    of 3 such batches interleaved between the forms; block forms are tried only where each block's product
+    has at most 2^20 multiply-adds (OpenBLAS's small-matrix kernel). 0 (by_w) when none is faster. With one
+    row numpy calls a matrix-vector product whose sums depend on the orientation, and below 2^18
+    multiply-adds the difference is not worth timing: W·Xᵀ then."""
+    if m < 2 or m * k * n < 1 << 18:
+        return 0
+    rng = np.random.default_rng(0)
+    ins = [rng.standard_normal(shape, dtype=dtype) for shape in ((m, k), (n, k), (n,))]
+    forms = {0: (by_w, None, [np.empty((m, n), dtype)])}
+    for p in (1, 2, 4, 8, 16):
+        if p == 1 or (n % p == 0 and n // p >= 8 and m * k * (n // p) <= 1 << 20):
+            run, begin, _ = by_x(p)
+            forms[p] = (run, begin, [np.empty((m, n), dtype)])
+    copy = {p: min(_seconds(begin, 1, ins[1]) for _ in range(3)) if begin else 0.0
+            for p, (_, begin, _) in forms.items()}
+    times = {p: [] for p in forms}
+    for _ in range(3):
+        for p, (run, _, out) in forms.items():
+            times[p].append(_seconds(run, 8, ins, out) / 8)
+    want = forms[0][2][0]
+    fine = [p for p in forms if np.array_equal(forms[p][2][0], want)]
+    return min(fine, key=lambda p: min(times[p]) + copy[p] / 8)
+
+
+def _seconds(fn, calls: int, *args) -> float:
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn(*args)
+    return time.perf_counter() - start
+
+
+def fc_gradient_deferred(bop, ins, outs):
+    _, sequence, x, w, dy, xs, dys = ins
+    args = bound_args(bop)
+    a, aw = args["axis"], args["axis_w"]
+    a, aw = a + x.ndim if a < 0 else a, aw + w.ndim if aw < 0 else aw
+    m, k, n = math.prod(x.shape[:a]), math.prod(x.shape[a:]), math.prod(w.shape[:aw])
+    T = sequence.shape[0]
+    if (not same_floats(x, w, dy, xs, dys) or dy.size != m * n or w.size != n * k
+            or xs.shape != (T * m, k) or dys.shape != (T * m, n) or outs[0].size != x.size):
+        return None
+    x2, w2, y2 = (m, k), (n, k), (m, n)
+
+    def run(ins, outs):
+        timestep, _, x, w, dy, xs, dys = ins
+        t = int(timestep.flat[0])
+        if not 0 <= t < T:
+            raise ShapeError(f"timestep {t} is outside the {T} steps of the sequence")
+        block = (T - 1 - t) * m
+        dy = shaped(dy, y2)
+        xs[block:block + m] = shaped(x, x2)
+        dys[block:block + m] = dy
+        np.matmul(dy, shaped(w, w2), out=shaped(outs[0], x2))
+    return Fast(run)
