@@ -223,9 +223,11 @@ class Net:
         if schema.alloc is not None:
             call = _alloc_checked(call, functools.partial(schema.alloc, **args), ws.limits.max_blob_bytes, label,
                                   list(opdef.output))
-        if (schema.specialize is not None and device.is_cpu and kernel is schema.kernel and schema.alloc is None
-                and not schema.context and not schema.random):
-            call = Specialized(call, functools.partial(schema.specialize, **args))
+        specialize = (schema.specialize if kernel is schema.kernel else    # a fused kernel may carry its own
+                      getattr(kernel, "specialize", None) if kernel is schema.fused_kernel else None)
+        if specialize is not None and device.is_cpu and schema.alloc is None and not schema.context \
+                and not schema.random:
+            call = Specialized(call, functools.partial(specialize, **args))
         plain = call
         if ws.profiler is not None:   # opt-in timing, chosen once here: nets without a profiler run unchanged
             call = ws.profiler.timed(call, self.name, index, opdef.type)

@@ -14,15 +14,15 @@ from __future__ import annotations
 
 import numpy as np
 
-_MIN_ROWS = 64      # below this the gather's W + b pass costs more than the GEMM it saves
+ONE_HOT_ROWS = 64      # below this the gather's W + b pass costs more than the GEMM it saves
 _BITS = {2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
 def one_hot_columns(X2) -> np.ndarray | None:
     """idx with X2[r, idx[r]] the only nonzero of row r, and 1, for every row of the M×K float matrix X2
-    (a C-contiguous host array with at least _MIN_ROWS rows); None otherwise. Counted on the bits (a -0.0
+    (a C-contiguous host array with at least ONE_HOT_ROWS rows); None otherwise. Counted on the bits (a -0.0
     counts as nonzero: such an X takes the GEMM), whose integer count and argmax are the fast ones."""
-    if (type(X2) is not np.ndarray or X2.shape[0] < _MIN_ROWS or X2.shape[1] < 2 or X2.dtype.kind != "f"
+    if (type(X2) is not np.ndarray or X2.shape[0] < ONE_HOT_ROWS or X2.shape[1] < 2 or X2.dtype.kind != "f"
             or X2.itemsize not in _BITS or not X2.flags.c_contiguous):
         return None
     first = X2[0]

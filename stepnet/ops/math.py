@@ -14,7 +14,7 @@ import numpy as np
 
 from ..errors import ArgumentError, GradientError, ShapeError
 from .base import check_float, like, out_spec, size_of
-from .fc_onehot import gather_fc
+from .fc_onehot import ONE_HOT_ROWS, gather_fc
 from .registry import op
 
 
@@ -86,9 +86,11 @@ def _fc_specialize(transposed):
         K, N = x2[1], out_shape[-1]
         w2 = (K, N) if transposed else (N, K)
 
+        rows = x2[0] >= ONE_HOT_ROWS     # fewer rows: no one-hot gather (the GEMM is cheaper)
+
         def fast(X, W, b):
             X2, W2 = X.reshape(x2), W.reshape(w2) if transposed else W.reshape(w2).T
-            Y = gather_fc(X2, W2, b)
+            Y = gather_fc(X2, W2, b) if rows else None
             if Y is None:
                 Y = np.matmul(X2, W2)
                 Y += b
@@ -303,7 +305,8 @@ def _softmax_specialize(X, axis=1):
 
 
 def _fused_softmax(regular):
-    """Softmax's fused_kernel: one numba pass per row for float32 host arrays (Workspace.fused_cells)."""
+    """Softmax's fused_kernel: one numba pass per row for float32 host arrays (Workspace.fused_cells); its
+    `specialize` does the checks once per input signature, as the regular kernel's does."""
     def kernel(xp, X, axis=1):
         from ..compiled.fused import rows   # (import cycle: the compiled step nets build on the ops)
 
@@ -311,7 +314,24 @@ def _fused_softmax(regular):
         m, k, _ = view2d_shape(X.shape, axis)
         Y = rows("softmax_rows", X.reshape(m, k)) if m * k else None
         return regular(xp, X, axis=axis) if Y is None else Y.reshape(X.shape)
+
+    def specialize(X, axis=1):
+        from ..compiled.fused import kernels
+
+        check_float("Softmax", X=X)
+        m, k, _ = view2d_shape(X.shape, axis)
+        compiled = kernels()
+        if compiled is None or X.dtype != np.float32 or not m * k:
+            return None
+        softmax_rows, shape = compiled.softmax_rows, X.shape
+
+        def fast(X):
+            out = np.empty((m, k), np.float32)
+            softmax_rows(np.ascontiguousarray(X).reshape(m, k), out)
+            return out.reshape(shape)
+        return fast
     kernel.__doc__ = "Softmax with one fused float32 pass per row (Workspace.fused_cells)."
+    kernel.specialize = specialize
     return kernel
 
 

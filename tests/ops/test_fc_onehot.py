@@ -59,7 +59,7 @@ def test_rows_that_are_not_one_hot_are_refused(kind):
 
 
 def test_small_batches_and_other_arrays_are_left_to_the_gemm():
-    X, _ = one_hot(np.random.default_rng(2), fc_onehot._MIN_ROWS - 1, 5)
+    X, _ = one_hot(np.random.default_rng(2), fc_onehot.ONE_HOT_ROWS - 1, 5)
     assert one_hot_columns(X) is None
     assert one_hot_columns(X.tolist()) is None
     wide, _ = one_hot(np.random.default_rng(2), 100, 5)

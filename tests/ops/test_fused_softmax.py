@@ -100,3 +100,13 @@ def test_a_broken_kernel_is_caught(monkeypatch):
     x = np.random.default_rng(3).standard_normal((4, 10)).astype(F)
     with pytest.raises(AssertionError):
         np.testing.assert_allclose(fused("Softmax", [x]), ref_softmax(x), rtol=2e-6, atol=0)
+
+
+def test_the_specialization_belongs_to_the_fused_kernel(patched):
+    """Softmax's fused kernel carries its own once-per-signature specialization; a fused kernel put in its place
+    (without one) is called as it is, not bypassed by the old specialization."""
+    x = np.random.default_rng(4).standard_normal((6, 11)).astype(F)
+    ws = Workspace(fused_cells=True)
+    np.testing.assert_allclose(run_op("Softmax", [x], ws=ws), ref_softmax(x), rtol=2e-6, atol=0)
+    patched("Softmax", fused_kernel=lambda xp, X, axis=1: np.zeros_like(X))
+    np.testing.assert_array_equal(run_op("Softmax", [x], ws=Workspace(fused_cells=True)), np.zeros_like(x))
