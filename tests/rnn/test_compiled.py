@@ -342,7 +342,7 @@ def test_a_faster_fc_form_with_other_sums_is_not_chosen():
         def make(p):
             def run(ins, outs):
                 outs[0][...] = 1 if p in same else 2
-            return run, lambda w: None, None
+            return run, lambda w: None
         return make
     assert _fastest(32, 128, 512, F, by_w, by_x({4})) == 4
     assert _fastest(32, 128, 512, F, by_w, by_x(set())) == 0
