@@ -47,7 +47,11 @@ def main() -> None:
             return None
         key = ("step net", bop.opdef.type)
         rebind = None if fast.rebind is None else (lambda b, r=fast.rebind: timed(r(b), key))
-        return fast._replace(fn=timed(fast.fn, key), rebind=rebind)
+
+        def fuse(*args, _fuse=fast.fuse):              # a fused pair (FC bias + Sum) timed as "FC+Sum"
+            pair = _fuse(*args)
+            return None if pair is None else pair._replace(fn=timed(pair.fn, ("step net", "FC+Sum")))
+        return fast._replace(fn=timed(fast.fn, key), rebind=rebind, fuse=None if fast.fuse is None else fuse)
     program.compiled_form = compiled_form
 
     _, net, _ = stepnet_net(args.cell, args.hidden, 25, 32, 65, train=True)

@@ -229,3 +229,46 @@ def softmax_grad_rows(y, dy, out):
             row[j] = y[i, j] * (dy[i, j] - s)
         for j in range(k):
             out[i, j] = row[j]
+
+
+_EXACT = {"boundscheck": False, "error_model": "numpy", "cache": True}   # no fast-math: numpy's additions
+
+
+@njit(**_EXACT)
+def bias_sum(y, b, z, s):
+    """y += b (b per column), then s = y + z, in one pass (an FC's bias and the Sum after it; m × n)."""
+    m, n = y.shape
+    for i in range(m):
+        for j in range(n):
+            v = y[i, j] + b[j]
+            y[i, j] = v
+            s[i, j] = v + z[i, j]
+
+
+@njit(**_EXACT)
+def bias_sum_t(yt, b, z, y, s):
+    """y = ytᵀ + b and s = y + z in one pass (yt: n × m, the product computed as W·Xᵀ)."""
+    n, m = yt.shape
+    for i in range(m):
+        for j in range(n):
+            v = yt[j, i] + b[j]
+            y[i, j] = v
+            s[i, j] = v + z[i, j]
+
+
+@njit(**_EXACT)
+def bias_sum_into(y, b, z):
+    """y = (y + b) + z, b per column: bias_sum for a Sum written in place over the FC's output."""
+    m, n = y.shape
+    for i in range(m):
+        for j in range(n):
+            y[i, j] = (y[i, j] + b[j]) + z[i, j]
+
+
+@njit(**_EXACT)
+def bias_sum_into_t(yt, b, z, y):
+    """y = (ytᵀ + b) + z: bias_sum_t for a Sum written in place over the FC's output."""
+    n, m = yt.shape
+    for i in range(m):
+        for j in range(n):
+            y[i, j] = (yt[j, i] + b[j]) + z[i, j]

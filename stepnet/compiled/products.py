@@ -34,25 +34,35 @@ def fc(bop, ins, outs, parts: int | None = None):
     xs, ws, ys = (m, k), (n, k), (m, n)
     yt = np.empty((n, m), x.dtype)
 
+    def w_first(x, w):
+        np.matmul(shaped(w, ws), shaped(x, xs).T, out=yt)
+
     def by_w(ins, outs):
         x, w, b = ins
-        np.matmul(shaped(w, ws), shaped(x, xs).T, out=yt)
+        w_first(x, w)
         np.add(yt.T, b, out=shaped(outs[0], ys))      # the transposed copy and the bias in one pass
 
     def by_x(p: int):
         c = n // p
         blocks, copied = [np.empty((k, c), x.dtype) for _ in range(p)], [None]
 
-        def run(ins, outs):
-            x, w, b = ins
-            if w is not copied[0]:                     # no Wᵀ of this W (the step net writes W): W·Xᵀ
-                return by_w(ins, outs)
-            out, x2 = shaped(outs[0], ys), shaped(x, xs)
+        def x_first(x, w, out) -> bool:
+            """X·Wᵀ into out; False when there is no Wᵀ of this W (the step net writes W)."""
+            if w is not copied[0]:
+                return False
+            x2 = shaped(x, xs)
             if p == 1:
                 np.matmul(x2, blocks[0], out=out)
             else:
                 for i, block in enumerate(blocks):
                     np.matmul(x2, block, out=out[:, i * c:(i + 1) * c])
+            return True
+
+        def run(ins, outs):
+            x, w, b = ins
+            out = shaped(outs[0], ys)
+            if not x_first(x, w, out):
+                return by_w(ins, outs)
             out += b
 
         def begin(w):
@@ -60,13 +70,54 @@ def fc(bop, ins, outs, parts: int | None = None):
             for i, block in enumerate(blocks):
                 np.copyto(block, wt[:, i * c:(i + 1) * c])
             copied[0] = w
-        return run, begin
+        return run, begin, x_first
     if parts is None:
         parts = _fastest(m, k, n, x.dtype, by_w, by_x)
-    if not parts:
-        return Fast(by_w)
-    run, begin = by_x(parts)
-    return Fast(run, begin=(1, begin))
+    run, begin, x_first = by_x(parts) if parts else (by_w, None, None)
+
+    def fuse(next_bop, ins, outs):
+        """FC bias + the Sum after it, in one pass (see _with_sum)."""
+        return _with_sum(bop, next_bop, ins, outs, ys, w_first, yt, x_first)
+    return Fast(run, begin=None if begin is None else (1, begin), fuse=fuse)
+
+
+def _with_sum(fc_bop, sum_bop, ins, outs, ys, w_first, yt, x_first):
+    """The form of FC(x, W, b) -> y followed by Sum(y, z) -> s (either input order; s may be z or y): the
+    product as the FC form computes it, then one numba pass (no fast-math: the same float32 additions in the
+    same order as the two ops) writes y = product + b and s = y + z. None unless float32, a Sum of two inputs,
+    one of them y and the other of y's size, and numba's kernels load."""
+    from .fused import kernels
+
+    compiled = kernels()
+    y = fc_bop.outputs[0]
+    if (compiled is None or len(sum_bop.inputs) != 2 or sum(b is y for b in sum_bop.inputs) != 1
+            or any(a.dtype != np.float32 for a in (*ins, outs[0]))
+            or any(a.size != ys[0] * ys[1] for a in (*ins[3:], outs[0]))):
+        return None
+    other = 1 if sum_bop.inputs[0] is y else 0
+    if sum_bop.outputs[0] is y:      # Sum in place over y (the LSTM step nets' gates): y = (y + b) + z
+        into, into_t = compiled.bias_sum_into, compiled.bias_sum_into_t
+
+        def run(ins, outs):
+            x, w, b, z = ins[0], ins[1], ins[2], shaped(ins[3 + other], ys)
+            y = shaped(outs[0], ys)
+            if x_first is not None and x_first(x, w, y):
+                into(y, b, z)
+            else:
+                w_first(x, w)
+                into_t(yt, b, z, y)
+        return Fast(run, span=2)
+    bias_sum, bias_sum_t = compiled.bias_sum, compiled.bias_sum_t
+
+    def run(ins, outs):
+        x, w, b, z = ins[0], ins[1], ins[2], shaped(ins[3 + other], ys)
+        y, s = shaped(outs[0], ys), shaped(outs[1], ys)
+        if x_first is not None and x_first(x, w, y):
+            bias_sum(y, b, z, s)
+        else:
+            w_first(x, w)
+            bias_sum_t(yt, b, z, y, s)
+    return Fast(run, span=2)
 
 
 def _fastest(m, k, n, dtype, by_w, by_x) -> int:
@@ -83,7 +134,7 @@ def _fastest(m, k, n, dtype, by_w, by_x) -> int:
     forms = {0: (by_w, None, [np.empty((m, n), dtype)])}
     for p in (1, 2, 4, 8, 16):
         if p == 1 or (n % p == 0 and n // p >= 8 and m * k * (n // p) <= 1 << 20):
-            forms[p] = (*by_x(p), [np.empty((m, n), dtype)])
+            forms[p] = (*by_x(p)[:2], [np.empty((m, n), dtype)])
     copy = {p: min(_seconds(begin, 1, ins[1]) for _ in range(3)) if begin else 0.0
             for p, (_, begin, _) in forms.items()}
     times = {p: [] for p in forms}

@@ -62,6 +62,43 @@ def _writes_in_place(bop, blob) -> bool:
     return bool(pairs & set(schema.enforce_inplace)) or ((0, 0) in pairs and schema.inplace_kernel is not None)
 
 
+def _kinds(net, bop, ins, outs, views, buffers) -> list | None:
+    """What each output of a compiled op is (in place, a view, a buffer; see the module doc), or None when
+    one cannot be written by a compiled routine."""
+    kinds = []
+    for blob, value in zip(bop.outputs, outs):
+        if any(blob is b for b in bop.inputs):
+            if not (id(blob) in views or _owned(net.workspace, blob) or _writes_in_place(bop, blob)):
+                return None
+            kinds.append((_INPLACE, None, None))
+        elif id(blob) in views:
+            if not blob.view or any(np.may_share_memory(value, x) for x in ins):
+                return None
+            kinds.append((_VIEW, None, None))
+        elif _owned(net.workspace, blob):
+            spec = (value.shape, value.dtype)
+            if buffers.setdefault(id(blob), spec) != spec:
+                return None
+            kinds.append((_BUFFER, *spec))
+        else:
+            return None
+    return kinds
+
+
+def _fused_pair(net, i, fast, views, buffers) -> tuple | None:
+    """(the fused form of ops i and i+1, the kinds of op i+1's outputs), or None: only where op i's form can
+    fuse and op i+1 is a Sum with a compiled form. Every output of both ops is still written."""
+    if fast.fuse is None or i + 1 >= len(net.ops) or net.ops[i + 1].opdef.type != "Sum":
+        return None
+    nxt = net.ops[i + 1]
+    ins, outs = [b.value for b in nxt.inputs], [b.value for b in nxt.outputs]
+    if not all(type(v) is np.ndarray for v in ins + outs) or compiled_form(nxt, ins, outs) is None:
+        return None
+    kinds = _kinds(net, nxt, ins, outs, views, buffers)
+    pair = fast.fuse(nxt, [b.value for b in net.ops[i].inputs] + ins, outs) if kinds is not None else None
+    return None if pair is None else (pair, kinds)
+
+
 class Program:
     """Per op of the step net: its compiled form and what each of its outputs is."""
 
@@ -72,12 +109,14 @@ class Program:
     @classmethod
     def of(cls, net) -> "Program | None":
         """The program of a bound step net that has just run one timestep, or None when it cannot be
-        compiled."""
+        compiled. With the fused kernels on, an op whose form can fuse with the next op (FC bias + Sum) takes
+        both in one entry (not under --profile, which times every op)."""
         if net.check_nan or net.mixed_devices:
             return None
-        fused = enabled(net.workspace)
-        ops, views, buffers = [], set(), {}
-        for bop in net.ops:
+        fused, profiled = enabled(net.workspace), net.workspace.profiler is not None   # --profile: op by op
+        ops, views, buffers, i = [], set(), {}, 0
+        while i < len(net.ops):
+            bop = net.ops[i]
             ins, outs = [b.value for b in bop.inputs], [b.value for b in bop.outputs]
             if any(type(v) is not np.ndarray for v in ins):
                 return None
@@ -88,28 +127,23 @@ class Program:
             if fast.blobs:
                 views.update(id(b) for b in bop.outputs)
                 ops.append((fast, [(_LINKS, None, None)] * len(outs)))
+                i += 1
                 continue
-            kinds = []
-            for blob, value in zip(bop.outputs, outs):
-                if any(blob is b for b in bop.inputs):
-                    if not (id(blob) in views or _owned(net.workspace, blob) or _writes_in_place(bop, blob)):
-                        return None
-                    kinds.append((_INPLACE, None, None))
-                elif id(blob) in views:
-                    if not blob.view or any(np.may_share_memory(value, x) for x in ins):
-                        return None
-                    kinds.append((_VIEW, None, None))
-                elif _owned(net.workspace, blob):
-                    spec = (value.shape, value.dtype)
-                    if buffers.setdefault(id(blob), spec) != spec:
-                        return None
-                    kinds.append((_BUFFER, *spec))
-                else:
-                    return None
+            kinds = _kinds(net, bop, ins, outs, views, buffers)
+            if kinds is None:
+                return None
+            pair = _fused_pair(net, i, fast, views, buffers) if fused and not profiled else None
+            if pair is not None:
+                fast, kinds = pair[0]._replace(begin=fast.begin), kinds + pair[1]   # op i's per-run setup
             ops.append((fast, kinds))
+            i += fast.span
         written = {id(b) for bop in net.ops for b in bop.outputs}
-        begins = [(k, fast.begin[0], fast.begin[1]) for k, (bop, (fast, _)) in enumerate(zip(net.ops, ops))
-                  if fast.begin is not None and id(bop.inputs[fast.begin[0]]) not in written]
+        begins, i = [], 0
+        for fast, _ in ops:
+            bop = net.ops[i]
+            if fast.begin is not None and id(bop.inputs[fast.begin[0]]) not in written:
+                begins.append((i, fast.begin[0], fast.begin[1]))
+            i += fast.span
         return cls(ops, begins)
 
     def begin(self, net) -> None:
@@ -120,16 +154,21 @@ class Program:
 
     def routine(self, net):
         """The routine of one step workspace's bound net: its buffers allocated (and bound to its blobs) now."""
-        entries, profiler = [], net.workspace.profiler
-        for bop, (fast, kinds) in zip(net.ops, self.ops):
-            for blob, (kind, shape, dtype) in zip(bop.outputs, kinds):
+        entries, profiler, starts, i = [], net.workspace.profiler, [], 0
+        for fast, kinds in self.ops:
+            bops = net.ops[i:i + fast.span]
+            inputs = tuple(b for bop in bops for b in bop.inputs)
+            outputs = tuple(b for bop in bops for b in bop.outputs)
+            for blob, (kind, shape, dtype) in zip(outputs, kinds):
                 if kind == _BUFFER:
                     blob.value = np.empty(shape, dtype)
                     blob.view = False
-            fn = fast.fn if fast.rebind is None else fast.rebind(bop)
+            fn = fast.fn if fast.rebind is None else fast.rebind(bops[0])
             if profiler is not None:   # --profile: each compiled op timed as its interpreted op would be
-                fn = profiler.timed(fn, net.name, bop.index, bop.opdef.type)
-            entries.append((fn, tuple(bop.inputs), tuple(bop.outputs), fast.blobs))
+                fn = profiler.timed(fn, net.name, bops[0].index, bops[0].opdef.type)
+            entries.append((fn, inputs, outputs, fast.blobs))
+            starts.append(i)
+            i += fast.span
         ops = net.ops
 
         def run() -> None:
@@ -139,7 +178,7 @@ class Program:
                     fn([b.value for b in ins], outs if blobs else [b.value for b in outs])
                     k += 1
             except Exception as e:  # noqa: BLE001 - named after the op, as the executor does
-                bop = ops[k]
+                bop = ops[starts[k]]
                 error = _failure(bop, [b.value for b in bop.inputs], e)
                 if error is e:
                     raise

@@ -1,0 +1,141 @@
+"""The fused FC bias + Sum pair of compiled step nets (stepnet/compiled/products.py `_with_sum`, numba's
+bias_sum kernels; only with the fused kernels on): taken in the LSTM step nets (a Sum in place over the FC's
+output) and in a hand-written step net (a Sum into another blob, the FC's output second, both read later),
+every blob bit-identical to the same net run op by op; the pair form in both product orders against the two
+ops' own kernels; a broken fused pass caught; no pair with fused_cells=False."""
+import functools
+import importlib.util
+import types
+
+import numpy as np
+import pytest
+
+from stepnet.builder import BlobRef, NetBuilder
+from stepnet.rnn_cell import lstm, recurrent_net
+from stepnet.testing import run_op
+
+from .test_compiled import arrays, compilers, loss_of, run_model
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("numba") is None,
+                                reason="numba (the fast extra, in the test extra) is not installed")
+F = np.float32
+
+
+def pairs(net) -> list:
+    """The op types of every fused pair in the compiled programs of a net's RecurrentNetwork ops."""
+    found = []
+    for c in compilers(net).values():
+        if c.program is not None and c.routines:
+            step_net, i = next(iter(c.routines.values()))[0], 0
+            for fast, _ in c.program.ops:
+                if fast.span > 1:
+                    found.append(tuple(b.opdef.type for b in step_net.ops[i:i + fast.span]))
+                i += fast.span
+    return found
+
+
+def compare(build, feeds, runs=3):
+    """build's net run compiled and op by op, both with the fused kernels: every blob the same bits."""
+    ws_c, net_c = run_model(build, feeds, runs, compile_steps=True, fused_cells=True)
+    ws_i, _ = run_model(build, feeds, runs, compile_steps=False, fused_cells=True)
+    got, want = arrays(ws_c), arrays(ws_i)
+    assert got.keys() == want.keys()
+    for name, value in want.items():
+        np.testing.assert_array_equal(got[name], value, err_msg=name)
+    return net_c
+
+
+def lstm_case(train: bool, n: int, h: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    t, d = 5, 7
+    feeds = {"X": rng.uniform(-1, 1, (t, n, d)).astype(F), "seq": np.array([t] * (n - 1) + [2], np.int32),
+             "h0": rng.uniform(-1, 1, (1, n, h)).astype(F), "c0": rng.uniform(-1, 1, (1, n, h)).astype(F)}
+
+    def build(m):
+        out = lstm(m, "X", "seq", ["h0", "c0"], d, h, forward_only=not train)
+        if train:
+            m.add_gradient_ops([m.net.AveragedLoss(out[0], "loss")])
+    return build, feeds
+
+
+@pytest.mark.parametrize("train", [False, True])
+@pytest.mark.parametrize("n, h", [(3, 6), (32, 64)])     # W·Xᵀ only; products large enough for X·Wᵀ forms
+def test_lstm_step_nets_fuse_their_gates_bias_and_sum(train, n, h):
+    net = compare(*lstm_case(train, n, h))
+    assert ("FC", "Sum") in pairs(net)
+
+
+def mixing_step():
+    """A step whose Sum writes a new blob from (input_t, the FC's output) and whose next op reads both."""
+    step = NetBuilder("mixing_step")
+    step.add_external_inputs("input_t", "h_prev", "c_prev", "U", "ub", "seq", "timestep")
+    uh = step.FC(["h_prev", "U", "ub"], "uh", axis=2)
+    g = step.Sum(["input_t", uh], "g")
+    mix = step.Mul([uh, g], "mix")
+    h, c = step.LSTMUnit(["h_prev", "c_prev", mix, "seq", "timestep"], ["h", "c"])
+    step.add_external_outputs(h, c)
+    return step
+
+
+def test_a_sum_into_another_blob_keeps_both_outputs():
+    rng = np.random.default_rng(1)
+    t, n, h = 4, 3, 5
+
+    def build(m):
+        recurrent_net(m.net, mixing_step(), [(BlobRef("input_t"), BlobRef("Wx"))],
+                      [(BlobRef("h_prev"), BlobRef("h0")), (BlobRef("c_prev"), BlobRef("c0"))],
+                      {BlobRef("h_prev"): BlobRef("h"), BlobRef("c_prev"): BlobRef("c")}, scope="mixing",
+                      timestep="timestep", outputs_with_grads=(0,))
+        m.add_gradient_ops([loss_of(m, BlobRef("h_all"))])
+    feeds = {"Wx": rng.uniform(-1, 1, (t, n, 4 * h)).astype(F), "seq": np.array([t, 2, 1], np.int32),
+             "h0": rng.uniform(-1, 1, (1, n, h)).astype(F), "c0": rng.uniform(-1, 1, (1, n, h)).astype(F),
+             "U": rng.uniform(-1, 1, (4 * h, h)).astype(F), "ub": rng.uniform(-1, 1, 4 * h).astype(F)}
+    net = compare(build, feeds)
+    assert ("FC", "Sum") in pairs(net)
+
+
+@pytest.mark.parametrize("parts", [0, 1, 4])
+@pytest.mark.parametrize("how", ["in place", "y first", "y second"])
+def test_the_pair_form_gives_the_two_kernels_bits(parts, how):
+    from stepnet.compiled.products import fc
+
+    rng = np.random.default_rng(2)
+    m, k, n = 32, 64, 256
+    x, w, b, z = (rng.standard_normal(s).astype(F) for s in ((m, k), (n, k), (n,), (m, n)))
+    y_blob, z_blob, s_blob = object(), object(), object()
+    fc_bop = types.SimpleNamespace(plain=functools.partial(print, axis=1, axis_w=1, float16_compute=False),
+                                   outputs=[y_blob])
+    sum_ins = [z_blob, y_blob] if how == "y second" else [y_blob, z_blob]
+    sum_bop = types.SimpleNamespace(inputs=sum_ins, outputs=[y_blob if how == "in place" else s_blob])
+    y, s = np.empty((m, n), F), np.empty((m, n), F)
+    fast = fc(fc_bop, [x, w, b], [y], parts=parts)
+    if parts:
+        fast.begin[1](w)
+    values = [y if blob is y_blob else z for blob in sum_ins]
+    pair = fast.fuse(sum_bop, [x, w, b, *values], [y if how == "in place" else s])
+    assert pair is not None and pair.span == 2
+    pair.fn([x, w, b, *values], [y, y] if how == "in place" else [y, s])
+    want_y = run_op("FC", [x, w, b])
+    want_s = run_op("Sum", [want_y, z] if how != "y second" else [z, want_y])
+    if how == "in place":
+        np.testing.assert_array_equal(y, want_s)
+    else:
+        np.testing.assert_array_equal(y, want_y)
+        np.testing.assert_array_equal(s, want_s)
+
+
+def test_a_broken_fused_pass_is_caught(monkeypatch):
+    from stepnet.compiled import fused
+
+    real = fused.kernels()
+    broken = types.SimpleNamespace(**{name: getattr(real, name) for name in dir(real) if not name.startswith("_")})
+    broken.bias_sum_into_t = lambda yt, b, z, y: real.bias_sum_into_t(yt, b + 1e-3, z, y)   # a wrong bias
+    monkeypatch.setattr(fused, "kernels", lambda: broken)
+    with pytest.raises(AssertionError):
+        compare(*lstm_case(False, 3, 6, seed=3))
+
+
+def test_no_pair_without_the_fused_kernels():
+    build, feeds = lstm_case(True, 3, 6, seed=4)
+    _, net = run_model(build, feeds, 2, compile_steps=True, fused_cells=False)
+    assert compilers(net)["RecurrentNetwork"].program is not None and not pairs(net)
