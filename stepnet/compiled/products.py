@@ -85,7 +85,7 @@ def _with_sum(fc_bop, sum_bop, ins, outs, ys, w_first, yt, x_first):
     """The form of FC(x, W, b) -> y followed by Sum(y, z) -> s (either input order; s may be z or y): the
     product as the FC form computes it, then one numba pass (no fast-math: the same float32 additions in the
     same order as the two ops) writes y = product + b and s = y + z. None unless float32, a Sum of two inputs,
-    one of them y and the other of y's size, and numba's kernels load."""
+    one of them y and the other of y's size, no partial overlap between y, z and s, and numba's kernels load."""
     from .fused import kernels
 
     compiled = kernels()
@@ -95,6 +95,10 @@ def _with_sum(fc_bop, sum_bop, ins, outs, ys, w_first, yt, x_first):
             or any(a.size != ys[0] * ys[1] for a in (*ins[3:], outs[0]))):
         return None
     other = 1 if sum_bop.inputs[0] is y else 0
+    y_now, z_now, s_now = y.value, ins[3 + other], outs[0]
+    if np.may_share_memory(z_now, y_now) or (s_now is not y_now and s_now is not z_now and any(
+            np.may_share_memory(s_now, a) for a in (y_now, z_now))):
+        return None      # one pass over overlapping arrays would read values the two ops never see
     if sum_bop.outputs[0] is y:      # Sum in place over y (the LSTM step nets' gates): y = (y + b) + z
         into, into_t = compiled.bias_sum_into, compiled.bias_sum_into_t
 

@@ -102,12 +102,11 @@ def test_the_pair_form_gives_the_two_kernels_bits(parts, how):
     rng = np.random.default_rng(2)
     m, k, n = 32, 64, 256
     x, w, b, z = (rng.standard_normal(s).astype(F) for s in ((m, k), (n, k), (n,), (m, n)))
-    y_blob, z_blob, s_blob = object(), object(), object()
-    fc_bop = types.SimpleNamespace(plain=functools.partial(print, axis=1, axis_w=1, float16_compute=False),
-                                   outputs=[y_blob])
+    y, s = np.empty((m, n), F), np.empty((m, n), F)
+    y_blob, z_blob, s_blob = (types.SimpleNamespace(value=v) for v in (y, z, s))
+    fc_bop = fc_op(y_blob)
     sum_ins = [z_blob, y_blob] if how == "y second" else [y_blob, z_blob]
     sum_bop = types.SimpleNamespace(inputs=sum_ins, outputs=[y_blob if how == "in place" else s_blob])
-    y, s = np.empty((m, n), F), np.empty((m, n), F)
     fast = fc(fc_bop, [x, w, b], [y], parts=parts)
     if parts:
         fast.begin[1](w)
@@ -122,6 +121,25 @@ def test_the_pair_form_gives_the_two_kernels_bits(parts, how):
     else:
         np.testing.assert_array_equal(y, want_y)
         np.testing.assert_array_equal(s, want_s)
+
+
+def fc_op(y_blob):
+    """A stand-in bound FC op (axis 1) writing y_blob, for the compiled forms."""
+    return types.SimpleNamespace(plain=functools.partial(print, axis=1, axis_w=1, float16_compute=False),
+                                 outputs=[y_blob])
+
+
+def test_overlapping_arrays_are_not_fused():
+    """A Sum input overlapping the FC's output in part: one pass would read sums the two ops never see."""
+    from stepnet.compiled.products import fc
+
+    rng = np.random.default_rng(3)
+    x, w, b = (rng.standard_normal(s).astype(F) for s in ((4, 8), (16, 8), (16,)))
+    rows = np.empty((5, 16), F)
+    y_blob, z_blob = types.SimpleNamespace(value=rows[:4]), types.SimpleNamespace(value=rows[1:])
+    fast = fc(fc_op(y_blob), [x, w, b], [rows[:4]], parts=0)
+    sum_bop = types.SimpleNamespace(inputs=[y_blob, z_blob], outputs=[types.SimpleNamespace()])
+    assert fast.fuse(sum_bop, [x, w, b, rows[:4], rows[1:]], [np.empty((4, 16), F)]) is None
 
 
 def test_a_broken_fused_pass_is_caught(monkeypatch):
