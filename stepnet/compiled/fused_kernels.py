@@ -235,40 +235,21 @@ _EXACT = {"boundscheck": False, "error_model": "numpy", "cache": True}   # no fa
 
 
 @njit(**_EXACT)
-def bias_sum(y, b, z, s):
-    """y += b (b per column), then s = y + z, in one pass (an FC's bias and the Sum after it; m × n)."""
+def bias_sum(p, b, z, y, s):
+    """y = p + b (b per column) and s = y + z in one pass: an FC's bias and the Sum after it (m × n; p, the
+    product, is its own array: W·Xᵀ's transposed, or scratch, so that no store can overlap a load)."""
     m, n = y.shape
     for i in range(m):
         for j in range(n):
-            v = y[i, j] + b[j]
+            v = p[i, j] + b[j]
             y[i, j] = v
             s[i, j] = v + z[i, j]
 
 
 @njit(**_EXACT)
-def bias_sum_t(yt, b, z, y, s):
-    """y = ytᵀ + b and s = y + z in one pass (yt: n × m, the product computed as W·Xᵀ)."""
-    n, m = yt.shape
-    for i in range(m):
-        for j in range(n):
-            v = yt[j, i] + b[j]
-            y[i, j] = v
-            s[i, j] = v + z[i, j]
-
-
-@njit(**_EXACT)
-def bias_sum_into(y, b, z):
-    """y = (y + b) + z, b per column: bias_sum for a Sum written in place over the FC's output."""
+def bias_sum_into(p, b, z, y):
+    """y = (p + b) + z: bias_sum for a Sum written in place over the FC's output."""
     m, n = y.shape
     for i in range(m):
         for j in range(n):
-            y[i, j] = (y[i, j] + b[j]) + z[i, j]
-
-
-@njit(**_EXACT)
-def bias_sum_into_t(yt, b, z, y):
-    """y = (ytᵀ + b) + z: bias_sum_t for a Sum written in place over the FC's output."""
-    n, m = yt.shape
-    for i in range(m):
-        for j in range(n):
-            y[i, j] = (yt[j, i] + b[j]) + z[i, j]
+            y[i, j] = (p[i, j] + b[j]) + z[i, j]

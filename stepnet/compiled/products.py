@@ -99,28 +99,20 @@ def _with_sum(fc_bop, sum_bop, ins, outs, ys, w_first, yt, x_first):
     if np.may_share_memory(z_now, y_now) or (s_now is not y_now and s_now is not z_now and any(
             np.may_share_memory(s_now, a) for a in (y_now, z_now))):
         return None      # one pass over overlapping arrays would read values the two ops never see
-    if sum_bop.outputs[0] is y:      # Sum in place over y (the LSTM step nets' gates): y = (y + b) + z
-        into, into_t = compiled.bias_sum_into, compiled.bias_sum_into_t
-
-        def run(ins, outs):
-            x, w, b, z = ins[0], ins[1], ins[2], shaped(ins[3 + other], ys)
-            y = shaped(outs[0], ys)
-            if x_first is not None and x_first(x, w, y):
-                into(y, b, z)
-            else:
-                w_first(x, w)
-                into_t(yt, b, z, y)
-        return Fast(run, span=2)
-    bias_sum, bias_sum_t = compiled.bias_sum, compiled.bias_sum_t
+    into = sum_bop.outputs[0] is y      # Sum in place over y (the LSTM step nets' gates): y = (p + b) + z
+    kernel, scratch = compiled.bias_sum_into if into else compiled.bias_sum, np.empty(ys, np.float32)
 
     def run(ins, outs):
         x, w, b, z = ins[0], ins[1], ins[2], shaped(ins[3 + other], ys)
-        y, s = shaped(outs[0], ys), shaped(outs[1], ys)
-        if x_first is not None and x_first(x, w, y):
-            bias_sum(y, b, z, s)
+        if x_first is not None and x_first(x, w, scratch):
+            p = scratch
         else:
             w_first(x, w)
-            bias_sum_t(yt, b, z, y, s)
+            p = yt.T
+        if into:
+            kernel(p, b, z, shaped(outs[0], ys))
+        else:
+            kernel(p, b, z, shaped(outs[0], ys), shaped(outs[1], ys))
     return Fast(run, span=2)
 
 

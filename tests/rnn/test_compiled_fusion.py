@@ -147,7 +147,7 @@ def test_a_broken_fused_pass_is_caught(monkeypatch):
 
     real = fused.kernels()
     broken = types.SimpleNamespace(**{name: getattr(real, name) for name in dir(real) if not name.startswith("_")})
-    broken.bias_sum_into_t = lambda yt, b, z, y: real.bias_sum_into_t(yt, b + 1e-3, z, y)   # a wrong bias
+    broken.bias_sum_into = lambda p, b, z, y: real.bias_sum_into(p, b + 1e-3, z, y)   # a wrong bias
     monkeypatch.setattr(fused, "kernels", lambda: broken)
     with pytest.raises(AssertionError):
         compare(*lstm_case(False, 3, 6, seed=3))
