@@ -37,8 +37,9 @@ def one_hot_columns(X2) -> np.ndarray | None:
 
 def gather_fc(X2, Wt, b) -> np.ndarray | None:
     """X2·Wt + b for one-hot rows of X2 (Wt: the K×N weight, a view of any layout), or None where X2 is not
-    one-hot or Wt + b is not finite."""
-    if not X2.dtype == Wt.dtype == b.dtype:
+    one-hot, Wt + b is not finite, or the K×N table would be larger than the M×N result (a vocabulary wider
+    than the batch: the GEMM then, whose memory is the result's)."""
+    if not X2.dtype == Wt.dtype == b.dtype or X2.shape[1] > X2.shape[0]:
         return None
     idx = one_hot_columns(X2)
     if idx is None:

@@ -83,6 +83,17 @@ def test_forward_gives_the_gemm_bits_and_the_reference(op_type, dtype):
     np.testing.assert_allclose(Y.reshape(300, 48), ref, rtol=1e-6)
 
 
+def test_a_vocabulary_wider_than_the_batch_takes_the_gemm(monkeypatch):
+    """K > M: the K×N table of the gather would outgrow the result, so the GEMM runs (same values anyway)."""
+    rng = np.random.default_rng(9)
+    X, _ = one_hot(rng, 70, 300)
+    W, b = rng.standard_normal((8, 300)).astype(F), rng.standard_normal(8).astype(F)
+    calls = []
+    monkeypatch.setattr(fc_onehot, "one_hot_columns", lambda X2: calls.append(X2.shape))
+    np.testing.assert_array_equal(run_op("FC", [X, W, b]), dense(X, W, b))
+    assert calls == []
+
+
 @pytest.mark.parametrize("bad", [np.inf, -np.inf, np.nan])
 def test_a_non_finite_weight_spreads_as_in_the_gemm(bad):
     rng = np.random.default_rng(4)
