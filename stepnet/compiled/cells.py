@@ -14,14 +14,13 @@ _minimum = np.minimum.reduce
 class Fast(NamedTuple):
     """fn(ins, outs): the op on input arrays, writing its output arrays (or, with `blobs`, setting its output
     Blobs itself: the link op). rebind(bop) -> fn: the same form on another step workspace's bound op (for
-    forms that call the bound kernel). fuse(next_bop, ins, outs) -> Fast | None: a form of this op and the next
-    one together (span 2: its fn takes both ops' inputs, then both ops' outputs), where it has one."""
+    forms that call the bound kernel). fuse(later_bop, ins, outs) -> Fast | None: a form of this op and a later
+    one together (its fn takes both ops' inputs, then both ops' outputs), where it has one."""
     fn: Callable
     blobs: bool = False
     rebind: Callable | None = None
     begin: tuple | None = None   # (input index, fn(array)): called once per run with that input's array
     fuse: Callable | None = None
-    span: int = 1
 
 
 def _begin(ended, index: int, has_seq: bool) -> tuple | None:

@@ -113,7 +113,7 @@ def _with_sum(fc_bop, sum_bop, ins, outs, ys, w_first, yt, x_first):
             kernel(p, b, z, shaped(outs[0], ys))
         else:
             kernel(p, b, z, shaped(outs[0], ys), shaped(outs[1], ys))
-    return Fast(run, span=2)
+    return Fast(run)
 
 
 def _fastest(m, k, n, dtype, by_w, by_x) -> int:

@@ -86,37 +86,46 @@ def _kinds(net, bop, ins, outs, views, buffers) -> list | None:
 
 
 def _fused_pair(net, i, fast, views, buffers) -> tuple | None:
-    """(the fused form of ops i and i+1, the kinds of op i+1's outputs), or None: only where op i's form can
-    fuse and op i+1 is a Sum with a compiled form. Every output of both ops is still written."""
-    if fast.fuse is None or i + 1 >= len(net.ops) or net.ops[i + 1].opdef.type != "Sum":
+    """(the fused form of op i with the Sum j that first reads op i's output, the kinds of the Sum's outputs,
+    j), or None: only where op i's form can fuse, and no op between them touches the FC's output or the Sum's
+    other input or output (so the Sum may run right after op i: the same values). Every output is written."""
+    if fast.fuse is None:
         return None
-    nxt = net.ops[i + 1]
+    y = net.ops[i].outputs[0]
+    j = next((k for k in range(i + 1, len(net.ops)) if any(b is y for b in net.ops[k].inputs)), None)
+    if j is None or net.ops[j].opdef.type != "Sum":
+        return None
+    nxt = net.ops[j]
+    touched = {id(b) for b in (*nxt.inputs, *nxt.outputs)}
+    if any(id(b) in touched for k in range(i + 1, j) for b in (*net.ops[k].inputs, *net.ops[k].outputs)):
+        return None
     ins, outs = [b.value for b in nxt.inputs], [b.value for b in nxt.outputs]
     if not all(type(v) is np.ndarray for v in ins + outs) or compiled_form(nxt, ins, outs) is None:
         return None
     kinds = _kinds(net, nxt, ins, outs, views, buffers)
     pair = fast.fuse(nxt, [b.value for b in net.ops[i].inputs] + ins, outs) if kinds is not None else None
-    return None if pair is None else (pair, kinds)
+    return None if pair is None else (pair, kinds, j)
 
 
 class Program:
     """Per op of the step net: its compiled form and what each of its outputs is."""
 
     def __init__(self, ops, begins=()):
-        self.ops = ops   # [(Fast, [(kind, shape, dtype) per output])]
+        self.ops = ops   # [(Fast, [(kind, shape, dtype) per output], (op index, ...))]: in the order they run
         self.begins = tuple(begins)   # [(op index, input index, fn)]: each op's per-run setup (Fast.begin)
 
     @classmethod
     def of(cls, net) -> "Program | None":
         """The program of a bound step net that has just run one timestep, or None when it cannot be
-        compiled. With the fused kernels on, an op whose form can fuse with the next op (FC bias + Sum) takes
-        both in one entry (not under --profile, which times every op)."""
+        compiled. With the fused kernels on, an FC whose output a Sum reads next takes that Sum into its entry
+        (FC bias + Sum; not under --profile, which times every op)."""
         if net.check_nan or net.mixed_devices:
             return None
         fused, profiled = enabled(net.workspace), net.workspace.profiler is not None   # --profile: op by op
-        ops, views, buffers, i = [], set(), {}, 0
-        while i < len(net.ops):
-            bop = net.ops[i]
+        ops, views, buffers, taken = [], set(), {}, set()
+        for i, bop in enumerate(net.ops):
+            if i in taken:
+                continue
             ins, outs = [b.value for b in bop.inputs], [b.value for b in bop.outputs]
             if any(type(v) is not np.ndarray for v in ins):
                 return None
@@ -126,24 +135,20 @@ class Program:
                 return None
             if fast.blobs:
                 views.update(id(b) for b in bop.outputs)
-                ops.append((fast, [(_LINKS, None, None)] * len(outs)))
-                i += 1
+                ops.append((fast, [(_LINKS, None, None)] * len(outs), (i,)))
                 continue
             kinds = _kinds(net, bop, ins, outs, views, buffers)
             if kinds is None:
                 return None
+            indices = (i,)
             pair = _fused_pair(net, i, fast, views, buffers) if fused and not profiled else None
             if pair is not None:
-                fast, kinds = pair[0]._replace(begin=fast.begin), kinds + pair[1]   # op i's per-run setup
-            ops.append((fast, kinds))
-            i += fast.span
+                fast, kinds, indices = pair[0]._replace(begin=fast.begin), kinds + pair[1], (i, pair[2])
+                taken.add(pair[2])
+            ops.append((fast, kinds, indices))
         written = {id(b) for bop in net.ops for b in bop.outputs}
-        begins, i = [], 0
-        for fast, _ in ops:
-            bop = net.ops[i]
-            if fast.begin is not None and id(bop.inputs[fast.begin[0]]) not in written:
-                begins.append((i, fast.begin[0], fast.begin[1]))
-            i += fast.span
+        begins = [(at[0], fast.begin[0], fast.begin[1]) for fast, _, at in ops
+                  if fast.begin is not None and id(net.ops[at[0]].inputs[fast.begin[0]]) not in written]
         return cls(ops, begins)
 
     def begin(self, net) -> None:
@@ -154,9 +159,9 @@ class Program:
 
     def routine(self, net):
         """The routine of one step workspace's bound net: its buffers allocated (and bound to its blobs) now."""
-        entries, profiler, starts, i = [], net.workspace.profiler, [], 0
-        for fast, kinds in self.ops:
-            bops = net.ops[i:i + fast.span]
+        entries, profiler, starts = [], net.workspace.profiler, []
+        for fast, kinds, at in self.ops:
+            bops = [net.ops[k] for k in at]
             inputs = tuple(b for bop in bops for b in bop.inputs)
             outputs = tuple(b for bop in bops for b in bop.outputs)
             for blob, (kind, shape, dtype) in zip(outputs, kinds):
@@ -167,8 +172,7 @@ class Program:
             if profiler is not None:   # --profile: each compiled op timed as its interpreted op would be
                 fn = profiler.timed(fn, net.name, bops[0].index, bops[0].opdef.type)
             entries.append((fn, inputs, outputs, fast.blobs))
-            starts.append(i)
-            i += fast.span
+            starts.append(at[0])
         ops = net.ops
 
         def run() -> None:

@@ -81,11 +81,9 @@ def fused_types(net) -> set:
     found = set()
     for c in compilers(net).values():
         if c.program is not None and c.routines:
-            step_net, i = next(iter(c.routines.values()))[0], 0
-            for fast, _ in c.program.ops:
-                if fast.fn.__module__ == "stepnet.compiled.fused":
-                    found.add(step_net.ops[i].opdef.type)
-                i += fast.span
+            step_net = next(iter(c.routines.values()))[0]
+            found |= {step_net.ops[at[0]].opdef.type for fast, _, at in c.program.ops
+                      if fast.fn.__module__ == "stepnet.compiled.fused"}
     return found
 
 
@@ -270,7 +268,7 @@ def test_gru_backward_ops_run_their_own_compiled_forms():
     _, net = run_both(build, feeds)
     c = compilers(net)["RecurrentNetworkGradient"]
     step_net = next(iter(c.routines.values()))[0]
-    forms = {bop.opdef.type: fast.fn.__qualname__.split(".")[0] for bop, (fast, _) in zip(step_net.ops, c.program.ops)}
+    forms = {step_net.ops[at[0]].opdef.type: fast.fn.__qualname__.split(".")[0] for fast, _, at in c.program.ops}
     assert forms["MulGradient"] == "mul_gradient" and forms["SigmoidGradient"] == "sigmoid_gradient"
     assert forms["Split"] == "split"
 

@@ -1,8 +1,9 @@
 """The fused FC bias + Sum pair of compiled step nets (stepnet/compiled/products.py `_with_sum`, numba's
 bias_sum kernels; only with the fused kernels on): taken in the LSTM step nets (a Sum in place over the FC's
-output) and in a hand-written step net (a Sum into another blob, the FC's output second, both read later),
-every blob bit-identical to the same net run op by op; the pair form in both product orders against the two
-ops' own kernels; a broken fused pass caught; no pair with fused_cells=False."""
+output), in the GRU step nets (each Sum a few ops after its FC) and in a hand-written step net (a Sum into
+another blob, the FC's output second, both read later), every blob bit-identical to the same net run op by op;
+refused where an op between touches the Sum; the pair form in every product order against the two ops' own
+kernels; overlapping arrays refused; a broken fused pass caught; no pair with fused_cells=False."""
 import functools
 import importlib.util
 import types
@@ -11,7 +12,7 @@ import numpy as np
 import pytest
 
 from stepnet.builder import BlobRef, NetBuilder
-from stepnet.rnn_cell import lstm, recurrent_net
+from stepnet.rnn_cell import gru, lstm, recurrent_net
 from stepnet.testing import run_op
 
 from .test_compiled import arrays, compilers, loss_of, run_model
@@ -26,11 +27,8 @@ def pairs(net) -> list:
     found = []
     for c in compilers(net).values():
         if c.program is not None and c.routines:
-            step_net, i = next(iter(c.routines.values()))[0], 0
-            for fast, _ in c.program.ops:
-                if fast.span > 1:
-                    found.append(tuple(b.opdef.type for b in step_net.ops[i:i + fast.span]))
-                i += fast.span
+            step_net = next(iter(c.routines.values()))[0]
+            found += [tuple(step_net.ops[k].opdef.type for k in at) for _, _, at in c.program.ops if len(at) > 1]
     return found
 
 
@@ -94,6 +92,51 @@ def test_a_sum_into_another_blob_keeps_both_outputs():
     assert ("FC", "Sum") in pairs(net)
 
 
+@pytest.mark.parametrize("train", [False, True])
+def test_gru_step_nets_fuse_each_fc_with_its_later_sum(train):
+    """The GRU step sums each gate's FC output two to six ops later (other ops between touch neither sum):
+    each FC takes its Sum into its entry, the values unchanged."""
+    rng = np.random.default_rng(5)
+    t, n, d, h = 4, 3, 5, 6
+    feeds = {"X": rng.uniform(-1, 1, (t, n, d)).astype(F), "seq": np.array([t, 2, t], np.int32),
+             "h0": rng.uniform(-1, 1, (1, n, h)).astype(F)}
+
+    def build(m):
+        out = gru(m, "X", "seq", ["h0"], d, h, forward_only=not train)
+        if train:
+            m.add_gradient_ops([m.net.AveragedLoss(out[0], "loss")])
+    assert pairs(compare(build, feeds)).count(("FC", "Sum")) == 3
+
+
+def blocked_step():
+    """A step whose op between the FC and its Sum rewrites the Sum's other input: the Sum must stay after it."""
+    step = NetBuilder("blocked_step")
+    step.add_external_inputs("input_t", "h_prev", "c_prev", "U", "ub", "seq", "timestep")
+    z = step.Copy(["input_t"], "z")
+    uh = step.FC(["h_prev", "U", "ub"], "uh", axis=2)
+    step.Scale([z], z, scale=2.0)
+    g = step.Sum([uh, z], "g")
+    h, c = step.LSTMUnit(["h_prev", "c_prev", g, "seq", "timestep"], ["h", "c"])
+    step.add_external_outputs(h, c)
+    return step
+
+
+def test_an_op_between_that_touches_the_sum_keeps_them_apart():
+    rng = np.random.default_rng(6)
+    t, n, h = 4, 3, 5
+
+    def build(m):
+        recurrent_net(m.net, blocked_step(), [(BlobRef("input_t"), BlobRef("Wx"))],
+                      [(BlobRef("h_prev"), BlobRef("h0")), (BlobRef("c_prev"), BlobRef("c0"))],
+                      {BlobRef("h_prev"): BlobRef("h"), BlobRef("c_prev"): BlobRef("c")}, scope="blocked",
+                      timestep="timestep", outputs_with_grads=(0,))
+    feeds = {"Wx": rng.uniform(-1, 1, (t, n, 4 * h)).astype(F), "seq": np.array([t, 2, 1], np.int32),
+             "h0": rng.uniform(-1, 1, (1, n, h)).astype(F), "c0": rng.uniform(-1, 1, (1, n, h)).astype(F),
+             "U": rng.uniform(-1, 1, (4 * h, h)).astype(F), "ub": rng.uniform(-1, 1, 4 * h).astype(F)}
+    net = compare(build, feeds)
+    assert compilers(net)["RecurrentNetwork"].program is not None and pairs(net) == []
+
+
 @pytest.mark.parametrize("parts", [0, 1, 4])
 @pytest.mark.parametrize("how", ["in place", "y first", "y second"])
 def test_the_pair_form_gives_the_two_kernels_bits(parts, how):
@@ -112,7 +155,7 @@ def test_the_pair_form_gives_the_two_kernels_bits(parts, how):
         fast.begin[1](w)
     values = [y if blob is y_blob else z for blob in sum_ins]
     pair = fast.fuse(sum_bop, [x, w, b, *values], [y if how == "in place" else s])
-    assert pair is not None and pair.span == 2
+    assert pair is not None
     pair.fn([x, w, b, *values], [y, y] if how == "in place" else [y, s])
     want_y = run_op("FC", [x, w, b])
     want_s = run_op("Sum", [want_y, z] if how != "y second" else [z, want_y])
