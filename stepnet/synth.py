@@ -18,7 +18,7 @@ from . import proto
 from . import synth_widths as sw
 from .synth_rules import RULES, Fill, Site, he
 from .errors import ArgumentError, StepnetError, did_you_mean
-from .executor import op_label, parse_args
+from .executor import check_arity, op_label, parse_args
 from .graph import Graph, nested_nets
 from .ops import REGISTRY
 from .shapes import UNKNOWN, TensorSpec, infer_op, spec
@@ -146,6 +146,7 @@ class _Walk:
         for key, net, index, opdef in _ops(self.net):
             label = op_label(net.name, index, opdef)
             schema = REGISTRY.get(opdef.type)
+            check_arity(schema, opdef, label)      # the rules index the op's inputs
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 args = parse_args(schema, opdef, label, False)

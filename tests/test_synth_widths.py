@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from stepnet import proto
-from stepnet.errors import ShapeError
+from stepnet.errors import ArityError, ShapeError
 from stepnet.synth import synth_init
 from stepnet.synth_widths import Classes, anchors
 from stepnet.testing import make_op
@@ -111,6 +111,15 @@ def test_a_data_input_the_group_does_not_divide_is_still_an_error():
     net = net_of(dw("x", "dw", "y", 4), outputs=())
     with pytest.raises(ShapeError, match="group 4 does not divide the 6 input channels"):
         synth_init(net, {"x": (1, 6, 5, 5)})
+
+
+@pytest.mark.parametrize("op_type", ["Conv", "Conv1D", "FC", "SpatialBN"])
+def test_a_layer_missing_its_weight_input_is_a_clean_error(op_type):
+    """A layer with its input alone (a hostile or truncated file): the arity error names the op, as running
+    the net would, instead of the width rules indexing a weight that is not there (an IndexError once)."""
+    net = net_of((op_type, ["x"], ["y"], {}))
+    with pytest.raises(ArityError, match=f"op #0 \\({op_type}\\): {op_type} takes"):
+        synth_init(net, {"x": (1, 3, 8, 8) if op_type != "Conv1D" else (1, 3, 8)})
 
 
 # ------------------------------------------------------------------------------------------- nested nets
