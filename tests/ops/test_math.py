@@ -213,3 +213,22 @@ def test_reference_catches_broken_kernels(wrong, case, broken):
     broken(case[0], wrong)
     with pytest.raises(AssertionError):
         check(*case, device="cpu")
+
+
+@pytest.mark.parametrize("op_type, n", [("FC", 3), ("Softmax", 1), ("MatMul", 2)])
+def test_a_blob_holding_no_tensor_is_a_clean_error(op_type, n):
+    """An input blob holding another object (a common world, a db cursor: a hostile plan can wire one in) is
+    named in a DTypeError, not an AttributeError deep in the kernel."""
+    from stepnet.proto import NetDef
+    from stepnet.testing import make_op
+    from stepnet.workspace import Workspace
+
+    ws = Workspace()
+    names = [f"in{i}" for i in range(n)]
+    for name in names[:-1]:
+        ws.feed(name, np.ones((2, 2), np.float32))
+    ws.create_blob(names[-1]).value = object()
+    net = NetDef(name="holder")
+    net.op.append(make_op(op_type, names, ["out"]))
+    with pytest.raises(DTypeError, match=rf"op #0 \({op_type}\).*is a object, not a tensor"):
+        ws.create_net(net).run()
