@@ -74,6 +74,8 @@ def _axis_weights(start, length, grid, pooled: int, size: int, dtype):
     pixels (0 for a sample outside [-1, size]), divided by the grid size."""
     t = dtype.type
     r = start.shape[0]
+    if not r:                   # no RoIs: nothing the size of `pooled` (an argument: it may be 2^31)
+        return np.zeros((0, pooled, size), dtype)
     g = max(int(grid.max(initial=0)), 1)
     if r * pooled * g > MAX_SAMPLES:   # a huge sampling_ratio, or a RoI far larger than the feature map
         raise ResourceError(f"sampling {g} points per bin side for {r} RoI(s) x {pooled} bins is {r * pooled * g} "

@@ -70,6 +70,9 @@ def bins(rois, n, h, w, spatial_scale, pooled_h, pooled_w):
     x1, y1, x2, y2 = (_round(rois[:, k] * np.float32(spatial_scale)) for k in range(1, 5))
 
     def axis(start, end, pooled, size):
+        if not start.size:        # no RoIs: nothing the size of `pooled` (an argument: it may be 2^31)
+            none = np.zeros((0, pooled), np.int64)
+            return none, none
         length = np.maximum(end - start + 1, 1).astype(np.float32)
         bin_size = length / np.float32(pooled)
         p = np.arange(pooled, dtype=np.float32)

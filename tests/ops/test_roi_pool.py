@@ -192,3 +192,16 @@ def test_gradient_with_no_rois_is_zero(device):
     y, argmax = run_op("RoIPool", [x, rois], 2, device=device, pooled_h=2, pooled_w=2)
     dx = run_op("RoIPoolGradient", [x, rois, argmax, y], 1, device=device, pooled_h=2, pooled_w=2)
     assert dx.shape == x.shape and not dx.any()
+
+
+@pytest.mark.parametrize("op_type", ["RoIPool", "RoIAlign"])
+def test_no_rois_with_a_huge_pooled_size_allocates_nothing(op_type):
+    """pooled_h is an argument of the file: with no RoIs the output is empty, and nothing pooled_h long is
+    built (an arange of 2^31 floats once: 8 GB of page faults)."""
+    from stepnet.testing import allocates_under
+
+    x = np.ones((1, 2, 6, 6), np.float32)
+    rois = np.zeros((0, 5), np.float32)
+    with allocates_under(1 << 20):
+        y = run_op(op_type, [x, rois], 1, pooled_h=2 ** 31, pooled_w=2, spatial_scale=1.0)
+    assert y.shape == (0, 2, 2 ** 31, 2)
