@@ -8,8 +8,8 @@ import warnings
 import numpy as np
 
 from . import backend
-from .errors import (ArgumentError, ArityError, DeviceError, MissingBlobError, NetError, OpError, StepnetError,
-                     StepnetWarning, did_you_mean)
+from .errors import (ArgumentError, ArityError, DeviceError, DTypeError, MissingBlobError, NetError, OpError,
+                     ResourceError, StepnetError, StepnetWarning, did_you_mean)
 from .graph import Graph
 from .limits import check_blob
 from .int8 import Int8Tensor
@@ -323,6 +323,12 @@ def _kernel_failure(bop, values, e) -> StepnetError:
     for name, v in zip(bop.opdef.input, values):
         if v is None:
             return MissingBlobError(f"{bop.label}: input {name!r} holds no value (never written or fed)")
+        if isinstance(e, AttributeError) and getattr(e, "obj", None) is v and not hasattr(v, "shape"):
+            return DTypeError(f"{bop.label}: input {name!r} is a {type(v).__name__}, not a tensor, and "
+                              f"{bop.opdef.type} reads a tensor there{_inputs_text(bop, values)}")
+    if isinstance(e, MemoryError) or (isinstance(e, ValueError) and "array is too big" in str(e)):
+        return ResourceError(f"{bop.label}: an array of impossible size was asked for ({type(e).__name__}: "
+                             f"{e}); check the op's size arguments{_inputs_text(bop, values)}")
     return OpError(f"{bop.label} failed: {type(e).__name__}: {e}{_inputs_text(bop, values)}")
 
 

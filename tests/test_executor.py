@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from stepnet import NetDef, Workspace
-from stepnet.errors import (ArgumentError, ArityError, MissingBlobError, NetError, OpError, ShapeError,
-                            StepnetWarning, UnknownOpError)
+from stepnet.errors import (ArgumentError, ArityError, DTypeError, MissingBlobError, NetError, OpError,
+                           ResourceError, ShapeError, StepnetWarning, UnknownOpError)
 from stepnet.proto import DeviceOption, make_argument
 from stepnet.testing import make_op, nested_nets
 
@@ -253,3 +253,40 @@ def test_specialized_ops_check_once_per_input_signature(ws, patched):
     assert not isinstance(net.ops[0].call, Specialized)
     net.run()
     assert net.workspace.fetch("y").shape == (1,)
+
+
+def _one_op_net(op_type, inputs):
+    net = NetDef(name="n")
+    net.op.append(make_op(op_type, inputs, ["y"]))
+    return net
+
+
+def test_a_kernel_reading_a_tensor_attribute_of_another_object_is_a_dtype_error(temporary_op):
+    """An input blob holding a non-tensor (a reader, a queue: a hostile net can wire one in) that the kernel
+    reads as an array: the error names the input and its type, not the AttributeError."""
+    temporary_op("ReadsShape", lambda xp, x: np.zeros(x.shape), inputs=1, outputs=1)
+    ws = Workspace()
+    ws.create_blob("x").value = object()
+    with pytest.raises(DTypeError, match=r"op #0 \(ReadsShape\): input 'x' is a object, not a tensor"):
+        ws.create_net(_one_op_net("ReadsShape", ["x"])).run()
+
+
+def test_an_attribute_error_of_the_kernels_own_is_still_an_op_error(temporary_op):
+    def buggy(xp, x):
+        return x.no_such_attribute
+    temporary_op("Buggy", buggy, inputs=1, outputs=1)
+    ws = Workspace()
+    ws.feed("x", np.ones(2, np.float32))
+    with pytest.raises(OpError, match="AttributeError"):
+        ws.create_net(_one_op_net("Buggy", ["x"])).run()
+
+
+@pytest.mark.parametrize("failure", [MemoryError(), ValueError("array is too big; `arr.size * ...`")])
+def test_an_impossible_allocation_is_a_resource_error(temporary_op, failure):
+    def huge(xp, x):
+        raise failure
+    temporary_op("Huge", huge, inputs=1, outputs=1)
+    ws = Workspace()
+    ws.feed("x", np.ones(2, np.float32))
+    with pytest.raises(ResourceError, match=r"op #0 \(Huge\): an array of impossible size"):
+        ws.create_net(_one_op_net("Huge", ["x"])).run()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import ArgumentError
 from ..graph import Graph, nested_nets
 from ..ops.recurrent import _links
 from ..proto import argument_value
@@ -73,7 +74,11 @@ def _arg(opdef, name, default):
     for a in opdef.arg:
         if a.name == name:
             v = argument_value(a)
-            return [x.decode() if isinstance(x, bytes) else x for x in v] if isinstance(v, list) else v
+            try:
+                return [x.decode() if isinstance(x, bytes) else x for x in v] if isinstance(v, list) else v
+            except UnicodeDecodeError as e:
+                raise ArgumentError(f"{opdef.type}: argument {name!r} holds bytes that are not UTF-8 text "
+                                    f"({e.reason} at byte {e.start}); blob names must be UTF-8") from None
     return default
 
 

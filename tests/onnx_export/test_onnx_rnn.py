@@ -165,3 +165,16 @@ def test_a_step_net_writing_its_input_view_is_refused():
     feeds = {"x": (T, N, D), "s0": (2, N, D), "y": (T + 1, N, D)}
     with pytest.raises(UnsupportedOpError, match=r"op #0 \(RecurrentNetwork\): the step net writes 'xt', a view"):
         export_onnx(net, inputs=feeds)
+
+
+def test_a_link_name_that_is_not_utf8_is_a_clean_error():
+    """Blob names in a file are bytes: ones that are not UTF-8 are an ArgumentError naming the argument (a
+    UnicodeDecodeError escaped once)."""
+    from stepnet.errors import ArgumentError
+
+    net = windowed_net(2)
+    links = next(a for a in net.op[0].arg if a.name == "link_internal")
+    links.strings[0] = b"\xff" + links.strings[0]
+    feeds = {"x": (T, N, D), "s0": (2, N, D), "y": (T + 1, N, D)}
+    with pytest.raises(ArgumentError, match="argument 'link_internal' holds bytes that are not UTF-8"):
+        export_onnx(net, inputs=feeds)
