@@ -9,7 +9,6 @@ input it replaces. Arithmetic stays in the parameter's float dtype. No op here i
 """
 from __future__ import annotations
 
-import math
 
 import numpy as np
 
@@ -57,9 +56,10 @@ def const(dtype, value):
 def adam_correction(beta1: float, beta2: float, iteration: int) -> float:
     """sqrt(1 - beta2^t) / (1 - beta1^t) with t = iteration + 1, in double from the float32 betas as Caffe2
     computes it."""
-    t = iteration + 1
-    b1, b2 = float(np.float32(beta1)), float(np.float32(beta2))
-    return math.sqrt(1.0 - b2 ** t) / (1.0 - b1 ** t)
+    t = np.float64(iteration + 1)
+    b1, b2 = np.float64(np.float32(beta1)), np.float64(np.float32(beta2))
+    with np.errstate(all="ignore"):   # betas outside (0, 1) give NaN or inf, as C++'s sqrt and pow do
+        return float(np.sqrt(1.0 - b2 ** t) / (1.0 - b1 ** t))
 
 
 # --------------------------------------------------------------------------------------------- momentum SGD

@@ -326,6 +326,8 @@ def sparse_label_split_gradient(xp, lengths, indices, *grads, num_labels):
     if num_labels <= 0 or len(grads) not in (num_labels, num_labels + 1):
         raise ArgumentError(f"SparseLabelSplitGradient: num_labels must be positive and match the inputs (the "
                             f"value gradients of {num_labels} labels and maybe the offset map), got {len(grads)}")
+    if len(indices.shape) != 1:
+        raise ShapeError(f"SparseLabelSplitGradient: label_index must be 1-D, got shape {tuple(indices.shape)}")
     _lengths_total("SparseLabelSplitGradient", lengths, indices.shape[0], host_ints, "labels")
     labels = np.asarray(host_ints(indices, "label_index"), dtype=np.int64)
     offsets = (np.asarray(host_ints(grads[num_labels], "offset map"), dtype=np.int64) if len(grads) > num_labels

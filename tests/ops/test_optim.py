@@ -320,3 +320,16 @@ def test_caffe2_style_training_net(device, kind):
     ws.feed("iter", np.zeros(1, np.int64))
     losses = train_50_steps(ws, net, device, {**state_w, **state_b})
     assert losses[-1] < 0.1 * losses[0], f"{kind}: loss {losses[0]:.4g} -> {losses[-1]:.4g}"
+
+
+@pytest.mark.parametrize("beta1, beta2, iteration", [(0.9, 1.5, 3), (1.0, 0.999, 0), (0.9, 3.0, 2 ** 40)])
+def test_adam_betas_outside_their_range_give_nan_or_inf_as_caffe2(beta1, beta2, iteration):
+    """sqrt(1 - beta2^t) / (1 - beta1^t) with a beta2 above 1 (a negative root), beta1 = 1 (a zero divisor) or a
+    power that overflows: C++ gives NaN or inf, so does the correction, instead of a Python math error."""
+    from stepnet.ops.optim import adam_correction
+
+    with np.errstate(all="ignore"):
+        want = np.sqrt(1.0 - np.float64(np.float32(beta2)) ** (iteration + 1)) / (
+            1.0 - np.float64(np.float32(beta1)) ** (iteration + 1))
+    got = adam_correction(beta1, beta2, iteration)
+    assert not math.isfinite(got) and (math.isnan(got) == bool(np.isnan(want)))

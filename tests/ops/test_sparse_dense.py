@@ -263,3 +263,9 @@ def test_finite_differences_detect_a_broken_gradient_kernel(broken):
     broken("SparseToDenseMaskGradient", lambda xp, i, g, *l, mask, **a: xp.zeros((7, 2, 3), g.dtype) + 1)
     with pytest.raises(AssertionError, match="gradient of input 1"):
         check_gradient("SparseToDenseMask", inputs, wrt=[1], mask=MASK, op_args={"max_skipped_indices": 5})
+
+
+def test_label_split_gradient_needs_a_1d_label_index():
+    with pytest.raises(ShapeError, match=r"label_index must be 1-D, got shape \(\)"):
+        run_op("SparseLabelSplitGradient", [np.array([1], np.int32), np.float32(0.0), np.zeros(1, np.float32)],
+               num_labels=1)
