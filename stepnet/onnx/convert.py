@@ -140,7 +140,10 @@ class NetConverter:
         ws.run_operator_once(ctx.op)
         for j, name in enumerate(ctx.op.output):
             if ctx.wants(j):
-                out = np.asarray(ws.fetch(name))
+                out = ws.fetch(name)
+                if not isinstance(out, np.ndarray):   # an Int8 tensor, a string: no ONNX constant of it here
+                    raise UnsupportedOpError(f"{ctx.label}: output {j} ({name!r}) is a {type(out).__name__}, which "
+                                             "has no ONNX constant; export the outputs that do not depend on it")
                 ctx.set(j, self.e.const(out), TensorSpec.of(out))
 
     def finish(self, ctx: "OpCtx") -> None:

@@ -101,6 +101,8 @@ class Emitter:
         return self.node("Reshape", [x, self.ints(shape)], out=out)
 
     def transpose(self, x: str, perm, out=None) -> str:
+        if not len(perm):          # a scalar: ONNX cannot write an empty perm attribute, and nothing moves
+            return self.node("Identity", [x], out=out)
         return self.node("Transpose", [x], out=out, perm=list(perm))
 
     def squeeze(self, x: str, axes, out=None) -> str:

@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("onnxruntime")
 
-from onnx_check import check_op  # noqa: E402
+from onnx_check import check_op, compare, one_op  # noqa: E402
 
 from stepnet.onnx.table import table  # noqa: E402
 
@@ -242,3 +242,22 @@ def test_every_converter_has_a_case():
     covered = {c[0] for c in CASES} | SPECIAL
     missing = sorted(set(table()) - covered)
     assert not missing, f"converters without a case in CASES: {missing}"
+
+
+def test_a_scalar_transpose_exports_as_identity():
+    """Transpose of a 0-d tensor: ONNX cannot write an empty perm attribute (onnx.helper raised once), and
+    nothing moves: Identity, the same value in onnxruntime."""
+    scalar = np.array(1.5, np.float32)
+    result, _ = compare(one_op("Transpose", {"s": scalar}), feeds={"s": scalar})
+    assert [n.op_type for n in result.model.graph.node] == ["Identity"]
+
+
+def test_a_folded_op_making_an_int8_tensor_is_refused_cleanly():
+    """A constant-foldable op whose output is an Int8 tensor (no ONNX constant of it here): UnsupportedOpError
+    naming the op and the output, not the Int8 tensor's TypeError."""
+    from stepnet.onnx import UnsupportedOpError, export_onnx
+
+    net = one_op("Int8GivenTensorFill", {}, values=b"\x01\x02", shape=[2], Y_scale=1.0, Y_zero_point=0)
+    with pytest.raises(UnsupportedOpError, match=r"op #0 \(Int8GivenTensorFill\): output 0 \('out0'\) is a "
+                                                 r"Int8Tensor"):
+        export_onnx(net, inputs={})
