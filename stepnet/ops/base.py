@@ -174,22 +174,11 @@ def check_dtypes(arrays, allowed, what: str = "inputs") -> None:
                              f"share one type (Cast input {i} to {first.name})")
 
 
-_NO_DTYPE = object()
-
-
 def check_float(op_type: str = "", /, *, kinds: str = "f", **named) -> None:
     """DTypeError unless every named array or TensorSpec is a float tensor (or of the numpy dtype `kinds`,
-    e.g. "fiu" for any number) and all share one dtype; None and unknown dtypes pass, an object that is no
-    tensor does not. The message names the
+    e.g. "fiu" for any number) and all share one dtype; None and unknown dtypes pass. The message names the
     op (when given), the input and its dtype: check_float("FC", X=X, W=W, b=b)."""
-    known = {}
-    for name, x in named.items():
-        dtype = getattr(x, "dtype", _NO_DTYPE)
-        if dtype is _NO_DTYPE and x is not None:     # a blob holding a non-tensor (a world, a db, a string)
-            raise DTypeError(f"{op_type + ' needs tensors: ' if op_type else ''}{name} is a {type(x).__name__}, "
-                             "not a tensor; read a blob that holds an array")
-        if x is not None and dtype is not None:
-            known[name] = dtype
+    known = {name: x.dtype for name, x in named.items() if x is not None and x.dtype is not None}
     float_only = kinds == "f"
     for name, dtype in known.items():
         if dtype.kind not in kinds:
