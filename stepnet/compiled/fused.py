@@ -46,7 +46,7 @@ def kernels():
 
 
 def rows(name: str, *matrices) -> np.ndarray | None:
-    """The fused row kernel `name` (softmax_rows, softmax_grad_rows) over float32 host matrices of one shape
+    """The fused row kernel `name` (softmax_grad_rows) over float32 host matrices of one shape
     (m × k) into a new m × k array; None without numba or for other arrays (then the numpy kernel runs)."""
     k = kernels()
     if k is None or any(type(a) is not np.ndarray or a.dtype != _F32 for a in matrices):

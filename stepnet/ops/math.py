@@ -308,15 +308,11 @@ def _fused_softmax(regular):
     """Softmax's fused_kernel: one numba pass per row for float32 host arrays (Workspace.fused_cells); its
     `specialize` does the checks once per input signature, as the regular kernel's does."""
     def kernel(xp, X, axis=1):
-        from ..compiled.fused import rows   # (import cycle: the compiled step nets build on the ops)
-
-        check_float("Softmax", X=X)
-        m, k, _ = view2d_shape(X.shape, axis)
-        Y = rows("softmax_rows", X.reshape(m, k)) if m * k else None
-        return regular(xp, X, axis=axis) if Y is None else Y.reshape(X.shape)
+        fast = specialize(X, axis) if type(X) is np.ndarray else None
+        return regular(xp, X, axis=axis) if fast is None else fast(X)
 
     def specialize(X, axis=1):
-        from ..compiled.fused import kernels
+        from ..compiled.fused import kernels   # (import cycle: the compiled step nets build on the ops)
 
         check_float("Softmax", X=X)
         m, k, _ = view2d_shape(X.shape, axis)
