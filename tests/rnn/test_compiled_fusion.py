@@ -63,32 +63,41 @@ def test_lstm_step_nets_fuse_their_gates_bias_and_sum(train, n, h):
     assert ("FC", "Sum") in pairs(net)
 
 
-def mixing_step():
-    """A step whose Sum writes a new blob from (input_t, the FC's output) and whose next op reads both."""
-    step = NetBuilder("mixing_step")
+def cell_step(name, gates_of):
+    """A hand-written LSTM step: gates_of(step) -> the gates blob from input_t, h_prev and U/ub, then LSTMUnit."""
+    step = NetBuilder(name)
     step.add_external_inputs("input_t", "h_prev", "c_prev", "U", "ub", "seq", "timestep")
-    uh = step.FC(["h_prev", "U", "ub"], "uh", axis=2)
-    g = step.Sum(["input_t", uh], "g")
-    mix = step.Mul([uh, g], "mix")
-    h, c = step.LSTMUnit(["h_prev", "c_prev", mix, "seq", "timestep"], ["h", "c"])
+    h, c = step.LSTMUnit(["h_prev", "c_prev", gates_of(step), "seq", "timestep"], ["h", "c"])
     step.add_external_outputs(h, c)
     return step
 
 
-def test_a_sum_into_another_blob_keeps_both_outputs():
-    rng = np.random.default_rng(1)
+def cell_case(step, seed: int, train: bool):
+    """(build, feeds) of a layer running `step` over Wx (T=4, N=3, H=5), with its gradient ops when train."""
+    rng = np.random.default_rng(seed)
     t, n, h = 4, 3, 5
 
     def build(m):
-        recurrent_net(m.net, mixing_step(), [(BlobRef("input_t"), BlobRef("Wx"))],
+        recurrent_net(m.net, step, [(BlobRef("input_t"), BlobRef("Wx"))],
                       [(BlobRef("h_prev"), BlobRef("h0")), (BlobRef("c_prev"), BlobRef("c0"))],
-                      {BlobRef("h_prev"): BlobRef("h"), BlobRef("c_prev"): BlobRef("c")}, scope="mixing",
+                      {BlobRef("h_prev"): BlobRef("h"), BlobRef("c_prev"): BlobRef("c")}, scope=step.name,
                       timestep="timestep", outputs_with_grads=(0,))
-        m.add_gradient_ops([loss_of(m, BlobRef("h_all"))])
+        if train:
+            m.add_gradient_ops([loss_of(m, BlobRef("h_all"))])
     feeds = {"Wx": rng.uniform(-1, 1, (t, n, 4 * h)).astype(F), "seq": np.array([t, 2, 1], np.int32),
              "h0": rng.uniform(-1, 1, (1, n, h)).astype(F), "c0": rng.uniform(-1, 1, (1, n, h)).astype(F),
              "U": rng.uniform(-1, 1, (4 * h, h)).astype(F), "ub": rng.uniform(-1, 1, 4 * h).astype(F)}
-    net = compare(build, feeds)
+    return build, feeds
+
+
+def mixing_gates(step):
+    """A Sum writing a new blob from (input_t, the FC's output), and a next op reading both."""
+    uh = step.FC(["h_prev", "U", "ub"], "uh", axis=2)
+    return step.Mul([uh, step.Sum(["input_t", uh], "g")], "mix")
+
+
+def test_a_sum_into_another_blob_keeps_both_outputs():
+    net = compare(*cell_case(cell_step("mixing", mixing_gates), 1, train=True))
     assert ("FC", "Sum") in pairs(net)
 
 
@@ -108,32 +117,16 @@ def test_gru_step_nets_fuse_each_fc_with_its_later_sum(train):
     assert pairs(compare(build, feeds)).count(("FC", "Sum")) == 3
 
 
-def blocked_step():
-    """A step whose op between the FC and its Sum rewrites the Sum's other input: the Sum must stay after it."""
-    step = NetBuilder("blocked_step")
-    step.add_external_inputs("input_t", "h_prev", "c_prev", "U", "ub", "seq", "timestep")
+def blocked_gates(step):
+    """An op between the FC and its Sum rewrites the Sum's other input: the Sum must stay after it."""
     z = step.Copy(["input_t"], "z")
     uh = step.FC(["h_prev", "U", "ub"], "uh", axis=2)
     step.Scale([z], z, scale=2.0)
-    g = step.Sum([uh, z], "g")
-    h, c = step.LSTMUnit(["h_prev", "c_prev", g, "seq", "timestep"], ["h", "c"])
-    step.add_external_outputs(h, c)
-    return step
+    return step.Sum([uh, z], "g")
 
 
 def test_an_op_between_that_touches_the_sum_keeps_them_apart():
-    rng = np.random.default_rng(6)
-    t, n, h = 4, 3, 5
-
-    def build(m):
-        recurrent_net(m.net, blocked_step(), [(BlobRef("input_t"), BlobRef("Wx"))],
-                      [(BlobRef("h_prev"), BlobRef("h0")), (BlobRef("c_prev"), BlobRef("c0"))],
-                      {BlobRef("h_prev"): BlobRef("h"), BlobRef("c_prev"): BlobRef("c")}, scope="blocked",
-                      timestep="timestep", outputs_with_grads=(0,))
-    feeds = {"Wx": rng.uniform(-1, 1, (t, n, 4 * h)).astype(F), "seq": np.array([t, 2, 1], np.int32),
-             "h0": rng.uniform(-1, 1, (1, n, h)).astype(F), "c0": rng.uniform(-1, 1, (1, n, h)).astype(F),
-             "U": rng.uniform(-1, 1, (4 * h, h)).astype(F), "ub": rng.uniform(-1, 1, 4 * h).astype(F)}
-    net = compare(build, feeds)
+    net = compare(*cell_case(cell_step("blocked", blocked_gates), 6, train=False))
     assert compilers(net)["RecurrentNetwork"].program is not None and pairs(net) == []
 
 
