@@ -80,7 +80,7 @@ class Workspace:
         # RecurrentNetwork step nets run compiled (stepnet.compiled) unless False: the op-by-op path is the reference
         self.compile_steps = (bool(compile_steps) if compile_steps is not None
                               else (True if root else parent.compile_steps))
-        # compiled LSTM/GRU cell ops as one numba pass each (the `fast` extra); None: whenever numba is installed
+        # numba's fused kernels (cells, Softmax, one-hot FC gradient; the `fast` extra); None: when numba is installed
         if fused_cells and not _numba_installed():
             raise ValueError("fused_cells=True needs numba: pip install 'stepnet[fast]'")
         self.fused_cells = fused_cells if fused_cells is not None or root else parent.fused_cells

@@ -1,5 +1,6 @@
-"""The fused cell kernels: one pass over the batch rows per LSTM/GRU step op, compiled by numba (the `fast`
-extra), float32 only. Imported only through fused.kernels(), so stepnet runs without numba.
+"""numba's fused kernels (the `fast` extra), float32 only: one pass over the batch rows per LSTM/GRU step op,
+and the row kernels of Softmax and its gradient, the one-hot FC weight gradient (add_rows) and the step FC's
+bias + Sum (bias_sum). Imported only through fused.kernels(), so stepnet runs without numba.
 
 Each kernel computes a row into scratch it allocated itself, then copies the scratch into its outputs. Written
 straight into the outputs, LLVM guards the vectorized loop with run-time overlap checks between the arrays,

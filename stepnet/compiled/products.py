@@ -76,7 +76,7 @@ def fc(bop, ins, outs, parts: int | None = None):
     run, begin, x_first = by_x(parts) if parts else (by_w, None, None)
 
     def fuse(next_bop, ins, outs):
-        """FC bias + the Sum after it, in one pass (see _with_sum)."""
+        """FC bias + the Sum that reads its output, in one pass (see _with_sum)."""
         return _with_sum(bop, next_bop, ins, outs, ys, w_first, yt, x_first)
     return Fast(run, begin=None if begin is None else (1, begin), fuse=fuse)
 
@@ -100,7 +100,8 @@ def _with_sum(fc_bop, sum_bop, ins, outs, ys, w_first, yt, x_first):
             np.may_share_memory(s_now, a) for a in (y_now, z_now))):
         return None      # one pass over overlapping arrays would read values the two ops never see
     into = sum_bop.outputs[0] is y      # Sum in place over y (the LSTM step nets' gates): y = (p + b) + z
-    kernel, scratch = compiled.bias_sum_into if into else compiled.bias_sum, np.empty(ys, np.float32)
+    kernel = compiled.bias_sum_into if into else compiled.bias_sum
+    scratch = None if x_first is None else np.empty(ys, np.float32)   # the X·Wᵀ forms' product
 
     def run(ins, outs):
         x, w, b, z = ins[0], ins[1], ins[2], shaped(ins[3 + other], ys)

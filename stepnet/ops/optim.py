@@ -9,7 +9,6 @@ input it replaces. Arithmetic stays in the parameter's float dtype. No op here i
 """
 from __future__ import annotations
 
-
 import numpy as np
 
 from ..errors import DTypeError, ShapeError
