@@ -165,6 +165,10 @@ class Net:
         self._check_sources()
         self.ops = [self._bind(i, opdef) for i, opdef in enumerate(netdef.op)]
         self.mixed_devices = any(not b.device.is_cpu for b in self.ops)
+        self.compiler = None   # a top-level net run many times runs compiled once its inputs' signature holds
+        if level == 0:
+            from .compiled.program import StepCompiler   # (import cycle: the compiled nets build on this module)
+            self.compiler = StepCompiler(workspace.compile_steps, main=True)
 
     def _check_sources(self) -> None:
         """Caffe2's NetBase checks: with external inputs declared, every op input needs a source; declared
@@ -238,10 +242,18 @@ class Net:
         """Run every op once; a top-level net holds BLAS at the workspace's `threads` meanwhile."""
         limit = self.workspace.blas_threads() if self.level == 0 and self.workspace.threads is not None else None
         if limit is None:
-            self.run_ops()
+            self._run()
             return
         with limit:
+            self._run()
+
+    def _run(self) -> None:
+        compiler = self.compiler
+        if compiler is None:
             self.run_ops()
+        elif not (compiler.start(self) and compiler.run(self)):
+            self.run_ops()
+            compiler.built(self)
 
     def run_ops(self) -> None:
         """The flat loop: per bound op, read its input blobs, call it, store its results."""

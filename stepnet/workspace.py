@@ -165,7 +165,7 @@ class Workspace:
         Int8Tensor is stored as an Int8Tensor)."""
         if type(value) is np.ndarray and device_option is None:   # the common case, without the dispatch below
             blob = self.create_blob(name)
-            blob.value = np.array(value, copy=True)
+            blob.value = value.copy(order="K")
             blob.view = False
             return
         from .proto import TensorProto, tensor_to_array
@@ -192,7 +192,7 @@ class Workspace:
         blob = self.get_blob(name)
         v = blob.value
         if type(v) is np.ndarray:                 # a host tensor: the common case
-            return np.array(v, copy=True)
+            return v.copy(order="K")
         if v is None:
             raise MissingBlobError(f"blob {name!r} exists but holds no value yet (never written or fed)")
         if isinstance(v, (str, bytes)):

@@ -67,7 +67,7 @@ class _Ended:
     def __call__(self, seq, timestep):
         if seq is None or not seq.size:
             return None
-        t = int(timestep.flat[0])
+        t = timestep.item() if timestep.size == 1 else int(timestep.flat[0])
         if t < self.before:
             return None
         if seq.size == 1:                     # B=1 (sampling): no temporary arrays

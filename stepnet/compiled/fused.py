@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import math
 import warnings
 
 import numpy as np
 
-from .cells import Fast, _begin, _Ended, gru_grad_params, gru_params, lstm_grad_params, lstm_params
+from .products import fc_row
+from .cells import (Fast, _begin, _Ended, bound_args, gru_grad_params, gru_params, lstm_grad_params, lstm_params,
+                    shaped)
 
 _F32 = np.dtype(np.float32)
 
@@ -82,15 +85,14 @@ def lstm_step(k, saving: bool, fb: float, drop: bool, has_seq: bool, n: int, d: 
 
     def run(ins, outs):
         h, c = outs[0], outs[1]
-        acts = outs[2] if saving else unused
-        if not (h.flags.c_contiguous and c.flags.c_contiguous and acts.flags.c_contiguous):
+        if not (h.flags.c_contiguous and c.flags.c_contiguous) or (saving and not outs[2].flags.c_contiguous):
             return _via_scratch(run, ins, outs)
-        h_prev, c_prev = ins[0], ins[1]
-        k.lstm_forward(_flat(ins[2]), _flat(c_prev), fbh, h.reshape(-1), c.reshape(-1), acts.reshape(-1), saving,
-                       n, d)
-        ended = ended_at(ins[3] if has_seq else None, ins[-1])
+        c_prev = ins[1]
+        k.lstm_forward(_flat(ins[2]), _flat(c_prev), fbh, h.reshape(-1), c.reshape(-1),
+                       outs[2].reshape(-1) if saving else unused, saving, n, d)
+        ended = ended_at(ins[3], ins[-1]) if has_seq else None
         if ended is not None:
-            _hold(ended, drop, (h.reshape(state), h_prev.reshape(state)), (c.reshape(state), c_prev.reshape(state)))
+            _hold(ended, drop, (h.reshape(state), ins[0].reshape(state)), (c.reshape(state), c_prev.reshape(state)))
     return run, ended_at
 
 
@@ -171,10 +173,27 @@ def _fused_form(step, params_of, seq_at: int, *flags):
     return make
 
 
+def softmax(bop, ins, outs):
+    """Softmax's row kernel straight into its output (the fused interpreted kernel's bits), float32."""
+    k, x, a = kernels(), ins[0], bound_args(bop)["axis"]
+    if k is None or x.dtype != _F32 or outs[0].dtype != _F32 or not -x.ndim <= a < x.ndim:
+        return None
+    a %= x.ndim
+    rows2 = (math.prod(x.shape[:a]), math.prod(x.shape[a:]))
+    if not x.size or outs[0].size != x.size:
+        return None
+    kernel = k.softmax_rows
+
+    def run(ins, outs):
+        kernel(np.ascontiguousarray(ins[0]).reshape(rows2), shaped(outs[0], rows2))
+    return Fast(run)
+
+
 FUSED = {
     "LSTMUnit": _fused_form(lstm_step, lstm_params, 3, False),
     "rnn_internal_lstm_unit": _fused_form(lstm_step, lstm_params, 3, True),
     "LSTMUnitGradient": _fused_form(lstm_grad_step, lstm_grad_params, 3, False),
     "rnn_internal_lstm_unit_gradient": _fused_form(lstm_grad_step, lstm_grad_params, 3, True),
     "GRUUnit": _fused_form(gru_step, gru_params, 2), "GRUUnitGradient": _fused_form(gru_grad_step, gru_grad_params, 2),
+    "Softmax": softmax, "FC": fc_row,
 }

@@ -254,3 +254,61 @@ def bias_sum_into(p, b, z, y):
     for i in range(m):
         for j in range(n):
             y[i, j] = (p[i, j] + b[j]) + z[i, j]
+
+
+@njit(inline="always", **_JIT)
+def _dot4(W, x, i, k):
+    """The dot products of rows i..i+3 of W with x (fast-math: LLVM vectorizes the sums over k)."""
+    a0, a1, a2, a3 = float32(0), float32(0), float32(0), float32(0)
+    for j in range(k):
+        xj = x[j]
+        a0 += W[i, j] * xj
+        a1 += W[i + 1, j] * xj
+        a2 += W[i + 2, j] * xj
+        a3 += W[i + 3, j] * xj
+    return a0, a1, a2, a3
+
+
+@njit(inline="always", **_JIT)
+def _dot(W, x, i, k):
+    acc = float32(0)
+    for j in range(k):
+        acc += W[i, j] * x[j]
+    return acc
+
+
+@njit(**_JIT)
+def fc_row(W, x, b, y):
+    """y = W·x + b for one row x (k) and W (n × k): an FC of one row (sampling at batch 1) in one pass over W,
+    four rows at a time, the bias added to each sum (no separate pass). Sums in another order than BLAS's
+    matrix-vector product: within float32 rounding of it; a NaN or inf in W or x propagates (0·inf is NaN) as
+    in the BLAS product."""
+    n, k = W.shape
+    i = 0
+    while i + 4 <= n:
+        a0, a1, a2, a3 = _dot4(W, x, i, k)
+        y[i], y[i + 1], y[i + 2], y[i + 3] = a0 + b[i], a1 + b[i + 1], a2 + b[i + 2], a3 + b[i + 3]
+        i += 4
+    for r in range(i, n):
+        y[r] = _dot(W, x, r, k) + b[r]
+
+
+@njit(**_JIT)
+def fc_row_sum(W, x, b, z, y, s):
+    """fc_row's y, and s = y + z (the Sum after the FC; s may be y or z itself: each element is read before it
+    is written)."""
+    n, k = W.shape
+    i = 0
+    while i + 4 <= n:
+        a0, a1, a2, a3 = _dot4(W, x, i, k)
+        for r, a in ((i, a0), (i + 1, a1), (i + 2, a2), (i + 3, a3)):
+            v = a + b[r]
+            zr = z[r]
+            y[r] = v
+            s[r] = v + zr
+        i += 4
+    for r in range(i, n):
+        v = _dot(W, x, r, k) + b[r]
+        zr = z[r]
+        y[r] = v
+        s[r] = v + zr

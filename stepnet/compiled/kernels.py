@@ -11,7 +11,7 @@ import math
 import numpy as np
 
 from ..errors import ShapeError
-from ..ops import REGISTRY, gru, lstm, rnn_internal, sums
+from ..ops import REGISTRY, gru, lstm, recurrent, rnn_internal, sums
 from ..ops import shape as shape_ops
 from ..ops import math as math_ops
 from ..ops.rnn_internal import _link_error
@@ -178,14 +178,19 @@ def apply_links(bop, ins, outs):
     if not len(ins) - 1 == len(offsets) == len(windows) == len(outs):
         return None
     links = tuple(zip(offsets, windows, bop.opdef.input[1:]))
+    last = [(None, -1, None)] * len(links)   # per link: the external, start and view it last made
 
     def run(ins, blobs):
         t = int(ins[0].flat[0])
-        for blob, external, (offset, window, name) in zip(blobs, ins[1:], links):
+        for i, (blob, external, (offset, window, name)) in enumerate(zip(blobs, ins[1:], links)):
             start = t + offset
-            if start + window > external.shape[0] or not external.size:
-                _link_error(blob.name, name, external, start, start + window, offset, window)
-            blob.value = external[start:start + window]
+            seen, at, view = last[i]
+            if seen is not external or at != start:   # else the same rows of the same array: its view again
+                if start + window > external.shape[0] or not external.size:
+                    _link_error(blob.name, name, external, start, start + window, offset, window)
+                view = external[start:start + window]
+                last[i] = (external, start, view)
+            blob.value = view
             blob.view = True
     return Fast(run, blobs=True)
 
@@ -270,7 +275,34 @@ SPECIALIZED = {   # type -> (the kernel it specializes, its maker); a record who
     "MulGradient": (REGISTRY.get("MulGradient").kernel, mul_gradient),
     "SigmoidGradient": (REGISTRY.get("SigmoidGradient").kernel, sigmoid_gradient),
     "GRUUnit": (gru.gru_unit, gru_unit), "GRUUnitGradient": (gru.gru_unit_gradient, gru_unit_gradient),
+    "Softmax": (math_ops.softmax, None),   # the fused row kernel (fused.FUSED), else the generic form
 }
+
+
+def recurrent_network(bop, ins, outs):
+    """RecurrentNetwork in a plain net: the op itself without the executor's dispatch (its replay of a
+    compiled run, or the full run), setting its output blobs (aliases of the states) as it does interpreted.
+    Only where its last run ran its step net compiled."""
+    ctx = bop.plain.args[0]
+    fwd = ctx.state.get("forward")
+    if fwd is None or fwd.replay is None:
+        return None
+
+    def run(ins, blobs):
+        replay = fwd.replay    # its inputs have the signature of the run it was made from: the net checked them
+        if replay is None or not replay.run(ins, checked=True):
+            fwd.run(ctx, np, ins)
+    return Fast(run, blobs=True)
+
+
+BLOB_FORMS = frozenset(("rnn_internal_apply_links", "RecurrentNetwork"))   # forms that set their output blobs
+SPECIALIZED["RecurrentNetwork"] = (recurrent.recurrent_network, recurrent_network)
+
+
+def has_form(bop) -> bool:
+    """Whether the op may have a compiled form (for some arrays)."""
+    t = bop.opdef.type
+    return t in SPECIALIZED or t in FUSED or t in SHAPE_DETERMINED
 
 
 def compiled_form(bop, ins, outs, fused: bool = False) -> Fast | None:

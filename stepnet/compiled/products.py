@@ -20,27 +20,28 @@ def fc(bop, ins, outs, parts: int | None = None):
     into p contiguous K × N/p blocks, then the bias. No transposed pass; and with p blocks each product can be
     small enough for OpenBLAS's small-matrix kernel, which skips packing W on every call (at 32×128×512, 4
     blocks take 46 µs against 58 for one)."""
-    x, w, b = ins
-    args = bound_args(bop)
-    if not same_floats(x, w, b) or args.get("float16_compute") or b.ndim != 1:
+    sizes = _fc_sizes(bop, ins, outs)
+    if sizes is None:
         return None
-    a, aw = args["axis"], args["axis_w"]
-    a, aw = a + x.ndim if a < 0 else a, aw + w.ndim if aw < 0 else aw
-    if not (0 < a < x.ndim and 0 < aw < w.ndim):
-        return None
-    m, k, n = math.prod(x.shape[:a]), math.prod(x.shape[a:]), math.prod(w.shape[:aw])
-    if w.size != n * k or b.size != n or outs[0].size != m * n:
-        return None
+    x = ins[0]
+    m, k, n = sizes
     xs, ws, ys = (m, k), (n, k), (m, n)
     yt = np.empty((n, m), x.dtype)
+    if m == 1:     # one row: numpy's matrix-vector product, the kernel's bits (np.dot has less overhead)
+        vec, xk = yt.reshape(n), (k,)
+        product = yt.T
 
-    def w_first(x, w):
-        np.matmul(shaped(w, ws), shaped(x, xs).T, out=yt)
+        def w_first(x, w):
+            np.dot(shaped(w, ws), shaped(x, xk), out=vec)
+            return product
+    else:
+        def w_first(x, w):
+            np.matmul(shaped(w, ws), shaped(x, xs).T, out=yt)
+            return yt.T
 
     def by_w(ins, outs):
         x, w, b = ins
-        w_first(x, w)
-        np.add(yt.T, b, out=shaped(outs[0], ys))      # the transposed copy and the bias in one pass
+        np.add(w_first(x, w), b, out=shaped(outs[0], ys))      # the transposed copy and the bias in one pass
 
     def by_x(p: int):
         c = n // p
@@ -77,11 +78,73 @@ def fc(bop, ins, outs, parts: int | None = None):
 
     def fuse(next_bop, ins, outs):
         """FC bias + the Sum that reads its output, in one pass (see _with_sum)."""
-        return _with_sum(bop, next_bop, ins, outs, ys, w_first, yt, x_first)
+        return _with_sum(bop, next_bop, ins, outs, ys, w_first, x_first)
     return Fast(run, begin=None if begin is None else (1, begin), fuse=fuse)
 
 
-def _with_sum(fc_bop, sum_bop, ins, outs, ys, w_first, yt, x_first):
+def _fc_sizes(bop, ins, outs) -> tuple | None:
+    """(M, K, N) of an FC on float arrays of one dtype that the compiled forms handle, else None."""
+    x, w, b = ins
+    args = bound_args(bop)
+    if not same_floats(x, w, b) or args.get("float16_compute") or b.ndim != 1:
+        return None
+    a, aw = args["axis"], args["axis_w"]
+    a, aw = a + x.ndim if a < 0 else a, aw + w.ndim if aw < 0 else aw
+    if not (0 < a < x.ndim and 0 < aw < w.ndim):
+        return None
+    m, k, n = math.prod(x.shape[:a]), math.prod(x.shape[a:]), math.prod(w.shape[:aw])
+    if w.size != n * k or b.size != n or outs[0].size != m * n:
+        return None
+    return m, k, n
+
+
+def fc_row(bop, ins, outs):
+    """FC of one float32 row with the fused kernels (the FC fused kernel's arithmetic: numba's fc_row, the
+    product and the bias in one pass over W), straight into the output; with the Sum after it, fc_row_sum."""
+    from .fused import kernels
+
+    compiled, sizes = kernels(), _fc_sizes(bop, ins, outs)
+    if compiled is None or sizes is None or sizes[0] != 1 or ins[0].dtype != np.float32 or outs[0].dtype != np.float32:
+        return None
+    _, k, n = sizes
+    ws, xk, yn, row = (n, k), (k,), (n,), compiled.fc_row
+
+    def run(ins, outs):
+        x, w, b = ins
+        row(shaped(w, ws), shaped(x, xk), b, shaped(outs[0], yn))
+
+    def fuse(next_bop, ins, outs):
+        pair = _sum_pair(bop, next_bop, ins, outs, n)
+        if pair is None:
+            return None
+        other, into = pair
+        row_sum = compiled.fc_row_sum
+
+        def both(ins, outs):
+            y = shaped(outs[0], yn)
+            row_sum(shaped(ins[1], ws), shaped(ins[0], xk), ins[2], shaped(ins[3 + other], yn), y,
+                    y if into else shaped(outs[1], yn))
+        return Fast(both)
+    return Fast(run, fuse=fuse)
+
+
+def _sum_pair(fc_bop, sum_bop, ins, outs, size: int) -> tuple | None:
+    """(which Sum input is not the FC's output, whether the Sum writes in place over it) for an FC followed by
+    Sum(y, z) -> s (either input order; s may be z or y) that one pass may compute: float32, two inputs of the
+    FC output's size, no partial overlap between y, z and s. None otherwise."""
+    y = fc_bop.outputs[0]
+    if (len(sum_bop.inputs) != 2 or sum(b is y for b in sum_bop.inputs) != 1
+            or any(a.dtype != np.float32 for a in (*ins, outs[0])) or any(a.size != size for a in (*ins[3:], outs[0]))):
+        return None
+    other = 1 if sum_bop.inputs[0] is y else 0
+    y_now, z_now, s_now = y.value, ins[3 + other], outs[0]
+    if np.may_share_memory(z_now, y_now) or (s_now is not y_now and s_now is not z_now and any(
+            np.may_share_memory(s_now, a) for a in (y_now, z_now))):
+        return None      # one pass over overlapping arrays would read values the two ops never see
+    return other, sum_bop.outputs[0] is y
+
+
+def _with_sum(fc_bop, sum_bop, ins, outs, ys, w_first, x_first):
     """The form of FC(x, W, b) -> y followed by Sum(y, z) -> s (either input order; s may be z or y): the
     product as the FC form computes it, then one numba pass (no fast-math: the same float32 additions in the
     same order as the two ops) writes y = product + b and s = y + z. None unless float32, a Sum of two inputs,
@@ -89,27 +152,16 @@ def _with_sum(fc_bop, sum_bop, ins, outs, ys, w_first, yt, x_first):
     from .fused import kernels
 
     compiled = kernels()
-    y = fc_bop.outputs[0]
-    if (compiled is None or len(sum_bop.inputs) != 2 or sum(b is y for b in sum_bop.inputs) != 1
-            or any(a.dtype != np.float32 for a in (*ins, outs[0]))
-            or any(a.size != ys[0] * ys[1] for a in (*ins[3:], outs[0]))):
+    pair = None if compiled is None else _sum_pair(fc_bop, sum_bop, ins, outs, ys[0] * ys[1])
+    if pair is None:
         return None
-    other = 1 if sum_bop.inputs[0] is y else 0
-    y_now, z_now, s_now = y.value, ins[3 + other], outs[0]
-    if np.may_share_memory(z_now, y_now) or (s_now is not y_now and s_now is not z_now and any(
-            np.may_share_memory(s_now, a) for a in (y_now, z_now))):
-        return None      # one pass over overlapping arrays would read values the two ops never see
-    into = sum_bop.outputs[0] is y      # Sum in place over y (the LSTM step nets' gates): y = (p + b) + z
+    other, into = pair       # into: Sum in place over y (the LSTM step nets' gates): y = (p + b) + z
     kernel = compiled.bias_sum_into if into else compiled.bias_sum
     scratch = None if x_first is None else np.empty(ys, np.float32)   # the X·Wᵀ forms' product
 
     def run(ins, outs):
         x, w, b, z = ins[0], ins[1], ins[2], shaped(ins[3 + other], ys)
-        if x_first is not None and x_first(x, w, scratch):
-            p = scratch
-        else:
-            w_first(x, w)
-            p = yt.T
+        p = scratch if x_first is not None and x_first(x, w, scratch) else w_first(x, w)
         if into:
             kernel(p, b, z, shaped(outs[0], ys))
         else:

@@ -15,14 +15,24 @@ error message as before) and the program is built from its arrays: each op's com
 An op without a compiled form, an output in an outer workspace written other than in place, a view output
 overlapping an input, or a non-numpy input leaves the net interpreted. Every later timestep runs the routine
 of its step workspace: one call per op on the blobs' current arrays, no dispatch, checks or allocation.
+
+Plain nets run many times (a predict net called per character, per image) compile the same way, per run
+instead of per timestep (`StepCompiler(main=True)`, kept by every top-level executor.Net): the first run with
+a new signature of the net's external inputs runs op by op and the program is built from its arrays; later
+runs of that signature run the routine. Their buffers are the net's own blobs, reused from run to run as
+Caffe2 reuses a tensor's memory, but only while nothing else holds one (a user's reference, another blob: then
+that run gets a fresh array, so no earlier value ever changes under its holder); a blob the net reads before
+writing it keeps being written only by ops that write it in place in the interpreted net too.
 """
 from __future__ import annotations
+
+import sys
 
 import numpy as np
 
 from ..executor import _failure
 from .fused import enabled
-from .kernels import compiled_form
+from .kernels import BLOB_FORMS, compiled_form, has_form
 
 _BUFFER, _VIEW, _INPLACE, _LINKS = "buffer", "view", "in place", "links"
 
@@ -39,20 +49,40 @@ def external_blobs(net) -> list:
     return external
 
 
-def signature(blobs) -> tuple | None:
-    """(shape, dtype) of every external input, or None when one is not a numpy array."""
-    sig = []
-    for blob in blobs:
-        v = blob.value
-        if type(v) is not np.ndarray:
-            return None
-        sig.append((v.shape, v.dtype))
-    return tuple(sig)
+_UNSEEN = object()     # no blob's value
 
 
-def _owned(ws, blob) -> bool:
-    """Whether blob belongs to the step workspace or to the workspace shared by the steps."""
-    return any(w is not None and w.local_blob(blob.name) is blob for w in (ws, ws.parent))
+class _Inputs:
+    """A bound net's external blobs and the signature of their values, rechecked per run: a value that is the
+    same array as at the last check is not looked at again (no stepnet code changes an array's shape or dtype
+    in place; a fed or newly computed value is a new array), so a run whose weights stay put checks only
+    the inputs that were fed."""
+    __slots__ = ("net", "blobs", "values", "sig")
+
+    def __init__(self, net):
+        self.net, self.blobs = net, external_blobs(net)
+        self.values, self.sig = [_UNSEEN] * len(self.blobs), None
+
+    def signature(self) -> tuple | None:
+        values, changed, i = self.values, self.sig is None, 0
+        for blob in self.blobs:
+            v = blob.value
+            if v is not values[i]:
+                if type(v) is not np.ndarray:
+                    self.values, self.sig = [_UNSEEN] * len(self.blobs), None
+                    return None
+                values[i] = v
+                changed = changed or self.sig[i] != (v.shape, v.dtype)
+            i += 1
+        if changed:
+            self.sig = tuple((v.shape, v.dtype) for v in values)
+        return self.sig
+
+
+def _owned(ws, blob, main: bool) -> bool:
+    """Whether blob belongs to the step workspace or to the workspace shared by the steps (main: to the net's
+    own workspace)."""
+    return any(w is not None and w.local_blob(blob.name) is blob for w in ((ws,) if main else (ws, ws.parent)))
 
 
 def _writes_in_place(bop, blob) -> bool:
@@ -62,20 +92,22 @@ def _writes_in_place(bop, blob) -> bool:
     return bool(pairs & set(schema.enforce_inplace)) or ((0, 0) in pairs and schema.inplace_kernel is not None)
 
 
-def _kinds(net, bop, ins, outs, views, buffers) -> list | None:
+def _kinds(net, bop, ins, outs, views, buffers, main: tuple | None = None) -> list | None:
     """What each output of a compiled op is (in place, a view, a buffer; see the module doc), or None when
-    one cannot be written by a compiled routine."""
+    one cannot be written by a compiled routine. main: (ids of the external blobs,) of a plain net."""
     kinds = []
     for blob, value in zip(bop.outputs, outs):
+        external = main is not None and id(blob) in main[0]
         if any(blob is b for b in bop.inputs):
-            if not (id(blob) in views or _owned(net.workspace, blob) or _writes_in_place(bop, blob)):
+            if not (id(blob) in views or (_owned(net.workspace, blob, main is not None) and not external)
+                    or _writes_in_place(bop, blob)):
                 return None
             kinds.append((_INPLACE, None, None))
         elif id(blob) in views:
             if not blob.view or any(np.may_share_memory(value, x) for x in ins):
                 return None
             kinds.append((_VIEW, None, None))
-        elif _owned(net.workspace, blob):
+        elif _owned(net.workspace, blob, main is not None) and not external and not blob.view:
             spec = (value.shape, value.dtype)
             if buffers.setdefault(id(blob), spec) != spec:
                 return None
@@ -85,7 +117,7 @@ def _kinds(net, bop, ins, outs, views, buffers) -> list | None:
     return kinds
 
 
-def _fused_pair(net, i, fast, views, buffers) -> tuple | None:
+def _fused_pair(net, i, fast, views, buffers, main) -> tuple | None:
     """(the fused form of op i with the Sum j that first reads op i's output, the kinds of the Sum's outputs,
     j), or None: only where op i's form can fuse, and no op between them touches the FC's output or the Sum's
     other input or output (so the Sum may run right after op i: the same values). Every output is written."""
@@ -102,7 +134,7 @@ def _fused_pair(net, i, fast, views, buffers) -> tuple | None:
     ins, outs = [b.value for b in nxt.inputs], [b.value for b in nxt.outputs]
     if not all(type(v) is np.ndarray for v in ins + outs) or compiled_form(nxt, ins, outs) is None:
         return None
-    kinds = _kinds(net, nxt, ins, outs, views, buffers)
+    kinds = _kinds(net, nxt, ins, outs, views, buffers, main)
     pair = fast.fuse(nxt, [b.value for b in net.ops[i].inputs] + ins, outs) if kinds is not None else None
     return None if pair is None else (pair, kinds, j)
 
@@ -110,19 +142,21 @@ def _fused_pair(net, i, fast, views, buffers) -> tuple | None:
 class Program:
     """Per op of the step net: its compiled form and what each of its outputs is."""
 
-    def __init__(self, ops, begins=()):
+    def __init__(self, ops, begins=(), main: bool = False):
         self.ops = ops   # [(Fast, [(kind, shape, dtype) per output], (op index, ...))]: in the order they run
         self.begins = tuple(begins)   # [(op index, input index, fn)]: each op's per-run setup (Fast.begin)
+        self.main = main              # a plain net's program: its buffers are checked out per run
 
     @classmethod
-    def of(cls, net) -> "Program | None":
-        """The program of a bound step net that has just run one timestep, or None when it cannot be
-        compiled. With the fused kernels on, an FC whose output a Sum reads next takes that Sum into its entry
-        (FC bias + Sum; not under --profile, which times every op)."""
+    def of(cls, net, main: bool = False) -> "Program | None":
+        """The program of a bound step net that has just run one timestep (main: a plain net that has just
+        run), or None when it cannot be compiled. With the fused kernels on, an FC whose output a Sum reads
+        next takes that Sum into its entry (FC bias + Sum; not under --profile, which times every op)."""
         if net.check_nan or net.mixed_devices:
             return None
         fused, profiled = enabled(net.workspace), net.workspace.profiler is not None   # --profile: op by op
         ops, views, buffers, taken = [], set(), {}, set()
+        outer = ({id(b) for b in external_blobs(net)},) if main else None
         for i, bop in enumerate(net.ops):
             if i in taken:
                 continue
@@ -130,18 +164,18 @@ class Program:
             if any(type(v) is not np.ndarray for v in ins):
                 return None
             fast = compiled_form(bop, ins, outs, fused) if all(type(v) is np.ndarray for v in outs) or \
-                bop.opdef.type == "rnn_internal_apply_links" else None
+                bop.opdef.type in BLOB_FORMS else None
             if fast is None:
                 return None
             if fast.blobs:
                 views.update(id(b) for b in bop.outputs)
                 ops.append((fast, [(_LINKS, None, None)] * len(outs), (i,)))
                 continue
-            kinds = _kinds(net, bop, ins, outs, views, buffers)
+            kinds = _kinds(net, bop, ins, outs, views, buffers, outer)
             if kinds is None:
                 return None
             indices = (i,)
-            pair = _fused_pair(net, i, fast, views, buffers) if fused and not profiled else None
+            pair = _fused_pair(net, i, fast, views, buffers, outer) if fused and not profiled else None
             if pair is not None:
                 fast, kinds, indices = pair[0]._replace(begin=fast.begin), kinds + pair[1], (i, pair[2])
                 taken.add(pair[2])
@@ -149,7 +183,7 @@ class Program:
         written = {id(b) for bop in net.ops for b in bop.outputs}
         begins = [(at[0], fast.begin[0], fast.begin[1]) for fast, _, at in ops
                   if fast.begin is not None and id(net.ops[at[0]].inputs[fast.begin[0]]) not in written]
-        return cls(ops, begins)
+        return cls(ops, begins, main)
 
     def begin(self, net) -> None:
         """Once per run, before its compiled timesteps: each op's per-run setup from its input's array (an
@@ -158,8 +192,10 @@ class Program:
             fn(net.ops[k].inputs[index].value)
 
     def routine(self, net):
-        """The routine of one step workspace's bound net: its buffers allocated (and bound to its blobs) now."""
-        entries, profiler, starts = [], net.workspace.profiler, []
+        """The routine of one step workspace's bound net (or of a plain net): its buffers allocated (and bound
+        to its blobs) now. run() -> False when it does not apply to this run (a plain net's buffer blob made a
+        view by another net): the net then runs op by op."""
+        entries, profiler, starts, buffers = [], net.workspace.profiler, [], {}
         for fast, kinds, at in self.ops:
             bops = [net.ops[k] for k in at]
             inputs = tuple(b for bop in bops for b in bop.inputs)
@@ -168,50 +204,99 @@ class Program:
                 if kind == _BUFFER:
                     blob.value = np.empty(shape, dtype)
                     blob.view = False
+                    buffers[id(blob)] = (blob, shape, dtype)
             fn = fast.fn if fast.rebind is None else fast.rebind(bops[0])
             if profiler is not None:   # --profile: each compiled op timed as its interpreted op would be
                 fn = profiler.timed(fn, net.name, bops[0].index, bops[0].opdef.type)
             entries.append((fn, inputs, outputs, fast.blobs))
             starts.append(at[0])
-        ops = net.ops
+        ops, checkout = net.ops, _checkout(list(buffers.values())) if self.main else None
+        body, at = _straight_line(entries)
 
-        def run() -> None:
-            k = 0
+        def run() -> bool:
+            if checkout is not None and not checkout():
+                return False
             try:
-                for fn, ins, outs, blobs in entries:
-                    fn([b.value for b in ins], outs if blobs else [b.value for b in outs])
-                    k += 1
+                body()
             except Exception as e:  # noqa: BLE001 - named after the op, as the executor does
-                bop = ops[starts[k]]
+                bop = ops[starts[at[0]]]
                 error = _failure(bop, [b.value for b in bop.inputs], e)
                 if error is e:
                     raise
                 raise error from e
+            return True
         return run
 
 
+def _straight_line(entries) -> tuple:
+    """(body, at): body() calls every entry's fn in order on its blobs' current values, as straight-line code
+    generated once (no loop over entries, no building of argument lists by iteration); at[0] is the index of
+    the entry running, for the error of one that raises. The source holds only generated names (f0, i0_1,
+    ...), never a blob's or op's name."""
+    names, lines, at = {}, [], [0]
+    for i, (fn, ins, outs, blobs) in enumerate(entries):
+        names[f"f{i}"] = fn
+        names.update((f"i{i}_{j}", b) for j, b in enumerate(ins))
+        if blobs:
+            names[f"o{i}"], out = outs, f"o{i}"
+        else:
+            names.update((f"o{i}_{j}", b) for j, b in enumerate(outs))
+            out = "[" + ", ".join(f"o{i}_{j}.value" for j in range(len(outs))) + "]"
+        args = ", ".join(f"i{i}_{j}.value" for j in range(len(ins)))
+        lines += [f"    at[0] = {i}", f"    f{i}([{args}], {out})"]
+    names["at"] = at
+    exec("def body():\n" + "\n".join(lines or ["    pass"]) + "\n", names)   # noqa: S102 - generated names only
+    return names["body"], at
+
+
+def _checkout(buffers):
+    """checkout() -> bool of a plain net's buffers, before each run: every buffer blob gets its buffer back
+    (a value fed in between is replaced, as the op would replace it), or a new one when something besides the
+    blob holds the buffer (a reference the user kept, another blob it was given to), so no value an earlier
+    run made changes under its holder. False, changing nothing, when a buffer blob has been made a view
+    (interpreted, an op writes through it)."""
+    held = [blob.value for blob, _, _ in buffers]
+    refs = sys.getrefcount
+
+    def checkout() -> bool:
+        i = 0
+        for blob, shape, dtype in buffers:    # (a False leaves buffer blobs the interpreted net writes first)
+            if blob.view:
+                return False
+            buf = held[i]
+            if refs(buf) > (4 if blob.value is buf else 3):   # held[i], buf, refs' argument (and the blob)
+                buf = held[i] = np.empty(shape, dtype)
+            blob.value = buf
+            i += 1
+        return True
+    return checkout
+
+
 class StepCompiler:
-    """What a RecurrentNetwork op keeps to run its step net compiled: the program for the current input
-    signature and one routine per bound step net (per step workspace).
+    """What a RecurrentNetwork op keeps to run its step net compiled (main: what a plain net keeps to run
+    compiled): the program for the current input signature and one routine per bound step net (per step
+    workspace).
 
     Per run: `start(net)` at the first timestep says whether the routine runs it; when it does not, the caller
-    runs the net and then calls `built(net)`; `run(net)` runs a timestep compiled."""
+    runs the net and then calls `built(net)`; `run(net)` runs a timestep compiled (False: it did not, run the
+    net op by op)."""
 
-    def __init__(self, enabled: bool = True):
+    def __init__(self, enabled: bool = True, main: bool = False):
         self.enabled = enabled
+        self.main = main
         self.signature = None
         self.program: Program | None = None
         self.pending = False
         self.routines: dict[int, tuple] = {}
-        self.externals: dict[int, tuple] = {}
+        self.externals: dict[int, _Inputs] = {}
 
     def start(self, net) -> bool:
         if not self.enabled:
             return False
         entry = self.externals.get(id(net))
-        if entry is None or entry[0] is not net:
-            entry = self.externals[id(net)] = (net, external_blobs(net))
-        sig = signature(entry[1])
+        if entry is None or entry.net is not net:
+            entry = self.externals[id(net)] = _Inputs(net)
+        sig = entry.signature()
         if sig is not None and sig == self.signature and not self.pending:
             if self.program is None:
                 return False
@@ -221,15 +306,23 @@ class StepCompiler:
         return False
 
     def built(self, net) -> None:
-        """After the first timestep of a run ran op by op: compile from its arrays (once per signature)."""
+        """After the first timestep of a run ran op by op: compile from its arrays (once per signature). A
+        plain net with an op that has no compiled form for any arrays is never compiled."""
         if self.pending:
             self.pending = False
-            self.program = Program.of(net)
+            if self.main and not all(has_form(bop) for bop in net.ops):
+                self.enabled = False
+                return
+            self.program = Program.of(net, self.main)
             if self.program is not None:
                 self.program.begin(net)
 
-    def run(self, net) -> None:
+    def routine(self, net):
+        """The routine of this bound net under the current program (made the first time it is asked for)."""
         entry = self.routines.get(id(net))
         if entry is None or entry[0] is not net:
             entry = self.routines[id(net)] = (net, self.program.routine(net))
-        entry[1]()
+        return entry[1]
+
+    def run(self, net) -> bool:
+        return self.routine(net)()

@@ -111,8 +111,39 @@ def _fc_gradient(g):
     g.op(g.def_.type + "Gradient", [g.I(0), g.I(1), g.GO(0)], [g.GI(1), g.GI(2), g.GI(0)])
 
 
+def _fused_fc(regular):
+    """FC's fused_kernel (Workspace.fused_cells): one row of float32 host arrays (sampling at batch 1) by numba's
+    fc_row, the product and the bias in one pass over W (within float32 rounding of the BLAS product, which
+    sums in another order; NaN and inf spread alike); other inputs take the regular kernel."""
+    plain = _fc_specialize(False)
+
+    def kernel(xp, X, W, b, axis=1, axis_w=1, float16_compute=False):
+        host = all(type(a) is np.ndarray for a in (X, W, b))
+        fast = specialize(X, W, b, axis, axis_w, float16_compute) if host else None
+        return regular(xp, X, W, b, axis, axis_w, float16_compute) if fast is None else fast(X, W, b)
+
+    def specialize(X, W, b, axis=1, axis_w=1, float16_compute=False):
+        from ..compiled.fused import kernels   # (import cycle: the compiled step nets build on the ops)
+
+        out_shape = fc_shape(X, W, b, axis, axis_w, False)
+        M, K, _ = view2d_shape(X.shape, axis)
+        compiled, N = kernels(), out_shape[-1]
+        if compiled is None or M != 1 or float16_compute or not X.dtype == W.dtype == b.dtype == np.float32:
+            return plain(X, W, b, axis, axis_w, float16_compute)
+        row, w2, x1 = compiled.fc_row, (N, K), (K,)
+
+        def fast(X, W, b):
+            y = np.empty(N, np.float32)
+            row(W.reshape(w2), X.reshape(x1), b, y)
+            return y.reshape(out_shape)
+        return fast
+    kernel.__doc__ = "FC with one fused float32 pass for a single row (Workspace.fused_cells)."
+    kernel.specialize = specialize
+    return kernel
+
+
 @op("FC", inputs=3, args={"axis": 1, "axis_w": 1, "float16_compute": False}, inplace=(),
-    shape=_fc_shape(False), gradient=_fc_gradient, specialize=_fc_specialize(False))
+    shape=_fc_shape(False), gradient=_fc_gradient, specialize=_fc_specialize(False), fused=_fused_fc)
 def fc(xp, X, W, b, axis=1, axis_w=1, float16_compute=False):
     """Fully connected layer Y = X·Wᵀ + b on the 2-D views of X (at axis, M x K) and W (at axis_w, N x K);
     Y has shape X.shape[:axis] + [N]."""

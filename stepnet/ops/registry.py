@@ -163,8 +163,9 @@ class Registry:
         """Test hook: type_'s record with `fields` (OpSchema fields: kernel, shape, inplace_kernel, ...)
         replaced while the context lasts; the original record is restored on exit."""
         saved = self.get(type_)
-        if "kernel" in fields and "specialize" not in fields:
-            fields["specialize"] = None    # a specialization belongs to the kernel it was written for
+        if "kernel" in fields:         # a specialization or fused form belongs to the kernel it was written for
+            fields.setdefault("specialize", None)
+            fields.setdefault("fused_kernel", None)
         self._ops[type_] = dataclasses.replace(saved, **fields)
         try:
             yield self._ops[type_]
