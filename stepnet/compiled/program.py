@@ -107,7 +107,10 @@ def _kinds(net, bop, ins, outs, views, buffers, main: tuple | None = None) -> li
             if not blob.view or any(np.may_share_memory(value, x) for x in ins):
                 return None
             kinds.append((_VIEW, None, None))
-        elif _owned(net.workspace, blob, main is not None) and not external and not blob.view:
+        elif (_owned(net.workspace, blob, main is not None) and not external and not blob.view
+              and not (main is not None and any(np.may_share_memory(value, x) for x in ins))):
+            # (a plain net's op whose result shares its input's memory, as a view or the array itself, keeps
+            # that sharing interpreted: a buffer would copy it)
             spec = (value.shape, value.dtype)
             if buffers.setdefault(id(blob), spec) != spec:
                 return None

@@ -1,0 +1,205 @@
+"""Plain nets run many times (stepnet.compiled.program, StepCompiler(main=True) kept by every top-level Net): the
+first run of a new input signature runs op by op and builds the program, later runs run it. Checked against the
+op-by-op path (Workspace(compile_steps=False)): every blob the same bits over a sampling loop that feeds its
+states back, for each cell, with and without the fused kernels; buffers reused only while nothing else holds them;
+a value fed into an output replaced as the op would; new shapes compiled again, bad ones refused with the op's
+message; what may not be compiled (a blob read before written, an op without a form, a result sharing its
+input's memory, a buffer blob made a view) runs op by op."""
+import importlib.util
+
+import numpy as np
+import pytest
+
+from stepnet import Workspace
+from stepnet.builder import BlobRef
+from stepnet.errors import OpError, ShapeError
+from stepnet.model import ModelBuilder
+from stepnet.proto import NetDef
+from stepnet.rnn_cell import basic_rnn, gru, lstm
+
+F = np.float32
+V, H = 7, 6
+FUSED = [pytest.param(False, id="numpy"),
+         pytest.param(True, id="fused", marks=pytest.mark.skipif(importlib.util.find_spec("numba") is None,
+                                                                 reason="numba (the fast extra) not installed"))]
+CELLS = {"lstm": (lstm, 2), "gru": (gru, 1), "rnn": (basic_rnn, 1)}
+
+
+def predict_net(cell: str, compiled: bool, fused: bool, batch: int = 1, steps: int = 1):
+    """(workspace, bound predict net, state names): one-hot input -> cell -> FC -> Softmax, initial states fed."""
+    make, n_states = CELLS[cell]
+    m = ModelBuilder("sample")
+    inits = [BlobRef(f"s{i}_init") for i in range(n_states)]
+    outs = make(m, BlobRef("x"), BlobRef("seq") if cell != "rnn" else None, inits, V, H, scope="C",
+                forward_only=True)
+    m.net.Softmax(m.fc(outs[0], "out", H, V, axis=2), BlobRef("probs"), axis=2)
+    ws = Workspace(seed=4, compile_steps=compiled, fused_cells=fused)
+    ws.run_net_once(m.init_net.proto())
+    feed_step(ws, 0, n_states, batch, steps)
+    return ws, ws.create_net(m.net.proto()), [str(outs[1 + 2 * i]) for i in range(n_states)]
+
+
+def feed_step(ws, ch, n_states, batch, steps, states=None):
+    x = np.zeros((steps, batch, V), F)
+    x[:, :, ch] = 1
+    ws.feed("x", x)
+    ws.feed("seq", np.full(batch, steps, np.int32))
+    for i in range(n_states):
+        ws.feed(f"s{i}_init", np.zeros((1, batch, H), F) if states is None else states[i])
+
+
+def sample(ws, net, lasts, chars, batch=1, steps=1):
+    """A greedy sampling loop (the previous character and states fed back); every blob after each run."""
+    seen, ch = [], 0
+    for _ in range(chars):
+        states = [ws.fetch(s) for s in lasts] if seen else None
+        feed_step(ws, ch, len(lasts), batch, steps, states)
+        net.run()
+        seen.append({b: ws.fetch(b) for b in ws.blobs() if isinstance(ws.find(b).value, np.ndarray)})
+        ch = int(ws.fetch("probs")[-1, 0].argmax())
+    return seen
+
+
+@pytest.mark.parametrize("batch, steps", [(1, 1), (3, 4)])
+@pytest.mark.parametrize("fused", FUSED)
+@pytest.mark.parametrize("cell", sorted(CELLS))
+def test_predict_nets_run_compiled_with_the_op_by_op_bits(cell, fused, batch, steps):
+    runs = []
+    for compiled in (True, False):
+        ws, net, lasts = predict_net(cell, compiled, fused, batch, steps)
+        runs.append(sample(ws, net, lasts, 5, batch, steps))
+        if compiled:
+            program, routines = net.compiler.program, net.compiler.routines
+    for got, want in zip(*runs):
+        assert got.keys() == want.keys()
+        for name, value in want.items():
+            np.testing.assert_array_equal(got[name], value, err_msg=name)
+    assert program is not None and routines, "the predict net never ran compiled"
+    assert [at for _, _, at in program.ops] == [(0,), (1,), (2,), (3,)]
+
+
+def address(ws, name) -> int:
+    return ws.get_blob(name).value.__array_interface__["data"][0]
+
+
+def test_buffers_are_reused_only_while_nothing_else_holds_them():
+    ws, net, lasts = predict_net("lstm", True, False)
+    for _ in range(3):
+        net.run()
+    where = address(ws, "probs")
+    net.run()
+    assert address(ws, "probs") == where                   # nothing else held it: rewritten in place
+    kept = ws.get_blob("probs").value                      # a reference kept past the run
+    before = kept.copy()
+    feed_step(ws, 3, 2, 1, 1)
+    net.run()
+    np.testing.assert_array_equal(kept, before)            # not changed under its holder
+    assert ws.get_blob("probs").value is not kept
+    assert not np.array_equal(ws.fetch("probs"), before)
+
+
+def test_a_value_fed_into_an_output_is_replaced_as_the_op_would():
+    ws, net, _ = predict_net("gru", True, False)
+    ref_ws, ref_net, _ = predict_net("gru", False, False)
+    for w, n in ((ws, net), (ref_ws, ref_net)):
+        n.run()
+        n.run()
+        w.feed("out", np.full((5, 5), 9, F))               # another shape, into the FC's output
+        w.feed("probs", np.zeros((1, 1, V), np.float64))   # another dtype, into Softmax's
+        n.run()
+    assert ws.fetch("out").shape == (1, 1, V) and ws.fetch("probs").dtype == F
+    for name in ("out", "probs"):
+        np.testing.assert_array_equal(ws.fetch(name), ref_ws.fetch(name))
+
+
+def test_new_shapes_compile_again_and_bad_ones_fail_as_op_by_op():
+    ws, net, lasts = predict_net("lstm", True, False)
+    ref_ws, ref_net, _ = predict_net("lstm", False, False)
+    for batch, steps in ((1, 1), (1, 1), (2, 3), (2, 3), (1, 1)):
+        for w, n in ((ws, net), (ref_ws, ref_net)):
+            feed_step(w, 2, 2, batch, steps)
+            n.run()
+        np.testing.assert_array_equal(ws.fetch("probs"), ref_ws.fetch("probs"))
+    assert net.compiler.program is not None
+    for w, n in ((ws, net), (ref_ws, ref_net)):
+        w.feed("out_w", np.zeros((V, H + 1), F))
+    with pytest.raises(ShapeError) as got:
+        net.run()
+    with pytest.raises(ShapeError) as want:
+        ref_net.run()
+    assert str(got.value) == str(want.value) and "op #2 (FC)" in str(got.value)
+
+
+def two_op_net(ws, first, second):
+    net = NetDef(name="n")
+    for op_type, inputs, output in (first, second):
+        op = net.op.add(type=op_type, output=[output] if output else [])
+        op.input.extend(inputs)
+    return ws.create_net(net)
+
+
+def test_a_blob_read_before_it_is_written_is_never_a_buffer():
+    """y is read (from the last run, or as fed) before the net writes it: the net stays op by op."""
+    ws = Workspace()
+    ws.feed("x", np.ones((2, 3), F))
+    ws.feed("y", np.full((2, 3), 2, F))
+    net = two_op_net(ws, ("Sigmoid", ["y"], "z"), ("Tanh", ["x"], "y"))
+    net.run()
+    kept = ws.get_blob("y").value
+    net.run()
+    assert net.compiler.program is None and ws.get_blob("y").value is not kept
+    np.testing.assert_array_equal(ws.fetch("z"), 1 / (1 + np.exp(-np.tanh(np.ones((2, 3), F)))))
+
+
+def test_a_result_sharing_its_inputs_memory_keeps_the_net_op_by_op():
+    ws = Workspace()
+    ws.feed("x", np.ones((2, 3), F))
+    net = two_op_net(ws, ("Alias", ["x"], "a"), ("Tanh", ["a"], "t"))
+    net.run()
+    net.run()
+    assert net.compiler.program is None and ws.get_blob("a").value is ws.get_blob("x").value
+
+
+def test_an_op_without_a_compiled_form_keeps_the_net_op_by_op_for_good():
+    ws = Workspace(seed=0)
+    ws.feed("x", np.ones((2, 3), F))
+    net = two_op_net(ws, ("Tanh", ["x"], "t"), ("Print", ["t"], None))
+    ws.reporter = lambda name, value: True
+    net.run()
+    assert not net.compiler.enabled
+
+
+def test_a_buffer_blob_made_a_view_runs_the_net_op_by_op_that_time():
+    ws = Workspace()
+    ws.feed("x", np.ones((2, 3), F))
+    net = two_op_net(ws, ("Tanh", ["x"], "t"), ("Sigmoid", ["t"], "s"))
+    net.run()
+    net.run()
+    assert net.compiler.program is not None
+    window = np.zeros((4, 3), F)
+    ws.get_blob("t").set_view(window[1:3])                 # as a link or alias would make it
+    net.run()
+    np.testing.assert_array_equal(window[1:3], np.tanh(np.ones((2, 3), F)))   # written through, as op by op
+    np.testing.assert_array_equal(ws.fetch("s"), 1 / (1 + np.exp(-np.tanh(np.ones((2, 3), F)))))
+
+
+def test_an_entry_that_raises_is_named_after_its_op():
+    ws, net, _ = predict_net("rnn", True, False)
+    net.run()
+    net.run()
+    program = net.compiler.program
+    fast, kinds, at = program.ops[2]
+
+    def broken(ins, outs):
+        raise ValueError("deliberately broken")
+    program.ops[2] = (fast._replace(fn=broken), kinds, at)
+    net.compiler.routines = {}
+    with pytest.raises(OpError, match=r"op #2 \(FC\) failed: ValueError: deliberately broken"):
+        net.run()
+
+
+def test_without_compile_steps_a_net_is_never_compiled():
+    ws, net, _ = predict_net("lstm", False, False)
+    for _ in range(3):
+        net.run()
+    assert net.compiler.program is None
