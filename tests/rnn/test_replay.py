@@ -1,0 +1,101 @@
+"""RecurrentNetwork's replay of a compiled run (stepnet/ops/recurrent.py `_Replay`): a run whose timesteps all
+ran compiled is kept, and a later run whose inputs have its signature only copies the initial states in, runs
+the compiled timesteps and points the aliases at the states. Against the op-by-op path (compile_steps=False),
+in a net that stays interpreted itself (a Print in it), so the op is called by the executor: the same bits over
+runs that change values, sequence lengths and shapes; a step net reading an outer blob that is not an op input
+keeps its own signature check (a changed dtype there fails as op by op); a state blob given another array
+runs the op in full."""
+import numpy as np
+import pytest
+
+from stepnet import Workspace
+from stepnet.builder import BlobRef
+from stepnet.errors import StepnetError
+from stepnet.model import ModelBuilder
+from stepnet.rnn_cell import lstm
+
+F = np.float32
+T, N, D, H = 3, 2, 4, 5
+
+
+def model(drop_seq_input: bool = False):
+    m = ModelBuilder("m")
+    out = lstm(m, BlobRef("X"), BlobRef("seq"), [BlobRef("h0"), BlobRef("c0")], D, H, scope="L",
+               forward_only=True)
+    m.net.Print(m.net.Tanh(out[0], BlobRef("t")), [])          # no compiled form: the net runs op by op
+    proto = m.net.proto()
+    if drop_seq_input:                  # the step net still reads "seq", from the outer workspace, by name
+        rnn = next(op for op in proto.op if op.type == "RecurrentNetwork")
+        kept = [name for name in rnn.input if name != "seq"]
+        del rnn.input[:]
+        rnn.input.extend(kept)
+    return m, proto
+
+
+def feeds(rng, t=T, n=N, seq=None):
+    return {"X": rng.uniform(-1, 1, (t, n, D)).astype(F), "h0": rng.uniform(-1, 1, (1, n, H)).astype(F),
+            "c0": rng.uniform(-1, 1, (1, n, H)).astype(F),
+            "seq": np.array(seq if seq is not None else [t] * n, np.int32)}
+
+
+def runs(changes, compiled: bool, drop_seq_input=False):
+    """Per run: the feeds changes[r] fed, the net run; every blob after each run, and the forward op's state."""
+    m, proto = model(drop_seq_input)
+    ws = Workspace(seed=2, compile_steps=compiled, reporter=lambda name, value: True)
+    ws.run_net_once(m.init_net.proto())
+    seen = []
+    net = None
+    for values in changes:
+        for name, value in values.items():
+            if name.startswith("@"):
+                ws.get_blob(name[1:]).value = value.copy()      # a blob given another array
+            else:
+                ws.feed(name, value)
+        net = net or ws.create_net(proto)
+        net.run()
+        seen.append({b: ws.fetch(b) for b in ws.blobs() if isinstance(ws.find(b).value, np.ndarray)})
+    rnn = next(b for b in net.ops if b.opdef.type == "RecurrentNetwork")
+    return seen, rnn.call.args[0].state["forward"]
+
+
+def assert_same(changes, drop_seq_input=False):
+    got, fwd = runs(changes, True, drop_seq_input)
+    want, _ = runs(changes, False, drop_seq_input)
+    for g, w in zip(got, want):
+        assert g.keys() == w.keys()
+        for name, value in w.items():
+            np.testing.assert_array_equal(g[name], value, err_msg=name)
+    return fwd
+
+
+def test_runs_of_one_signature_replay_with_the_op_by_op_bits():
+    rng = np.random.default_rng(0)
+    fwd = assert_same([feeds(rng), feeds(rng), feeds(rng, seq=[1, 3]), feeds(rng, seq=[0, 2])])
+    assert fwd.replay is not None and fwd.replay.covered
+
+
+def test_new_shapes_run_in_full_then_replay_again():
+    rng = np.random.default_rng(1)
+    fwd = assert_same([feeds(rng), feeds(rng), feeds(rng, t=5, n=3), feeds(rng, t=5, n=3), feeds(rng)])
+    assert fwd.replay is not None and fwd.replay.T == T
+
+
+def test_a_step_input_that_is_not_an_op_input_keeps_its_own_check():
+    rng = np.random.default_rng(2)
+    fwd = assert_same([feeds(rng), feeds(rng, seq=[2, 3]), feeds(rng, seq=[1, 1])], drop_seq_input=True)
+    assert fwd.replay is not None and not fwd.replay.covered
+    bad = feeds(rng)
+    bad["seq"] = bad["seq"].astype(np.float32)             # same shape, another dtype: LSTMUnit refuses it
+    errors = []
+    for compiled in (True, False):
+        with pytest.raises(StepnetError) as e:
+            runs([feeds(rng), feeds(rng), bad], compiled, drop_seq_input=True)
+        errors.append(str(e.value))
+    assert errors[0] == errors[1] and "seq" in errors[0]
+
+
+def test_a_state_blob_given_another_array_runs_the_op_in_full():
+    rng = np.random.default_rng(3)
+    other = np.full((T + 1, N, H), 7, F)
+    fwd = assert_same([feeds(rng), feeds(rng), {**feeds(rng), "@L/L/hidden_t_prev_states": other}, feeds(rng)])
+    assert fwd.replay is not None
