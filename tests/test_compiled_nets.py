@@ -121,7 +121,7 @@ def test_new_shapes_compile_again_and_bad_ones_fail_as_op_by_op():
             n.run()
         np.testing.assert_array_equal(ws.fetch("probs"), ref_ws.fetch("probs"))
     assert net.compiler.program is not None
-    for w, n in ((ws, net), (ref_ws, ref_net)):
+    for w in (ws, ref_ws):
         w.feed("out_w", np.zeros((V, H + 1), F))
     with pytest.raises(ShapeError) as got:
         net.run()
@@ -203,3 +203,51 @@ def test_without_compile_steps_a_net_is_never_compiled():
     for _ in range(3):
         net.run()
     assert net.compiler.program is None
+
+
+def test_input_signatures_are_rechecked_for_changed_arrays_only():
+    from stepnet.compiled.program import _Inputs
+
+    ws = Workspace()
+    ws.feed("x", np.ones((2, 3), F))
+    ws.feed("w", np.ones((3,), F))
+    net = two_op_net(ws, ("Mul", ["x", "w"], "y"), ("Tanh", ["y"], "t"))
+    inputs = _Inputs(net)
+    first = inputs.signature()
+    assert first == (((2, 3), np.dtype(F)), ((3,), np.dtype(F)))
+    assert inputs.signature() is first                     # same arrays: the same signature object
+    ws.feed("x", np.zeros((2, 3), F))
+    assert inputs.signature() == first                     # a new array of the same shape
+    ws.feed("x", np.zeros((4, 3), F))
+    assert inputs.signature()[0] == ((4, 3), np.dtype(F))
+    ws.get_blob("w").value = None                          # no array: no signature, then back
+    assert inputs.signature() is None
+    ws.feed("w", np.ones((3,), np.float64))
+    assert inputs.signature()[1] == ((3,), np.dtype(np.float64))
+
+
+def test_a_link_view_is_made_again_only_for_another_array_or_rows():
+    import functools
+    import types
+
+    from stepnet.compiled.kernels import apply_links
+    from stepnet.workspace import Blob
+
+    bop = types.SimpleNamespace(plain=functools.partial(print, offsets=[0, 1], windows=[1, 1]),
+                                opdef=types.SimpleNamespace(input=["t", "xs", "states"]))
+    xs, states = np.arange(6, dtype=F).reshape(3, 2), np.zeros((4, 2), F)
+    blobs = (Blob("x_t"), Blob("s_t"))
+    fast = apply_links(bop, [np.array([0], np.int32), xs, states], [None, None])
+    fast.fn([np.array([1], np.int32), xs, states], blobs)
+    first = blobs[0].value
+    np.testing.assert_array_equal(first, xs[1:2])
+    assert np.shares_memory(blobs[1].value, states[2:3]) and all(b.view for b in blobs)
+    fast.fn([np.array([1], np.int32), xs, states], blobs)
+    assert blobs[0].value is first                          # the same rows of the same array: its view again
+    fast.fn([np.array([2], np.int32), xs, states], blobs)
+    np.testing.assert_array_equal(blobs[0].value, xs[2:3])
+    other = xs + 10
+    fast.fn([np.array([2], np.int32), other, states], blobs)
+    np.testing.assert_array_equal(blobs[0].value, other[2:3])
+    with pytest.raises(ShapeError, match=r"link .x_t. -> .xs.: at timestep 3"):
+        fast.fn([np.array([3], np.int32), xs, states], blobs)
