@@ -251,3 +251,33 @@ def test_a_link_view_is_made_again_only_for_another_array_or_rows():
     np.testing.assert_array_equal(blobs[0].value, other[2:3])
     with pytest.raises(ShapeError, match=r"link .x_t. -> .xs.: at timestep 3"):
         fast.fn([np.array([3], np.int32), xs, states], blobs)
+
+
+@pytest.mark.parametrize("spoil", [False, True])
+def test_one_hot_rows_are_gathered_compiled_as_op_by_op(spoil, monkeypatch):
+    """An FC over 80 one-hot rows: gathered in the compiled form as in the kernel (an inf in W: the GEMM, its
+    NaNs), the same bits either way."""
+    import stepnet.compiled.products as products
+    from stepnet.ops.fc_onehot import gather_fc
+
+    gathered = []
+    monkeypatch.setattr(products, "gather_fc", lambda *a: gathered.append(1) or gather_fc(*a))
+    rng = np.random.default_rng(7)
+    x = np.eye(V, dtype=F)[rng.integers(0, V, 80)]
+    w, b = rng.standard_normal((5, V)).astype(F), rng.standard_normal(5).astype(F)
+    if spoil:
+        w[2, 3] = np.inf
+    results = []
+    for compiled in (True, False):
+        ws = Workspace(compile_steps=compiled)
+        for name, value in (("x", x), ("w", w), ("b", b)):
+            ws.feed(name, value)
+        net = two_op_net(ws, ("FC", ["x", "w", "b"], "y"), ("Relu", ["y"], "r"))
+        with np.errstate(invalid="ignore"):
+            for _ in range(3):
+                net.run()
+        results.append((ws.fetch("y"), ws.fetch("r")))
+        assert (net.compiler.program is not None) == compiled
+    for got, want in zip(*results):
+        np.testing.assert_array_equal(got, want)
+    assert gathered and np.isnan(results[0][0]).any() == spoil

@@ -9,6 +9,7 @@ import time
 import numpy as np
 
 from ..errors import ShapeError
+from ..ops.fc_onehot import ONE_HOT_ROWS, gather_fc
 from .cells import Fast, bound_args, same_floats, shaped
 
 
@@ -75,6 +76,14 @@ def fc(bop, ins, outs, parts: int | None = None):
     if parts is None:
         parts = _fastest(m, k, n, x.dtype, by_w, by_x)
     run, begin, x_first = by_x(parts) if parts else (by_w, None, None)
+    if m >= ONE_HOT_ROWS and k <= m:      # one-hot rows (a char-rnn's input) gathered, as the FC kernel does
+        product = run
+
+        def run(ins, outs):
+            x, w, b = ins
+            if gather_fc(np.ascontiguousarray(shaped(x, xs)), shaped(w, ws).T, b, shaped(outs[0], ys)) is None:
+                product(ins, outs)
+        return Fast(run, begin=None if begin is None else (1, begin))
 
     def fuse(next_bop, ins, outs):
         """FC bias + the Sum that reads its output, in one pass (see _with_sum)."""

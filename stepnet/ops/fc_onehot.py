@@ -35,10 +35,10 @@ def one_hot_columns(X2) -> np.ndarray | None:
     return idx if (X2[np.arange(X2.shape[0]), idx] == 1).all() else None
 
 
-def gather_fc(X2, Wt, b) -> np.ndarray | None:
+def gather_fc(X2, Wt, b, out=None) -> np.ndarray | None:
     """X2·Wt + b for one-hot rows of X2 (Wt: the K×N weight, a view of any layout), or None where X2 is not
     one-hot, Wt + b is not finite, or the K×N table would be larger than the M×N result (a vocabulary wider
-    than the batch: the GEMM then, whose memory is the result's)."""
+    than the batch: the GEMM then, whose memory is the result's). out: an M×N array to write it into."""
     if not X2.dtype == Wt.dtype == b.dtype or X2.shape[1] > X2.shape[0]:
         return None
     idx = one_hot_columns(X2)
@@ -47,7 +47,9 @@ def gather_fc(X2, Wt, b) -> np.ndarray | None:
     table = Wt + b
     if not np.isfinite(table).all():
         return None
-    return table.take(idx, axis=0)
+    if out is None:
+        return table.take(idx, axis=0)
+    return table.take(idx, axis=0, out=out, mode="clip")   # (idx are in range; "raise" would buffer out)
 
 
 def scatter_weight_grad(X2, G, kernels) -> np.ndarray | None:
