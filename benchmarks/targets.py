@@ -245,8 +245,8 @@ def main() -> None:
     p.add_argument("--cells", nargs="+", default=["lstm", "gru", "rnn"])
     p.add_argument("--hidden", type=int, nargs="+", default=[128, 512])
     p.add_argument("--fused-cells", choices=("auto", "on", "off"), default="auto",
-                   help="stepnet's numba kernels: cells, Softmax, one-hot FC gradient (Workspace.fused_cells; "
-                        "auto: when installed)")
+                   help="stepnet's numba kernels: cells, Softmax, one-row FC, one-hot FC gradient "
+                        "(Workspace.fused_cells; auto: when installed)")
     p.add_argument("--write", action="store_true")
     args = p.parse_args()
     args.fused = {"auto": None, "on": True, "off": False}[args.fused_cells]
@@ -278,7 +278,7 @@ def main() -> None:
         f"{os.cpu_count()} CPUs, Python {platform.python_version()}, numpy {np.__version__}, torch {torch.__version__}",
         f"- threads: {args.threads} (numpy BLAS: {blas}; torch {torch.get_num_threads()}; onnxruntime intra-op "
         f"{args.threads})",
-        f"- stepnet's LSTM/GRU cell, Softmax and one-hot FC gradient arithmetic: {cells_of(args.fused)}",
+        f"- stepnet's LSTM/GRU cell, Softmax, one-row FC and one-hot FC gradient arithmetic: {cells_of(args.fused)}",
         f"- load average at the start (1, 5, 15 min): {load}; at the end: "
         + ", ".join(f"{v:.2f}" for v in os.getloadavg()),
         f"- command: `{command}`",

@@ -58,9 +58,9 @@ class Workspace:
     chain; creating a blob that exists anywhere in the chain binds to that existing blob (§2). `limits` says
     what its models may read, write and allocate (default Limits(): paths under the working directory of now,
     blobs up to a quarter of the memory); child workspaces inherit their parent's. compile_steps=False runs
-    RecurrentNetwork step nets op by op (the reference path); fused_cells=False keeps the LSTM/GRU cells, Softmax
-    and the one-hot FC weight gradient in numpy, True asks for their numba forms (the `fast` extra), None
-    (default) uses them when numba is installed."""
+    RecurrentNetwork step nets, and plain nets run many times, op by op (the reference path); fused_cells=False
+    keeps the LSTM/GRU cells, Softmax, FC of one row and the one-hot FC weight gradient in numpy, True asks for
+    their numba forms (the `fast` extra), None (default) uses them when numba is installed."""
 
     def __init__(self, parent: "Workspace | None" = None, *, seed: int | None = None, gpu: str | None = None,
                  strict: bool | None = None, check_nan: bool | None = None, limits: Limits | None = None,
@@ -77,7 +77,7 @@ class Workspace:
         self.gpu = gpu if gpu is not None else ("auto" if root else parent.gpu)
         self.strict = bool(strict) if strict is not None else (False if root else parent.strict)
         self.check_nan = bool(check_nan) if check_nan is not None else (False if root else parent.check_nan)
-        # RecurrentNetwork step nets run compiled (stepnet.compiled) unless False: the op-by-op path is the reference
+        # step nets and plain nets run many times run compiled (stepnet.compiled) unless False (op by op: the reference)
         self.compile_steps = (bool(compile_steps) if compile_steps is not None
                               else (True if root else parent.compile_steps))
         # numba's fused kernels (cells, Softmax, one-hot FC gradient; the `fast` extra); None: when numba is installed

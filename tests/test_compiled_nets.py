@@ -281,3 +281,14 @@ def test_one_hot_rows_are_gathered_compiled_as_op_by_op(spoil, monkeypatch):
     for got, want in zip(*results):
         np.testing.assert_array_equal(got, want)
     assert gathered and np.isnan(results[0][0]).any() == spoil
+
+
+def test_recurrent_networks_compile_in_plain_nets_only():
+    from stepnet.compiled.kernels import compiled_form
+
+    ws, net, _ = predict_net("lstm", True, False)
+    net.run()
+    rnn = net.ops[1]
+    ins, outs = [b.value for b in rnn.inputs], [b.value for b in rnn.outputs]
+    assert compiled_form(rnn, ins, outs, main=True) is not None
+    assert compiled_form(rnn, ins, outs) is None            # not in a step net's program

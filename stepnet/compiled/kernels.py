@@ -296,6 +296,7 @@ def recurrent_network(bop, ins, outs):
 
 
 BLOB_FORMS = frozenset(("rnn_internal_apply_links", "RecurrentNetwork"))   # forms that set their output blobs
+MAIN_ONLY = frozenset(("RecurrentNetwork",))                                 # forms for plain nets only
 SPECIALIZED["RecurrentNetwork"] = (recurrent.recurrent_network, recurrent_network)
 
 
@@ -305,8 +306,12 @@ def has_form(bop) -> bool:
     return t in SPECIALIZED or t in FUSED or t in SHAPE_DETERMINED
 
 
-def compiled_form(bop, ins, outs, fused: bool = False) -> Fast | None:
-    """The op's compiled form for these arrays, or None; with `fused`, a cell op's fused form where it has one."""
+def compiled_form(bop, ins, outs, fused: bool = False, main: bool = False) -> Fast | None:
+    """The op's compiled form for these arrays, or None; with `fused`, a cell op's fused form where it has one.
+    main: for a plain net's program (RecurrentNetwork's form is only there: its replay trusts that the net's
+    own signature check covers its inputs, and one bound op serves the net)."""
+    if bop.opdef.type in MAIN_ONLY and not main:
+        return None
     kernel, make = SPECIALIZED.get(bop.opdef.type, (None, None))
     if fused and bop.opdef.type in FUSED and bop.schema.kernel is kernel:
         fast = FUSED[bop.opdef.type](bop, ins, outs)

@@ -166,7 +166,7 @@ class Program:
             ins, outs = [b.value for b in bop.inputs], [b.value for b in bop.outputs]
             if any(type(v) is not np.ndarray for v in ins):
                 return None
-            fast = compiled_form(bop, ins, outs, fused) if all(type(v) is np.ndarray for v in outs) or \
+            fast = compiled_form(bop, ins, outs, fused, main) if all(type(v) is np.ndarray for v in outs) or \
                 bop.opdef.type in BLOB_FORMS else None
             if fast is None:
                 return None
