@@ -10,20 +10,13 @@ import types
 import numpy as np
 import pytest
 
-from stepnet.testing import run_op
-from stepnet.workspace import Blob, Workspace
+from test_fused_softmax import fused, plain   # (run_op with the fused kernels on / off)
+
+from stepnet.workspace import Blob
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("numba") is None,
                                 reason="numba (the fast extra, in the test extra) is not installed")
 F = np.float32
-
-
-def fused(op_type, inputs, **args):
-    return run_op(op_type, inputs, ws=Workspace(fused_cells=True), **args)
-
-
-def plain(op_type, inputs, **args):
-    return run_op(op_type, inputs, ws=Workspace(fused_cells=False), **args)
 
 
 def fc_inputs(x_shape, w_shape, axis_w=1, seed=0, dtype=F):
