@@ -1,10 +1,11 @@
 """Plain nets run many times (stepnet.compiled.program, StepCompiler(main=True) kept by every top-level Net): the
-first run of a new input signature runs op by op and builds the program, later runs run it. Checked against the
-op-by-op path (Workspace(compile_steps=False)): every blob the same bits over a sampling loop that feeds its
-states back, for each cell, with and without the fused kernels; buffers reused only while nothing else holds them;
-a value fed into an output replaced as the op would; new shapes compiled again, bad ones refused with the op's
-message; what may not be compiled (a blob read before written, an op without a form, a result sharing its
-input's memory, a buffer blob made a view) runs op by op."""
+first two runs of a new input signature run op by op, the second builds the program, later runs run it.
+Checked against the op-by-op path (Workspace(compile_steps=False)): every blob the same bits over a sampling
+loop that feeds its states back, for each cell, with and without the fused kernels; buffers reused only while
+nothing else holds them; a value fed into an output replaced as the op would; new shapes compiled again, bad
+ones refused with the op's message; what may not be compiled (a blob read before written, an op without a
+form, a result sharing its input's memory, a buffer blob made a view) runs op by op; a net run once is never
+compiled."""
 import importlib.util
 
 import numpy as np
@@ -115,7 +116,7 @@ def test_a_value_fed_into_an_output_is_replaced_as_the_op_would():
 def test_new_shapes_compile_again_and_bad_ones_fail_as_op_by_op():
     ws, net, lasts = predict_net("lstm", True, False)
     ref_ws, ref_net, _ = predict_net("lstm", False, False)
-    for batch, steps in ((1, 1), (1, 1), (2, 3), (2, 3), (1, 1)):
+    for batch, steps in ((1, 1), (1, 1), (1, 1), (2, 3), (2, 3), (2, 3), (1, 1), (1, 1)):
         for w, n in ((ws, net), (ref_ws, ref_net)):
             feed_step(w, 2, 2, batch, steps)
             n.run()
@@ -173,8 +174,8 @@ def test_a_buffer_blob_made_a_view_runs_the_net_op_by_op_that_time():
     ws = Workspace()
     ws.feed("x", np.ones((2, 3), F))
     net = two_op_net(ws, ("Tanh", ["x"], "t"), ("Sigmoid", ["t"], "s"))
-    net.run()
-    net.run()
+    for _ in range(3):
+        net.run()
     assert net.compiler.program is not None
     window = np.zeros((4, 3), F)
     ws.get_blob("t").set_view(window[1:3])                 # as a link or alias would make it
@@ -292,3 +293,19 @@ def test_recurrent_networks_compile_in_plain_nets_only():
     ins, outs = [b.value for b in rnn.inputs], [b.value for b in rnn.outputs]
     assert compiled_form(rnn, ins, outs, main=True) is not None
     assert compiled_form(rnn, ins, outs) is None            # not in a step net's program
+
+
+def test_a_net_run_once_is_not_compiled(monkeypatch):
+    from stepnet.compiled.program import Program
+
+    built = []
+    monkeypatch.setattr(Program, "of", classmethod(lambda cls, net, main=False: built.append(net) or None))
+    ws = Workspace()
+    ws.feed("x", np.ones((2, 3), F))
+    net = two_op_net(ws, ("Tanh", ["x"], "t"), ("Sigmoid", ["t"], "s"))
+    net.run()
+    ws.feed("x", np.ones((4, 3), F))            # another signature: again run once
+    net.run()
+    assert not built
+    net.run()                                  # its second run: compiled from its arrays
+    assert built == [net]

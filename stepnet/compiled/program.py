@@ -290,6 +290,7 @@ class StepCompiler:
         self.signature = None
         self.program: Program | None = None
         self.pending = False
+        self.again = False     # main: this signature has run once op by op (it compiles after its second run)
         self.routines: dict[int, tuple] = {}
         self.externals: dict[int, _Inputs] = {}
 
@@ -305,17 +306,22 @@ class StepCompiler:
                 return False
             self.program.begin(net)
             return True
+        self.again = self.again and sig is not None and sig == self.signature
         self.signature, self.program, self.routines, self.pending = sig, None, {}, sig is not None
         return False
 
     def built(self, net) -> None:
         """After the first timestep of a run ran op by op: compile from its arrays (once per signature). A
-        plain net with an op that has no compiled form for any arrays is never compiled."""
+        plain net compiles after its second run of a signature (a net run once, as run_net_once and
+        RunOperatorOnce do, never pays for compiling), and never when it has an op with no compiled form."""
         if self.pending:
-            self.pending = False
             if self.main and not all(has_form(bop) for bop in net.ops):
                 self.enabled = False
                 return
+            if self.main and not self.again:
+                self.again = True
+                return
+            self.pending = False
             self.program = Program.of(net, self.main)
             if self.program is not None:
                 self.program.begin(net)
