@@ -254,6 +254,8 @@ def cached_noise(ws, size: int, std: float, rng):
     """The workspace's stylizer noise (host float32), created on first use."""
     if size <= 0:
         raise ArgumentError(f"noise_size must be > 0, got {size}")
+    if std < 0:
+        raise ArgumentError(f"noise_std is the noise's standard deviation and must be >= 0, got {std}")
     blob = ws.create_blob(NOISE_BLOB)
     if blob.value is None:
         blob.set(rng.normal(0.0, std, size).astype(np.float32))
