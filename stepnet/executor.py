@@ -252,11 +252,12 @@ class Net:
         if compiler is None:
             self.run_ops()
         elif not (compiler.start(self) and compiler.run(self)):
-            self.run_ops()
-            compiler.built(self)
+            compiler.interpret(self)
 
-    def run_ops(self) -> None:
-        """The flat loop: per bound op, read its input blobs, call it, store its results."""
+    def run_ops(self, trace: list | None = None) -> None:
+        """The flat loop: per bound op, read its input blobs, call it, store its results. trace: a list to get
+        each op's (input values, output values) as the op saw and left them (what a compiled program is built
+        from: a blob written again later holds another op's value at the end)."""
         check, check_nan = self.mixed_devices, self.check_nan
         for bop in self.ops:
             values = [b.value for b in bop.inputs]
@@ -283,6 +284,8 @@ class Net:
                             _store(blob, value)
             if check_nan:
                 _check_finite(bop)
+            if trace is not None:
+                trace.append((values, [b.value for b in bop.outputs]))
 
 
 def _alloc_checked(call, alloc, limit: int, label: str, outputs: list[str]):

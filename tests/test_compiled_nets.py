@@ -299,7 +299,7 @@ def test_a_net_run_once_is_not_compiled(monkeypatch):
     from stepnet.compiled.program import Program
 
     built = []
-    monkeypatch.setattr(Program, "of", classmethod(lambda cls, net, main=False: built.append(net) or None))
+    monkeypatch.setattr(Program, "of", classmethod(lambda cls, net, trace, main=False: built.append(net) or None))
     ws = Workspace()
     ws.feed("x", np.ones((2, 3), F))
     net = two_op_net(ws, ("Tanh", ["x"], "t"), ("Sigmoid", ["t"], "s"))
@@ -309,3 +309,30 @@ def test_a_net_run_once_is_not_compiled(monkeypatch):
     assert not built
     net.run()                                  # its second run: compiled from its arrays
     assert built == [net]
+
+
+def test_a_blob_written_twice_is_compiled_from_what_each_op_made():
+    """y is written by Tanh (float32) and then by a Cast of x to int64: a program built from the values at the
+    end of the run would give Tanh an int64 buffer; built from each op's own values (Net.run_ops' trace) the
+    net compiles only where each write fits, and runs as op by op."""
+    second = ("Cast", ["x"], "y")
+    results = []
+    for compiled in (True, False):
+        ws = Workspace(compile_steps=compiled)
+        ws.feed("x", np.full((2, 3), 0.5, F))
+        net = NetDef(name="n")
+        net.op.add(type="Tanh", input=["x"], output=["y"])
+        net.op.add(type="Sigmoid", input=["y"], output=["s"])
+        op = net.op.add(type=second[0], input=second[1], output=[second[2]])
+        op.arg.add(name="to", i=10)                              # int64
+        bound = ws.create_net(net)
+        for _ in range(4):
+            bound.run()
+        results.append(state_of(ws))
+    for name, value in results[1].items():
+        np.testing.assert_array_equal(results[0][name], value, err_msg=name)
+        assert results[0][name].dtype == value.dtype, name
+
+
+def state_of(ws) -> dict:
+    return {b: ws.fetch(b) for b in ws.blobs() if isinstance(ws.find(b).value, np.ndarray)}

@@ -2,7 +2,8 @@
 FC, Softmax, Sum, Concat/Split, Transpose, copies and aliases, some in place, some writing a blob twice or one
 the net reads before writing it; run several times with new values, new shapes, references kept across runs
 and values fed into outputs in between. After every run each blob has the same bits, each error the same
-message, and no kept array has changed."""
+message, and every array kept from an earlier run holds what it holds op by op (changed only by an op that
+writes it in place in both)."""
 import numpy as np
 import pytest
 
@@ -11,24 +12,31 @@ from stepnet.errors import StepnetError
 from stepnet.proto import NetDef
 
 F = np.float32
-UNARY = ("Sigmoid", "Tanh", "Relu", "Exp", "Abs", "Negative", "Copy", "Alias", "Softmax", "Transpose")
-BINARY = ("Add", "Sub", "Mul", "Div", "Sum")
+UNARY = ("Sigmoid", "Tanh", "Relu", "Exp", "Log", "Abs", "Negative", "Softsign", "Scale", "Copy", "Alias",
+         "Softmax", "Transpose", "Cast")
+BINARY = ("Add", "Sub", "Mul", "Div", "Sum", "GT", "LT", "EQ", "MatMul")
 
 
 def random_net(rng) -> tuple[NetDef, dict]:
     """(net, feeds): ops over same-shaped m x k blobs, FC to n columns and back."""
     m, k = int(rng.integers(1, 4)), int(rng.integers(1, 5))
     feeds = {f"x{i}": rng.standard_normal((m, k)).astype(F) for i in range(3)}
-    feeds.update({"w": rng.standard_normal((k, k)).astype(F), "b": rng.standard_normal(k).astype(F)})
+    feeds.update({"w": rng.standard_normal((k, k)).astype(F), "b": rng.standard_normal(k).astype(F),
+                  "s": np.array([0.5], F)})
     net, names = NetDef(name="r"), ["x0", "x1", "x2"]
     for i in range(int(rng.integers(1, 7))):
-        kind = rng.integers(0, 5)
+        kind = rng.integers(0, 6)
         out = str(rng.choice(names)) if rng.random() < 0.3 else f"y{i}"       # in place, or a blob written again
         if kind == 0:
             op_type, ins = str(rng.choice(UNARY)), [str(rng.choice(names))]
         elif kind == 1:
             op_type = str(rng.choice(BINARY))
             ins = [str(rng.choice(names)) for _ in range(int(rng.integers(2, 4)) if op_type == "Sum" else 2)]
+            ins[1] = "w" if op_type == "MatMul" else ins[1]
+        elif kind == 5:
+            op_type = str(rng.choice(["ElementwiseLinear", "WeightedSum"]))
+            a, c = (str(rng.choice(names)) for _ in range(2))
+            ins = [a, "b", "b"] if op_type == "ElementwiseLinear" else [a, "s", c, "s"]
         elif kind == 2:
             op_type, ins = "FC", [str(rng.choice(names)), "w", "b"]
         elif kind == 3:
@@ -42,7 +50,11 @@ def random_net(rng) -> tuple[NetDef, dict]:
             op_type, ins = "Softmax", [str(rng.choice(names))]
         if op_type == "Transpose" or (op_type == "Softmax" and k == 1):
             out = f"y{i}"          # (a transposed blob has another shape: never in place, never reused)
-        net.op.add(type=op_type, input=ins, output=[out])
+        op = net.op.add(type=op_type, input=ins, output=[out])
+        if op_type == "Cast":
+            op.arg.add(name="to", i=int(rng.choice([1, 10])))          # float, double
+        elif op_type == "Scale":
+            op.arg.add(name="scale", f=float(rng.choice([0.5, -2.0])))
         if op_type != "Transpose" and out not in names:
             names.append(out)
     return net, feeds
@@ -107,5 +119,7 @@ def test_random_nets_compiled_match_op_by_op(seed):
             assert g.keys() == w.keys(), where
             for name, value in w.items():
                 np.testing.assert_array_equal(g[name], value, err_msg=f"{where} run {run} blob {name}")
-        for array, copy in kept_c + kept_i:
-            np.testing.assert_array_equal(array, copy, err_msg=f"{where}: a kept array changed")
+        assert len(kept_c) == len(kept_i), where
+        for (got, got_then), (want, want_then) in zip(kept_c, kept_i):   # (an op in place changes both alike)
+            np.testing.assert_array_equal(got, want, err_msg=f"{where}: a kept array differs")
+            assert np.array_equal(got, got_then) == np.array_equal(want, want_then), f"{where}: a kept array changed"

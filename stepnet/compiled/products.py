@@ -146,7 +146,7 @@ def _sum_pair(fc_bop, sum_bop, ins, outs, size: int) -> tuple | None:
             or any(a.dtype != np.float32 for a in (*ins, outs[0])) or any(a.size != size for a in (*ins[3:], outs[0]))):
         return None
     other = 1 if sum_bop.inputs[0] is y else 0
-    y_now, z_now, s_now = y.value, ins[3 + other], outs[0]
+    y_now, z_now, s_now = ins[4 - other], ins[3 + other], outs[0]     # (the values the Sum saw)
     if np.may_share_memory(z_now, y_now) or (s_now is not y_now and s_now is not z_now and any(
             np.may_share_memory(s_now, a) for a in (y_now, z_now))):
         return None      # one pass over overlapping arrays would read values the two ops never see

@@ -3,23 +3,25 @@
 A RecurrentNetwork op (forward or gradient) keeps a StepCompiler. At the first timestep of a run it compares
 the signature of the step net's external inputs (type, shape and dtype of every blob the net reads before
 writing it) with the compiled one. When they differ, that timestep runs op by op (every kernel check, every
-error message as before) and the program is built from its arrays: each op's compiled form
+error message as before) and the program is built from its arrays, as each op saw and left them (the trace
+of Net.run_ops: a blob written twice holds only the later op's value at the end): each op's compiled form
 (kernels.compiled_form) and what each output is:
 
 - a view: a link internal, whose rows the link op points at each timestep; the op writes into it (what
   Blob.set's write-through does);
-- in place: the op's input blob too (Sum into a gradient, the RNN accumulate ops);
+- in place: the op's input blob too (Sum into a gradient, the RNN accumulate ops), of the same shape and dtype;
 - a buffer: a blob of the step workspace or of the workspace the steps share, allocated once per step
-  workspace and rewritten every timestep (each op's result used to be a fresh array).
+  workspace and rewritten every timestep (each op's result used to be a fresh array); a blob two ops write
+  as buffers only where both wrote the same shape and dtype.
 
 An op without a compiled form, an output in an outer workspace written other than in place, a view output
 overlapping an input, or a non-numpy input leaves the net interpreted. Every later timestep runs the routine
 of its step workspace: one call per op on the blobs' current arrays, no dispatch, checks or allocation.
 
 Plain nets run many times (a predict net called per character, per image) compile the same way, per run
-instead of per timestep (`StepCompiler(main=True)`, kept by every top-level executor.Net): the first run with
-a new signature of the net's external inputs runs op by op and the program is built from its arrays; later
-runs of that signature run the routine. Their buffers are the net's own blobs, reused from run to run as
+instead of per timestep (`StepCompiler(main=True)`, kept by every top-level executor.Net): the first two runs
+with a new signature of the net's external inputs run op by op and the program is built from the second's
+arrays; later runs of that signature run the routine. Their buffers are the net's own blobs, reused from run to run as
 Caffe2 reuses a tensor's memory, but only while nothing else holds one (a user's reference, another blob: then
 that run gets a fresh array, so no earlier value ever changes under its holder); a blob the net reads before
 writing it keeps being written only by ops that write it in place in the interpreted net too.
@@ -99,9 +101,10 @@ def _kinds(net, bop, ins, outs, views, buffers, main: tuple | None = None) -> li
     for blob, value in zip(bop.outputs, outs):
         external = main is not None and id(blob) in main[0]
         if any(blob is b for b in bop.inputs):
+            before = ins[next(k for k, b in enumerate(bop.inputs) if b is blob)]
             if not (id(blob) in views or (_owned(net.workspace, blob, main is not None) and not external)
-                    or _writes_in_place(bop, blob)):
-                return None
+                    or _writes_in_place(bop, blob)) or before.shape != value.shape or before.dtype != value.dtype:
+                return None          # (an op in place that changes the shape or dtype makes a new array)
             kinds.append((_INPLACE, None, None))
         elif id(blob) in views:
             if not blob.view or any(np.may_share_memory(value, x) for x in ins):
@@ -120,7 +123,7 @@ def _kinds(net, bop, ins, outs, views, buffers, main: tuple | None = None) -> li
     return kinds
 
 
-def _fused_pair(net, i, fast, views, buffers, main) -> tuple | None:
+def _fused_pair(net, i, fast, views, buffers, main, trace) -> tuple | None:
     """(the fused form of op i with the Sum j that first reads op i's output, the kinds of the Sum's outputs,
     j), or None: only where op i's form can fuse, and no op between them touches the FC's output or the Sum's
     other input or output (so the Sum may run right after op i: the same values). Every output is written."""
@@ -134,11 +137,11 @@ def _fused_pair(net, i, fast, views, buffers, main) -> tuple | None:
     touched = {id(b) for b in (*nxt.inputs, *nxt.outputs)}
     if any(id(b) in touched for k in range(i + 1, j) for b in (*net.ops[k].inputs, *net.ops[k].outputs)):
         return None
-    ins, outs = [b.value for b in nxt.inputs], [b.value for b in nxt.outputs]
+    ins, outs = trace[j]
     if not all(type(v) is np.ndarray for v in ins + outs) or compiled_form(nxt, ins, outs) is None:
         return None
     kinds = _kinds(net, nxt, ins, outs, views, buffers, main)
-    pair = fast.fuse(nxt, [b.value for b in net.ops[i].inputs] + ins, outs) if kinds is not None else None
+    pair = fast.fuse(nxt, trace[i][0] + ins, outs) if kinds is not None else None
     return None if pair is None else (pair, kinds, j)
 
 
@@ -151,10 +154,11 @@ class Program:
         self.main = main              # a plain net's program: its buffers are checked out per run
 
     @classmethod
-    def of(cls, net, main: bool = False) -> "Program | None":
+    def of(cls, net, trace: list, main: bool = False) -> "Program | None":
         """The program of a bound step net that has just run one timestep (main: a plain net that has just
-        run), or None when it cannot be compiled. With the fused kernels on, an FC whose output a Sum reads
-        next takes that Sum into its entry (FC bias + Sum; not under --profile, which times every op)."""
+        run; trace: each op's input and output values then, Net.run_ops), or None when it cannot be compiled.
+        With the fused kernels on, an FC whose output a Sum reads next takes that Sum into its entry (FC bias +
+        Sum; not under --profile, which times every op)."""
         if net.check_nan or net.mixed_devices:
             return None
         fused, profiled = enabled(net.workspace), net.workspace.profiler is not None   # --profile: op by op
@@ -163,7 +167,7 @@ class Program:
         for i, bop in enumerate(net.ops):
             if i in taken:
                 continue
-            ins, outs = [b.value for b in bop.inputs], [b.value for b in bop.outputs]
+            ins, outs = trace[i]
             if any(type(v) is not np.ndarray for v in ins):
                 return None
             fast = compiled_form(bop, ins, outs, fused, main) if all(type(v) is np.ndarray for v in outs) or \
@@ -178,7 +182,7 @@ class Program:
             if kinds is None:
                 return None
             indices = (i,)
-            pair = _fused_pair(net, i, fast, views, buffers, outer) if fused and not profiled else None
+            pair = _fused_pair(net, i, fast, views, buffers, outer, trace) if fused and not profiled else None
             if pair is not None:
                 fast, kinds, indices = pair[0]._replace(begin=fast.begin), kinds + pair[1], (i, pair[2])
                 taken.add(pair[2])
@@ -310,19 +314,23 @@ class StepCompiler:
         self.signature, self.program, self.routines, self.pending = sig, None, {}, sig is not None
         return False
 
-    def built(self, net) -> None:
-        """After the first timestep of a run ran op by op: compile from its arrays (once per signature). A
-        plain net compiles after its second run of a signature (a net run once, as run_net_once and
-        RunOperatorOnce do, never pays for compiling), and never when it has an op with no compiled form."""
-        if self.pending:
-            if self.main and not all(has_form(bop) for bop in net.ops):
-                self.enabled = False
-                return
-            if self.main and not self.again:
-                self.again = True
-                return
+    def interpret(self, net) -> None:
+        """Run the net (the first timestep of a run, a plain net's run) op by op when start() said no, and
+        compile from the arrays each op saw and made (once per signature). A plain net compiles on its second
+        run of a signature (a net run once, as run_net_once and RunOperatorOnce do, never pays for it), and
+        never when it has an op with no compiled form."""
+        due = self.pending and self.enabled and (self.again or not self.main)
+        trace = [] if due else None
+        net.run_ops(trace)
+        if not self.pending:
+            return
+        if self.main and not all(has_form(bop) for bop in net.ops):
+            self.enabled = False
+        elif trace is None:
+            self.again = True
+        else:
             self.pending = False
-            self.program = Program.of(net, self.main)
+            self.program = Program.of(net, trace, self.main)
             if self.program is not None:
                 self.program.begin(net)
 

@@ -208,11 +208,11 @@ class _Forward:
                 fast = compiler.start(bound)
             if fast:
                 compiler.run(bound)
+            elif t == 0:
+                compiler.interpret(bound)         # op by op, and compiled from its arrays when due
+                fast = compiler.program is not None
             else:
                 bound.run()
-                if t == 0:
-                    compiler.built(bound)
-                    fast = compiler.program is not None
         for src, dst, offset in self.aliases:
             state = ws.find(src).value
             start = offset if offset >= 0 else state.shape[0] + offset

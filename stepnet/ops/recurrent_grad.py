@@ -122,11 +122,11 @@ class _Backward:
                 fast = compiler.start(bound)
             if fast:
                 compiler.run(bound)
+            elif t == T - 1:
+                compiler.interpret(bound)         # op by op, and compiled from its arrays when due
+                fast = compiler.program is not None
             else:
                 bound.run()
-                if t == T - 1:
-                    compiler.built(bound)
-                    fast = compiler.program is not None
         if self.weight_gradients is not None:
             ctx.bind(self.weight_gradients, scratch.shared).run()
 
