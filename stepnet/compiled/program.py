@@ -260,20 +260,28 @@ def _checkout(buffers):
     """checkout() -> bool of a plain net's buffers, before each run: every buffer blob gets its buffer back
     (a value fed in between is replaced, as the op would replace it), or a new one when something besides the
     blob holds the buffer (a reference the user kept, another blob it was given to), so no value an earlier
-    run made changes under its holder. False, changing nothing, when a buffer blob has been made a view
-    (interpreted, an op writes through it)."""
+    run made changes under its holder. False, changing nothing the net reads, when a buffer blob has been
+    made a view (interpreted, an op writes through it)."""
     held = [blob.value for blob, _, _ in buffers]
     refs = sys.getrefcount
 
+    def others(i: int, blob) -> int:
+        """References to buffer i besides the blob's, counted the same way each time (the count of a buffer
+        nothing else holds is taken below through this same function, so an interpreter that counts the
+        references of a frame differently still compares like with like)."""
+        buf = held[i]
+        return refs(buf) - (blob.value is buf)
+
+    alone = [others(i, blob) for i, (blob, _, _) in enumerate(buffers)]   # just allocated: no other holder
+
     def checkout() -> bool:
         i = 0
-        for blob, shape, dtype in buffers:    # (a False leaves buffer blobs the interpreted net writes first)
+        for blob, shape, dtype in buffers:
             if blob.view:
                 return False
-            buf = held[i]
-            if refs(buf) > (4 if blob.value is buf else 3):   # held[i], buf, refs' argument (and the blob)
-                buf = held[i] = np.empty(shape, dtype)
-            blob.value = buf
+            if others(i, blob) > alone[i]:
+                held[i] = np.empty(shape, dtype)
+            blob.value = held[i]
             i += 1
         return True
     return checkout
