@@ -61,7 +61,8 @@ def rows(name: str, *matrices) -> np.ndarray | None:
 
 
 def _flat(a):
-    return a.reshape(-1) if a.flags.c_contiguous else np.ascontiguousarray(a).reshape(-1)
+    """a's elements as a contiguous 1-D array: a view of a C-contiguous a, else a copy."""
+    return a.ravel()
 
 
 def _via_scratch(run, ins, outs) -> None:
@@ -89,8 +90,8 @@ def lstm_step(k, saving: bool, fb: float, drop: bool, has_seq: bool, n: int, d: 
         if not (h.flags.c_contiguous and c.flags.c_contiguous) or (saving and not outs[2].flags.c_contiguous):
             return _via_scratch(run, ins, outs)
         c_prev = ins[1]
-        k.lstm_forward(_flat(ins[2]), _flat(c_prev), fbh, h.reshape(-1), c.reshape(-1),
-                       outs[2].reshape(-1) if saving else unused, saving, n, d)
+        k.lstm_forward(_flat(ins[2]), _flat(c_prev), fbh, h.ravel(), c.ravel(),
+                       outs[2].ravel() if saving else unused, saving, n, d)
         ended = ended_at(ins[3], ins[-1]) if has_seq else None
         if ended is not None:
             _hold(ended, drop, (h.reshape(state), ins[0].reshape(state)), (c.reshape(state), c_prev.reshape(state)))
@@ -111,8 +112,8 @@ def lstm_grad_step(k, saved: bool, fb: float, drop: bool, has_seq: bool, n: int,
         if not saved:
             k.lstm_activations(acts, _flat(ins[-3]), fbh, own, n, d)
             acts = own
-        k.lstm_backward(acts, _flat(ins[1]), _flat(dh), _flat(dc), dgates.reshape(-1), dh_prev.reshape(-1),
-                        dc_prev.reshape(-1), n, d)
+        k.lstm_backward(acts, _flat(ins[1]), _flat(dh), _flat(dc), dgates.ravel(), dh_prev.ravel(),
+                        dc_prev.ravel(), n, d)
         ended = ended_at(ins[3] if has_seq else None, ins[t_at])
         if ended is not None:
             dgates.reshape(1, n, 4 * d)[:, ended] = 0
@@ -128,7 +129,7 @@ def gru_step(k, drop: bool, has_seq: bool, n: int, d: int):
         if not h.flags.c_contiguous:
             return _via_scratch(run, ins, outs)
         h_prev = ins[0]
-        k.gru_forward(_flat(h_prev), _flat(ins[1]), h.reshape(-1), n, d)
+        k.gru_forward(_flat(h_prev), _flat(ins[1]), h.ravel(), n, d)
         ended = ended_at(ins[2] if has_seq else None, ins[-1])
         if ended is not None:
             _hold(ended, drop, (h.reshape(state), h_prev.reshape(state)))
@@ -143,7 +144,7 @@ def gru_grad_step(k, drop: bool, has_seq: bool, n: int, d: int):
         if not (dh_prev.flags.c_contiguous and dgates.flags.c_contiguous):
             return _via_scratch(run, ins, outs)
         dh = ins[-1]
-        k.gru_backward(_flat(ins[0]), _flat(ins[1]), _flat(dh), dh_prev.reshape(-1), dgates.reshape(-1), n, d)
+        k.gru_backward(_flat(ins[0]), _flat(ins[1]), _flat(dh), dh_prev.ravel(), dgates.ravel(), n, d)
         ended = ended_at(ins[2] if has_seq else None, ins[t_at])
         if ended is not None:
             dgates.reshape(1, n, 3 * d)[:, ended] = 0

@@ -116,11 +116,11 @@ def fc_row(bop, ins, outs):
     if compiled is None or sizes is None or sizes[0] != 1 or ins[0].dtype != np.float32 or outs[0].dtype != np.float32:
         return None
     _, k, n = sizes
-    ws, xk, yn, row = (n, k), (k,), (n,), compiled.fc_row
+    ws, row = (n, k), compiled.fc_row
 
-    def run(ins, outs):
+    def run(ins, outs):       # (ravel: x as its k values; the output, contiguous, as a view of its n)
         x, w, b = ins
-        row(shaped(w, ws), shaped(x, xk), b, shaped(outs[0], yn))
+        row(shaped(w, ws), x.ravel(), b, outs[0].ravel())
 
     def fuse(next_bop, ins, outs):
         pair = _sum_pair(bop, next_bop, ins, outs, n)
@@ -130,9 +130,9 @@ def fc_row(bop, ins, outs):
         row_sum = compiled.fc_row_sum
 
         def both(ins, outs):
-            y = shaped(outs[0], yn)
-            row_sum(shaped(ins[1], ws), shaped(ins[0], xk), ins[2], shaped(ins[3 + other], yn), y,
-                    y if into else shaped(outs[1], yn))
+            y = outs[0].ravel()
+            row_sum(shaped(ins[1], ws), ins[0].ravel(), ins[2], ins[3 + other].ravel(), y,
+                    y if into else outs[1].ravel())
         return Fast(both)
     return Fast(run, fuse=fuse)
 

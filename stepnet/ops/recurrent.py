@@ -230,12 +230,14 @@ class _Replay:
     runs the compiled timesteps and points the aliases at the states. `run` returns False, having changed
     nothing, when it does not apply (another signature, a state blob given another value, a step net whose
     compiled program no longer matches); the op then runs in full."""
-    __slots__ = ("signature", "states", "scratch", "steps", "aliases", "compiler", "T", "covered", "routines")
+    __slots__ = ("signature", "states", "scratch", "steps", "aliases", "compiler", "T", "covered", "routines",
+                 "timesteps")
 
-    def __init__(self, signature, states, scratch, steps, aliases, compiler, T, covered):
+    def __init__(self, signature, states, scratch, steps, aliases, compiler, T, covered, timesteps):
         self.signature, self.states, self.scratch, self.steps = signature, states, scratch, steps
         self.aliases, self.compiler, self.T, self.covered = aliases, compiler, T, covered
         self.routines = None   # each timestep's compiled routine, looked up on the first run
+        self.timesteps = timesteps   # each timestep's [t], kept when no step op writes the timestep blob
 
     @classmethod
     def of(cls, fwd: "_Forward", ctx, inputs, steps) -> "_Replay | None":
@@ -251,15 +253,21 @@ class _Replay:
             blob = ws.find(name)
             state, init = blob.value, inputs[r]
             L = init.shape[0] if init.ndim == 3 else 1
-            states.append((blob, state, state[:L], (L, *state.shape[1:]) if init.ndim >= 2 else (1, 1, -1), r))
+            rows = state[:L]
+            shape = None if init.shape == rows.shape else (L, *state.shape[1:]) if init.ndim >= 2 else (1, 1, -1)
+            states.append((blob, state, rows, shape, r))
         aliases = []
         for _, dst, _ in fwd.aliases:
             blob = ws.find(dst)
             aliases.append((blob, blob.value))
         known = {id(b) for b in (*ctx.inputs, *(s[0] for s in states), *(blob for blob, _ in steps))}
         covered = all(id(b) in known for _, bound in steps for b in external_blobs(bound))
+        written = {id(b) for _, bound in steps for bop in bound.ops for b in bop.outputs}
+        T = inputs[0].shape[0]
+        fixed = _timesteps(T) if not any(id(blob) in written for blob, _ in steps) else None
         return cls(tuple((x.shape, x.dtype) for x in inputs), tuple(states), (scratch_blob, scratch_blob.value),
-                   tuple(steps), tuple(aliases), fwd.compiler, inputs[0].shape[0], covered)
+                   tuple(steps), tuple(aliases), fwd.compiler, T, covered,
+                   None if fixed is None else tuple(fixed[t:t + 1] for t in range(T)))
 
     def run(self, inputs, checked: bool = False) -> bool:
         """checked: the caller knows the inputs have this signature (a compiled plain net's own check)."""
@@ -275,23 +283,24 @@ class _Replay:
         for blob, state, _, _, _ in self.states:
             if blob.value is not state:
                 return False
-        timesteps, compiler = _timesteps(self.T), self.compiler
+        compiler, timesteps = self.compiler, self.timesteps
+        if timesteps is None:
+            whole = _timesteps(self.T)
+            timesteps = [whole[t:t + 1] for t in range(self.T)]
         blob, bound = self.steps[0]
         if self.covered:
             compiler.program.begin(bound)
         else:
-            blob.value = timesteps[0:1]
+            blob.value = timesteps[0]
             if not compiler.start(bound):     # the step net's own inputs changed: run in full (and recompile)
                 return False
         for _, _, rows, shape, r in self.states:
-            rows[...] = inputs[r].reshape(shape)
+            rows[...] = inputs[r] if shape is None else inputs[r].reshape(shape)
         if self.routines is None:
             self.routines = tuple((blob, compiler.routine(bound)) for blob, bound in self.steps)
-        t = 0
-        for blob, routine in self.routines:
-            blob.value = timesteps[t:t + 1]
+        for (blob, routine), timestep in zip(self.routines, timesteps):
+            blob.value = timestep
             routine()
-            t += 1
         for blob, view in self.aliases:
             if blob.value is not view or not blob.view:
                 blob.set_view(view)

@@ -99,3 +99,24 @@ def test_a_state_blob_given_another_array_runs_the_op_in_full():
     other = np.full((T + 1, N, H), 7, F)
     fwd = assert_same([feeds(rng), feeds(rng), {**feeds(rng), "@L/L/hidden_t_prev_states": other}, feeds(rng)])
     assert fwd.replay is not None
+
+
+def test_a_step_net_that_writes_its_timestep_gets_fresh_timesteps_each_run():
+    """The step net doubles its timestep in place (Add, after the links read it): a replay that kept one array
+    of timesteps across runs would hand the next run the doubled values; it keeps them only for step nets
+    that never write the timestep blob."""
+    from .test_compiled import arrays, run_model
+    from .test_compiled_fusion import cell_case, cell_step
+
+    def doubled_gates(step):
+        step.Add(["timestep", "timestep"], "timestep")
+        return step.Sum([step.FC(["h_prev", "U", "ub"], "uh", axis=2), "input_t"], "gates")
+
+    build, feeds = cell_case(cell_step("doubling", doubled_gates), 3, train=False)
+    (ws_c, net), (ws_i, _) = (run_model(build, feeds, 4, compile_steps=c, fused_cells=False) for c in (True, False))
+    got, want = arrays(ws_c), arrays(ws_i)
+    for name, value in want.items():
+        np.testing.assert_array_equal(got[name], value, err_msg=name)
+    rnn = next(b for b in net.ops if b.opdef.type == "RecurrentNetwork")
+    replay = rnn.call.args[0].state["forward"].replay
+    assert replay is not None and replay.timesteps is None
