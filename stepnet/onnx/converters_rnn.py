@@ -91,7 +91,12 @@ def rnn_reads(opdef) -> list[str]:
     step = _step_net(opdef)
     if step is None:
         return []
-    inner = set(_arg(opdef, "link_internal", [])) | {_arg(opdef, "timestep", "timestep")}
+    links, timestep = _arg(opdef, "link_internal", []), _arg(opdef, "timestep", "timestep")
+    if not (isinstance(links, list) and all(isinstance(x, str) for x in links)):
+        raise ArgumentError(f"argument 'link_internal' must be a list of blob names, got {links!r}")
+    if not isinstance(timestep, str):
+        raise ArgumentError(f"argument 'timestep' must be a blob name, got {timestep!r}")
+    inner = set(links) | {timestep}
     return [n for n in Graph(step.op).read_before_written() if n not in inner and n not in opdef.input]
 
 

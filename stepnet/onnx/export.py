@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from .. import __version__, proto
-from ..errors import did_you_mean
+from ..errors import StepnetError, did_you_mean
+from ..executor import op_label
 from ..graph import Graph
 from ..ops import REGISTRY
 from ..shapes import TensorSpec, spec
@@ -126,8 +127,8 @@ def _init_values(init) -> dict:
 class _Plan:
     """Which ops and values of the forward part the outputs need, cut at the given inputs."""
 
-    def __init__(self, graph: Graph, outputs: list[str], fed: dict, convs):
-        self.graph, self.convs = graph, convs
+    def __init__(self, graph: Graph, outputs: list[str], fed: dict, convs, net_name: str = ""):
+        self.graph, self.convs, self.net_name = graph, convs, net_name
         self.fed_keys = {self._fed_key(name) for name in fed}
         targets = [(b, graph.final.get(b, 0)) for b in outputs]
         self.needed, self.wanted = needs(graph, targets, self.fed_keys, self.implicit)
@@ -143,7 +144,11 @@ class _Plan:
         conv = self.convs.get(op.type)
         if conv is None or conv.reads is None:
             return []
-        return [(n, version_before(self.graph, n, i)) for n in conv.reads(op)]
+        try:
+            reads = conv.reads(op)
+        except StepnetError as e:          # (a malformed argument, read before the op's converter checks it)
+            raise type(e)(f"{op_label(self.net_name, i, op)}: {e}") from None
+        return [(n, version_before(self.graph, n, i)) for n in reads]
 
     def readers(self, name: str) -> list[tuple[int, int]]:
         """(op, input slot) of the needed ops reading version 0 of name."""
@@ -200,7 +205,7 @@ def export_onnx(predict, init=None, *, inputs: dict | None = None, outputs=None,
             raise ExportError(f"net {predict.name!r}: output {b!r} is not made by the net's forward part; choose "
                               "--output among the blobs its ops write")
     convs = table()
-    plan = _Plan(graph, outs, fed, convs)
+    plan = _Plan(graph, outs, fed, convs, predict.name)
     if rnn not in ("auto", "scan"):
         raise ExportError(f"rnn={rnn!r}: choose 'auto' (LSTM layers as ONNX LSTM) or 'scan'")
     state, e = ModelState(opset), Emitter(opset)

@@ -178,3 +178,21 @@ def test_a_link_name_that_is_not_utf8_is_a_clean_error():
     feeds = {"x": (T, N, D), "s0": (2, N, D), "y": (T + 1, N, D)}
     with pytest.raises(ArgumentError, match="argument 'link_internal' holds bytes that are not UTF-8"):
         export_onnx(net, inputs=feeds)
+
+
+@pytest.mark.parametrize("name, value, what", [("link_internal", 3.0, "a list of blob names"),
+                                               ("timestep", [1, 2], "a blob name")])
+def test_a_link_argument_of_another_kind_is_a_clean_error(name, value, what):
+    """link_internal and timestep are read before the op's converter checks its arguments (to find what the
+    step net reads from the outer net): another kind there is an ArgumentError naming the net, op and argument
+    (a TypeError escaped once; fuzz seed 973 case 2410)."""
+    from stepnet.errors import ArgumentError
+    from stepnet.proto import make_argument
+
+    net = windowed_net(2)
+    args = [a for a in net.op[0].arg if a.name != name]
+    del net.op[0].arg[:]
+    net.op[0].arg.extend(args + [make_argument(name, value)])
+    feeds = {"x": (T, N, D), "s0": (2, N, D), "y": (T + 1, N, D)}
+    with pytest.raises(ArgumentError, match=rf"net '.*', op #0 \(RecurrentNetwork\): argument '{name}' must be {what}"):
+        export_onnx(net, inputs=feeds)
