@@ -293,8 +293,8 @@ class StepCompiler:
     workspace).
 
     Per run: `start(net)` at the first timestep says whether the routine runs it; when it does not, the caller
-    runs the net and then calls `built(net)`; `run(net)` runs a timestep compiled (False: it did not, run the
-    net op by op)."""
+    has `interpret(net)` run it op by op (and compile from it when due); `run(net)` runs a timestep compiled
+    (False: it did not apply this time, and the caller runs the net op by op)."""
 
     def __init__(self, enabled: bool = True, main: bool = False):
         self.enabled = enabled
