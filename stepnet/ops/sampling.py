@@ -57,6 +57,7 @@ def string_join(xp, x, *, delimiter, axis):
     if axis == 1:
         host = host.T
     text = lambda v: v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)  # noqa: E731
+    sep = delimiter if isinstance(delimiter, bytes) else delimiter.encode()   # (a file's bytes: joined as given)
     out = np.empty(host.shape[0], dtype=object)
-    out[:] = [delimiter.join(text(v) for v in row).encode() for row in host]
+    out[:] = [sep.join(text(v).encode() for v in row) for row in host]
     return out
