@@ -15,7 +15,8 @@ Every case ends as one of:
     python tools/fuzz_campaign.py --cases 3000 --families new           # only the newer surfaces' families
     python tools/fuzz_campaign.py --families draw,plot                  # chosen families
 
-Families: the model, minidb, feed, image and one-op families here, and (tools/fuzz_surfaces.py) draw,
+Families: the model, minidb, feed, image and one-op families here (a one-op net runs once or, for about half
+the cases, three times: its third run is compiled), and (tools/fuzz_surfaces.py) draw,
 export-onnx, onnx-engine, export-predict, plot, metrics, collective, control, int8-detection, special-out.
 
 The mutators are tests/fuzzing.py's and tests/fuzzing_surfaces.py's (tests/test_fuzz.py runs them under
@@ -139,8 +140,9 @@ def _make(family: str, rng: random.Random, workdir: Path) -> list[str]:
         np.savez(workdir / "pool.npz", **pool)
         data, suffix = fuzzing.serialize(rng, net)
         (workdir / f"net{suffix}").write_bytes(data)
-        return ["run", f"net{suffix}", "--feed", "pool.npz", *rng.choice([[], ["--device", "emulate"], ["--strict"],
-                                                                          ["--check-nan"]])]
+        repeat = ["-n", "3"] if len(data) % 2 else []    # (three runs: the third compiled; no rng draw, so
+        return ["run", f"net{suffix}", "--feed", "pool.npz", *repeat,   # earlier seeds' cases stay the same)
+                *rng.choice([[], ["--device", "emulate"], ["--strict"], ["--check-nan"]])]
     if family == "image":
         (workdir / "photo.png").write_bytes(fuzzing.mutate_bytes(rng, fuzzing.read(f"{CRAYON}/photo.png")))
         return ["run", f"{CRAYON}/crayon_init.pb", f"{CRAYON}/crayon_predict.pb", "--feed",
