@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import CollectiveError
+from .errors import ArgumentError, CollectiveError
 
 EXTRA = "pip install 'stepnet[mpi]'"
 # What launchers set in every process they start: MPICH and Intel MPI (Hydra), Open MPI, PMIx, MVAPICH2.
@@ -68,7 +68,10 @@ def size() -> int:
 
 def expand(path: str) -> str:
     """path with `{rank}` and `{size}` replaced by this process's rank and the world's size (0 and 1 outside
-    mpiexec); other braces are left alone."""
+    mpiexec); other braces are left alone. A path from a model file that is bytes, not UTF-8 text, names no
+    file: an ArgumentError."""
+    if isinstance(path, bytes):
+        raise ArgumentError(f"the db path {path!r} is not UTF-8 text; give the file's name as UTF-8")
     if "{" not in path:
         return path
     world = process_world()

@@ -256,7 +256,7 @@ _FORMAT = re.compile(r"%([-+ #0]*\d*(?:\.\d+)?)(?:hh|h|ll|l|j|z|t|q|L)?([diouxX]
 
 def format_db_pattern(pattern: str, iteration: int) -> str:
     """Caffe2's sprintf(pattern, iteration) for Checkpoint's db pattern (e.g. 'ckpt_%08d.minidb')."""
-    if "%" not in pattern:
+    if not isinstance(pattern, str) or "%" not in pattern:    # (bytes: refused by world.expand)
         return pattern
     try:
         return _FORMAT.sub(r"%\1\2", pattern) % iteration
