@@ -20,7 +20,7 @@ import numpy as np
 
 from .. import backend
 from ..errors import ArgumentError, DTypeError, GradientError, ShapeError
-from ..graph import Graph
+from ..graph import Graph, nested_nets
 from ..proto import NetDef, OperatorDef, make_argument, parse_text
 from .base import GradientSlice, like, on_device, out_spec
 from .registry import GRADIENT_NOT_IMPLEMENTED, NO_GRADIENT, SHOULD_NOT_DO_GRADIENT, Arg, op
@@ -276,16 +276,47 @@ def while_op(ctx, xp, *_, loop_net, cond_net):
     model knows (decoders loop until an end token), and a cap would be arbitrary or fail real models. A loop
     that never ends is the model's (as a plan step whose stop blob never turns true); it stays interruptible:
     each iteration runs Python code, so Ctrl-C (SIGINT) stops it at once with `stepnet: interrupted` (exit
-    130), and `timeout` or --max-blob-bytes bound the time or what a growing blob may take."""
+    130), and `timeout` or --max-blob-bytes bound the time or what a growing blob may take. One case is
+    refused: a true condition that nothing in loop_net or cond_net can change (_may_change), which Caffe2
+    would loop on forever."""
     nets = _nets(ctx, loop_net=loop_net, cond_net=cond_net)
     loop, cond = nets["loop_net"], nets.get("cond_net")
     blob, name = ctx.inputs[0], ctx.opdef.input[0]
+    first = True
     while True:
         if cond is not None:
             ctx.bind(cond).run()
         if not condition_value(blob.value, name):   # re-read: the nets write the condition blob
             return
+        if first and not _may_change(blob, name, list(nets.values()), ctx.workspace):
+            raise ArgumentError(f"the condition {name!r} is true and no op of loop_net or cond_net writes it, "
+                                "so the loop would never end; have cond_net (or loop_net) recompute it")
+        first = False
         ctx.bind(loop).run()
+
+
+def _may_change(blob, name: str, netdefs, ws) -> bool:
+    """Whether running these nets could change the condition blob: an op of theirs (or of a net nested in
+    them) writes it, or could write it without naming it (a context op other than If and While, whose nets
+    are looked into: Do's name mapping, Load's load_all, ...; Alias; an output that shares the condition's
+    array), or the condition is a view of another tensor. False only when the loop provably never ends."""
+    from . import REGISTRY   # (the registry is complete by the time a net runs)
+
+    if blob.view:
+        return True
+    stack = list(netdefs)
+    while stack:
+        for o in stack.pop().op:
+            if name in o.output or o.type == "Alias" or o.type not in REGISTRY:
+                return True
+            if REGISTRY.get(o.type).context and o.type not in ("If", "While"):
+                return True
+            for out in o.output:
+                held = ws.find(out)
+                if held is not None and held.value is not None and np.may_share_memory(held.value, blob.value):
+                    return True
+            stack.extend(n for _, n in nested_nets(o))
+    return False
 
 
 # ------------------------------------------------------------------------------------------- small ops

@@ -298,6 +298,45 @@ def test_while_over_do_as_caffe2_lays_it_out():
     assert ws.get_blob("cond_ws").value.top == 4   # the condition ran 5 times, each in a pushed workspace
 
 
+def test_a_while_whose_condition_nothing_writes_is_refused():
+    """A true condition that no op of loop_net or cond_net (or of a net nested in them) writes: the loop could
+    never end, so it is refused before its first iteration (fuzz seeds 909 and 991 hung on it); false at the
+    start, the loop simply does not run."""
+    mk = op_on("cpu")
+    branch = mk("If", ["f", "x"], ["y"], then_net=net("t", mk("Exp", ["x"], ["y"])))
+    body = net("body", mk("Tanh", ["x"], ["x"]), branch)
+    cond = net("cond", mk("Not", ["f"], ["g"]))
+    loop = net("loop", mk("While", ["c", "x", "f"], ["x"], loop_net=body, cond_net=cond))
+    with pytest.raises(ArgumentError, match=r"op #0 \(While\): the condition 'c' is true and no op of loop_net or "
+                                            "cond_net writes it"):
+        run(loop, c=np.array([True]), x=np.ones(2, np.float32), f=np.array([False]))
+    ws = run(loop, c=np.array([False]), x=np.ones(2, np.float32), f=np.array([False]))
+    assert ws.fetch("x").tolist() == [1.0, 1.0]
+
+
+@pytest.mark.parametrize("case", ["written in a nested branch", "Alias", "a context op", "a view", "shared array"])
+def test_a_condition_that_may_change_unnamed_is_not_refused(case):
+    """What _may_change counts as a way to change the condition besides naming it as an output."""
+    from stepnet.ops.control import _may_change
+    from stepnet.workspace import Workspace
+
+    ws = Workspace()
+    ws.feed("c", np.array([True]))
+    ws.feed("x", np.ones(2, np.float32))
+    blob = ws.get_blob("c")
+    nested = net("t", make_op("Not", ["c"], ["c"]))          # (the If itself names only y)
+    ops = {"written in a nested branch": [make_op("If", ["c", "x"], ["y"], then_net=nested)],
+           "Alias": [make_op("Alias", ["c"], ["a"])], "a context op": [make_op("Print", ["x"], [])],
+           "a view": [make_op("Tanh", ["x"], ["x"])], "shared array": [make_op("Not", ["c"], ["d"])]}[case]
+    if case == "a view":
+        blob.set_view(np.array([True, False])[:1])
+    if case == "shared array":
+        ws.create_blob("d").value = blob.value
+    assert _may_change(blob, "c", [net("body", *ops)], ws)
+    assert not _may_change(blob, "c", [net("body", make_op("Tanh", ["x"], ["x"]))], ws) or case in ("a view",
+                                                                                                   "shared array")
+
+
 def test_a_while_that_never_ends_is_interrupted_by_ctrl_c(tmp_path):
     """While has no iteration cap (Caffe2 has none; a decoder loops until its end token): a loop whose condition
     never turns false, nested in a Do, must stop on SIGINT with one line and exit status 130."""
@@ -308,7 +347,7 @@ def test_a_while_that_never_ends_is_interrupted_by_ctrl_c(tmp_path):
 
     from stepnet import NetDef, save
 
-    body = NetDef(name="body", op=[make_op("ConstantFill", [], ["x"], shape=[1])])
+    body = NetDef(name="body", op=[make_op("ConstantFill", [], ["c"], shape=[1], value=1, dtype=5)])   # true again
     loop = NetDef(name="inner", op=[make_op("ConstantFill", [], ["c"], shape=[1], value=1, dtype=5),
                                     make_op("While", ["c"], ["c"], loop_net=body)])
     save(NetDef(name="forever", op=[make_op("CreateScope", [], ["s"]),
