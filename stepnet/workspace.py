@@ -80,7 +80,7 @@ class Workspace:
         # step nets and plain nets run many times run compiled (stepnet.compiled) unless False (op by op: the reference)
         self.compile_steps = (bool(compile_steps) if compile_steps is not None
                               else (True if root else parent.compile_steps))
-        # numba's fused kernels (cells, Softmax, one-hot FC gradient; the `fast` extra); None: when numba is installed
+        # numba's fused kernels (cells, Softmax, one-row FC, one-hot FC gradient; the fast extra); None: if installed
         if fused_cells and not _numba_installed():
             raise ValueError("fused_cells=True needs numba: pip install 'stepnet[fast]'")
         self.fused_cells = fused_cells if fused_cells is not None or root else parent.fused_cells

@@ -261,24 +261,6 @@ SHAPE_DETERMINED = frozenset((
 # Context ops among them read only their own op's structure (output count, net, device) from the context.
 CONTEXT_SAFE = frozenset(("Split", "SigmoidGradient", "CopyFromCPUInput", "EnsureCPUOutput"))
 
-SPECIALIZED = {   # type -> (the kernel it specializes, its maker); a record whose kernel was replaced gets none
-    "FC": (math_ops.fc, fc), "Sum": (sums.sum_, sum_),
-    "rnn_internal_apply_links": (rnn_internal.apply_links, apply_links),
-    "rnn_internal_fc_gradient_deferred": (rnn_internal.fc_gradient_deferred, fc_gradient_deferred),
-    "rnn_internal_accumulate_gradient_input": (rnn_internal.accumulate_gradient_input, accumulate_gradient_input),
-    "LSTMUnit": (lstm.lstm_unit, lstm_unit(saving=False)),
-    "rnn_internal_lstm_unit": (lstm.lstm_unit_saving, lstm_unit(saving=True)),
-    "LSTMUnitGradient": (lstm.lstm_unit_gradient, lstm_unit_gradient(saved=False)),
-    "rnn_internal_lstm_unit_gradient": (lstm.lstm_unit_gradient_saved, lstm_unit_gradient(saved=True)),
-    "Mul": (REGISTRY.get("Mul").kernel, mul), "Sigmoid": (REGISTRY.get("Sigmoid").kernel, sigmoid),
-    "Split": (shape_ops.split, split), "Concat": (shape_ops.concat, concat),
-    "MulGradient": (REGISTRY.get("MulGradient").kernel, mul_gradient),
-    "SigmoidGradient": (REGISTRY.get("SigmoidGradient").kernel, sigmoid_gradient),
-    "GRUUnit": (gru.gru_unit, gru_unit), "GRUUnitGradient": (gru.gru_unit_gradient, gru_unit_gradient),
-    "Softmax": (math_ops.softmax, None),   # the fused row kernel (fused.FUSED), else the generic form
-}
-
-
 def recurrent_network(bop, ins, outs):
     """RecurrentNetwork in a plain net: the op itself without the executor's dispatch (its replay of a
     compiled run, or the full run), setting its output blobs (aliases of the states) as it does interpreted.
@@ -295,9 +277,27 @@ def recurrent_network(bop, ins, outs):
     return Fast(run, blobs=True)
 
 
+SPECIALIZED = {   # type -> (the kernel it specializes, its maker); a record whose kernel was replaced gets none
+    "FC": (math_ops.fc, fc), "Sum": (sums.sum_, sum_),
+    "rnn_internal_apply_links": (rnn_internal.apply_links, apply_links),
+    "rnn_internal_fc_gradient_deferred": (rnn_internal.fc_gradient_deferred, fc_gradient_deferred),
+    "rnn_internal_accumulate_gradient_input": (rnn_internal.accumulate_gradient_input, accumulate_gradient_input),
+    "LSTMUnit": (lstm.lstm_unit, lstm_unit(saving=False)),
+    "rnn_internal_lstm_unit": (lstm.lstm_unit_saving, lstm_unit(saving=True)),
+    "LSTMUnitGradient": (lstm.lstm_unit_gradient, lstm_unit_gradient(saved=False)),
+    "rnn_internal_lstm_unit_gradient": (lstm.lstm_unit_gradient_saved, lstm_unit_gradient(saved=True)),
+    "Mul": (REGISTRY.get("Mul").kernel, mul), "Sigmoid": (REGISTRY.get("Sigmoid").kernel, sigmoid),
+    "Split": (shape_ops.split, split), "Concat": (shape_ops.concat, concat),
+    "MulGradient": (REGISTRY.get("MulGradient").kernel, mul_gradient),
+    "SigmoidGradient": (REGISTRY.get("SigmoidGradient").kernel, sigmoid_gradient),
+    "GRUUnit": (gru.gru_unit, gru_unit), "GRUUnitGradient": (gru.gru_unit_gradient, gru_unit_gradient),
+    "Softmax": (math_ops.softmax, None),   # the fused row kernel (fused.FUSED), else the generic form
+    "RecurrentNetwork": (recurrent.recurrent_network, recurrent_network),   # plain nets only (MAIN_ONLY)
+}
+
+
 BLOB_FORMS = frozenset(("rnn_internal_apply_links", "RecurrentNetwork"))   # forms that set their output blobs
 MAIN_ONLY = frozenset(("RecurrentNetwork",))                                 # forms for plain nets only
-SPECIALIZED["RecurrentNetwork"] = (recurrent.recurrent_network, recurrent_network)
 
 
 def has_form(bop) -> bool:

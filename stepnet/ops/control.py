@@ -288,34 +288,44 @@ def while_op(ctx, xp, *_, loop_net, cond_net):
             ctx.bind(cond).run()
         if not condition_value(blob.value, name):   # re-read: the nets write the condition blob
             return
-        if first and not _may_change(blob, name, list(nets.values()), ctx.workspace):
-            raise ArgumentError(f"the condition {name!r} is true and no op of loop_net or cond_net writes it, "
-                                "so the loop would never end; have cond_net (or loop_net) recompute it")
+        if first:
+            writes = ctx.state.get("writes")
+            if writes is None:
+                writes = ctx.state["writes"] = _writes(nets.values())   # (the nets are fixed: looked at once)
+            if not _may_change(blob, name, writes, ctx.workspace):
+                raise ArgumentError(f"the condition {name!r} is true and no op of loop_net or cond_net writes "
+                                    "it, so the loop would never end; have cond_net (or loop_net) recompute it")
         first = False
         ctx.bind(loop).run()
 
 
-def _may_change(blob, name: str, netdefs, ws) -> bool:
-    """Whether running these nets could change the condition blob: an op of theirs (or of a net nested in
-    them) writes it, or could write it without naming it (a context op other than If and While, whose nets
-    are looked into: Do's name mapping, Load's load_all, ...; Alias; an output that shares the condition's
-    array), or the condition is a view of another tensor. False only when the loop provably never ends."""
+def _writes(netdefs) -> tuple[frozenset, bool]:
+    """(the blobs the ops of these nets, and of the nets nested in them, name as outputs; whether one of them
+    could write a blob without naming it: a context op other than If and While, whose nets are looked into —
+    Do's name mapping, Load's load_all, ...; Alias, whose output is its input's array; an unknown type)."""
     from . import REGISTRY   # (the registry is complete by the time a net runs)
 
-    if blob.view:
-        return True
-    stack = list(netdefs)
+    names, unnamed, stack = set(), False, list(netdefs)
     while stack:
         for o in stack.pop().op:
-            if name in o.output or o.type == "Alias" or o.type not in REGISTRY:
-                return True
-            if REGISTRY.get(o.type).context and o.type not in ("If", "While"):
-                return True
-            for out in o.output:
-                held = ws.find(out)
-                if held is not None and held.value is not None and np.may_share_memory(held.value, blob.value):
-                    return True
+            names.update(o.output)
+            unnamed = unnamed or o.type == "Alias" or o.type not in REGISTRY or (
+                REGISTRY.get(o.type).context and o.type not in ("If", "While"))
             stack.extend(n for _, n in nested_nets(o))
+    return frozenset(names), unnamed
+
+
+def _may_change(blob, name: str, writes: tuple, ws) -> bool:
+    """Whether running the nets whose _writes these are could change the condition blob: one writes it or
+    could write it unnamed, an output's current array shares the condition's, or the condition is a view of
+    another tensor. False only when the loop provably never ends."""
+    names, unnamed = writes
+    if unnamed or name in names or blob.view:
+        return True
+    for out in names:
+        held = ws.find(out)
+        if held is not None and held.value is not None and np.may_share_memory(held.value, blob.value):
+            return True
     return False
 
 
