@@ -304,6 +304,7 @@ def draw(models: Sequence, out, options: Options | None = None, title: str | Non
     if fmt is None:
         raise ArgumentError(f"{out}: the picture's format comes from its suffix; use one of "
                             f"{', '.join(sorted(FORMATS))}")
+    proto.check_replaceable(out)      # (a directory or device there is refused whether or not dot is installed)
     dot_text = to_dot(models, options, title)
     if fmt == "dot":
         proto.atomic_write(out, dot_text.encode())

@@ -259,7 +259,7 @@ def test_one_hot_rows_are_gathered_compiled_as_op_by_op(spoil, monkeypatch):
     """An FC over 80 one-hot rows: gathered in the compiled form as in the kernel (an inf in W: the GEMM, its
     NaNs), the same bits either way."""
     import stepnet.compiled.products as products
-    from stepnet.ops.fc_onehot import gather_fc
+    from stepnet.kernels.onehot import gather_fc
 
     gathered = []
     monkeypatch.setattr(products, "gather_fc", lambda *a: gathered.append(1) or gather_fc(*a))

@@ -1,9 +1,9 @@
 """`stepnet draw`: pictures of nets and plans. The SVG Graphviz makes is parsed and checked for every op's label,
 nested clusters (RecurrentNetwork's step net, If's branches) are checked by geometry, hostile names must come
 through as text, the .dot fallback without Graphviz, repeated blocks, --max-ops, and the big nets' time."""
+import os
 import re
 import shutil
-import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -220,15 +220,22 @@ def densenet121() -> NetDef:
     return net("densenet121", *ops, inputs=["data"], outputs=["prob"])
 
 
+def cpu_seconds() -> float:
+    """CPU seconds of this process and its finished children (Graphviz's dot): what the drawing cost, whatever
+    else the machine is doing."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
 @needs_dot
 @pytest.mark.parametrize("which", ["resnet50", "densenet121"])
 def test_big_nets_draw_in_seconds(tmp_path, which):
     model = load(RESNET) if which == "resnet50" else densenet121()
     assert len(model.op) == (175 if which == "resnet50" else 427)
-    start = time.monotonic()
+    start = cpu_seconds()
     draw([model], tmp_path / "big.svg")
-    took = time.monotonic() - start
-    assert took < 60, f"{which} took {took:.1f} s"   # about 1 s alone; generous for a shared 2-core machine
+    took = cpu_seconds() - start
+    assert took < 60, f"{which} took {took:.1f} s of CPU"   # about 1 s
     svg = svg_of(tmp_path / "big.svg")
     reps = [t for texts, _ in svg["clusters"] for t in texts if re.match(r"^×\d+$", t)]
     assert reps == (["×2", "×3", "×5", "×2"] if which == "resnet50" else ["×6", "×12", "×24", "×16"])
@@ -247,7 +254,7 @@ def test_max_ops_truncates_with_a_note(tmp_path, capsys):
 def test_block_search_stays_fast_on_long_runs():
     chain = Graph([make_op("Relu", [f"x{i}"], [f"x{i + 1}"]) for i in range(3000)])
     fan = Graph([make_op("Relu", ["y0" if i else "x"], [f"y{i}"]) for i in range(2000)])  # op 0 feeds every op
-    start = time.monotonic()
+    start = cpu_seconds()
     assert [(b.start, b.period, b.count) for b in repeated_blocks(chain, set())] == [(0, 1, 3000)]
     assert [(b.start, b.period, b.count) for b in repeated_blocks(fan, set())] == [(1, 1, 1999)]
-    assert time.monotonic() - start < 30   # about 2 s alone
+    assert cpu_seconds() - start < 30   # about 2 s

@@ -114,11 +114,11 @@ def test_fills_refuse_an_oversize_blob_before_the_kernel_runs(op_type, big_input
 
 
 def test_a_one_number_edit_is_refused_at_once_with_the_default_limit():
-    start = time.monotonic()
+    start = time.process_time()      # (CPU time: this process's work, not the machine's load)
     with pytest.raises(ResourceError, match=r"blob 'w' would be \(1048576, 1048576\) float32, 4398046511104 bytes "
                                             r"\(4.0 TiB\), over the limit"):
         Workspace().run_net_once(net(make_op("ConstantFill", [], ["w"], shape=[1 << 20, 1 << 20], value=1.0)))
-    assert time.monotonic() - start < 5
+    assert time.process_time() - start < 5
 
 
 def test_static_inference_refuses_first(tmp_path, monkeypatch, capsys):
@@ -158,10 +158,10 @@ def test_tensor_protos_db_input_stops_before_a_batch_passes_the_limit(tmp_path, 
     reader = ws.get_blob("reader").value
     ws.run_net_once(net(make_op("TensorProtosDBInput", ["reader"], ["x"], batch_size=42)))  # 1008 bytes
     assert ws.fetch("x").shape == (42, 2, 3)
-    start, pos = time.monotonic(), reader.pos
+    start, pos = time.process_time(), reader.pos
     with pytest.raises(ResourceError) as info:
         ws.run_net_once(net(make_op("TensorProtosDBInput", ["reader"], ["x"], batch_size=1000000000000)))
-    assert time.monotonic() - start < 5 and reader.pos == (pos + 1) % 4  # one record read, then it stopped
+    assert time.process_time() - start < 5 and reader.pos == (pos + 1) % 4  # one record read, then it stopped
     over(str(info.value), "x", "(1000000000000, 2, 3)", "float32", 24000000000000,
          "net 'model', op #0 (TensorProtosDBInput): batch_size 1000000000000: ")
     with pytest.raises(ResourceError, match=r"blob 'x' would be \(43, 2, 3\) float32, 1032 bytes"):

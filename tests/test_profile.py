@@ -32,11 +32,13 @@ def lstm_plan(iterations: int):
 
 
 def profiled_run(plan):
-    profiler = Profiler()
+    """(profiler, seconds of the run), both in this process's CPU time: what the run itself did, whatever else
+    the machine is doing (wall time on a loaded machine counts other processes' turns too)."""
+    profiler = Profiler(clock=time.process_time)
     ws = Workspace(seed=0, profiler=profiler)
-    start = time.perf_counter()
+    start = time.process_time()
     ws.run_plan(plan)
-    return profiler, time.perf_counter() - start
+    return profiler, time.process_time() - start
 
 
 def test_counts_are_ops_times_iterations_times_timesteps():
@@ -86,13 +88,13 @@ def test_no_profiler_no_timing():
 
 
 def test_cli_profile_table_and_prof_dag(tmp_path, capsys):
-    plan = lstm_plan(150)  # long enough that binding the nets and a scheduling hiccup stay under 10 %
+    plan = lstm_plan(150)
     path = tmp_path / "plan.pbtxt"
     proto.save(plan, path)
     assert main(["run", str(path), "--profile", "--quiet"]) == 0
     out = capsys.readouterr().out
     ops_s, wall = map(float, re.search(r"profile: ([\d.]+) s in ops of ([\d.]+) s measured", out).groups())
-    assert abs(ops_s - wall) < 0.1 * wall
+    assert 0 < ops_s <= wall        # (how close they are: test_the_profile_adds_up_to_the_measured_run)
     assert re.search(r"^RecurrentNetwork\s+150\s", out, re.M)
     assert "slowest ops" in out
     for net in plan.network:             # Caffe2's profiling net type runs as a normal net, profiled

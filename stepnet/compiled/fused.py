@@ -6,7 +6,7 @@ or compiled (the forms below), so a net gives the same bits whichever way its ti
 the numpy kernels within float32 rounding (the tanh approximation is within 3e-7); fused_cells=False keeps the
 numpy arithmetic, the reference. Other dtypes and devices use the numpy kernels. The same switch gives Softmax,
 SoftmaxGradient (`rows`), FC of one row (ops/math.py, products.fc_row) and the one-hot FC weight gradient
-(stepnet.ops.fc_onehot) their numba kernels."""
+(stepnet.kernels.onehot) their numba kernels."""
 from __future__ import annotations
 
 import functools

@@ -1,94 +1,54 @@
-"""The compiled forms of the step nets' matrix products: the step FC (the fastest of W·Xᵀ and X·Wᵀ in column
-blocks for its sizes, timed once) and the deferred FC gradient (the input gradient per timestep; the weight
-gradient's rows gathered for one GEMM after the loop). Same contract as kernels.py: same sums as the kernels."""
+"""The compiled forms of the step nets' matrix products: the step FC (the fastest of stepnet.kernels.fc's
+forms that give the FC kernel's bits on this machine, checked and timed once per signature) and the deferred
+FC gradient (the input gradient per timestep; the weight gradient's rows gathered for one GEMM after the
+loop). Same contract as kernels.py: same sums as the kernels."""
 from __future__ import annotations
 
 import math
-import time
 
 import numpy as np
 
 from ..errors import ShapeError
-from ..ops.fc_onehot import ONE_HOT_ROWS, gather_fc
+from ..kernels.fc import blocks_form, fastest, kernel_form, w_first_form
+from ..kernels.fc import forms as fc_forms
+from ..kernels.onehot import ONE_HOT_ROWS, gather_fc
 from .cells import Fast, bound_args, same_floats, shaped
 
 
-def fc(bop, ins, outs, parts: int | None = None):
-    """FC in the fastest of these forms for its sizes, timed once here (same sums: checked on random data;
-    parts picks one):
-    parts=0: W·Xᵀ into scratch, then its transpose plus the bias into the output (OpenBLAS's NN product);
-    parts=p ≥ 1: X·Wᵀ straight into p column blocks of the output, from Wᵀ copied once per run (Fast.begin)
-    into p contiguous K × N/p blocks, then the bias. No transposed pass; and with p blocks each product can be
-    small enough for OpenBLAS's small-matrix kernel, which skips packing W on every call (at 32×128×512, 4
-    blocks take 46 µs against 58 for one)."""
+def fc(bop, ins, outs, parts=None):
+    """FC in the fastest of the forms that give the FC kernel's bits here (stepnet.kernels.fc: the kernel's own
+    computation, W·Xᵀ then a transposed add, X·Wᵀ into column blocks from a per-run Wᵀ copy; checked and timed
+    once per signature on this machine). parts picks one: 'kernel', 'w first' or a block count."""
     sizes = _fc_sizes(bop, ins, outs)
     if sizes is None:
         return None
-    x = ins[0]
     m, k, n = sizes
-    xs, ws, ys = (m, k), (n, k), (m, n)
-    yt = np.empty((n, m), x.dtype)
-    if m == 1:     # one row: numpy's matrix-vector product, the kernel's bits (np.dot has less overhead)
-        vec, xk = yt.reshape(n), (k,)
-        product = yt.T
-
-        def w_first(x, w):
-            np.dot(shaped(w, ws), shaped(x, xk), out=vec)
-            return product
-    else:
-        def w_first(x, w):
-            np.matmul(shaped(w, ws), shaped(x, xs).T, out=yt)
-            return yt.T
-
-    def by_w(ins, outs):
-        x, w, b = ins
-        np.add(w_first(x, w), b, out=shaped(outs[0], ys))      # the transposed copy and the bias in one pass
-
-    def by_x(p: int):
-        c = n // p
-        blocks, copied = [np.empty((k, c), x.dtype) for _ in range(p)], [None]
-
-        def x_first(x, w, out) -> bool:
-            """X·Wᵀ into out; False when there is no Wᵀ of this W (the step net writes W)."""
-            if w is not copied[0]:
-                return False
-            x2 = shaped(x, xs)
-            if p == 1:
-                np.matmul(x2, blocks[0], out=out)
-            else:
-                for i, block in enumerate(blocks):
-                    np.matmul(x2, block, out=out[:, i * c:(i + 1) * c])
-            return True
-
-        def run(ins, outs):
-            x, w, b = ins
-            out = shaped(outs[0], ys)
-            if not x_first(x, w, out):
-                return by_w(ins, outs)
-            out += b
-
-        def begin(w):
-            wt = shaped(w, ws).T
-            for i, block in enumerate(blocks):
-                np.copyto(block, wt[:, i * c:(i + 1) * c])
-            copied[0] = w
-        return run, begin, x_first
+    dtype, xs, ys = ins[0].dtype, (m, k), (m, n)
     if parts is None:
-        parts = _fastest(m, k, n, x.dtype, by_w, by_x)
-    run, begin, x_first = by_x(parts) if parts else (by_w, None, None)
+        candidates = fc_forms(m, k, n, dtype)
+        parts = fastest(m, k, n, dtype, candidates)
+        form = candidates[parts]
+    else:
+        form = {"kernel": kernel_form, "w first": w_first_form}[parts](m, k, n, dtype) if parts in (
+            "kernel", "w first") else blocks_form(m, k, n, dtype, parts)
+    biased = form.biased
+    begin = None if form.begin is None else (1, form.begin)
     if m >= ONE_HOT_ROWS and k <= m:      # one-hot rows (a char-rnn's input) gathered, as the FC kernel does
-        product = run
-
         def run(ins, outs):
             x, w, b = ins
-            if gather_fc(np.ascontiguousarray(shaped(x, xs)), shaped(w, ws).T, b, shaped(outs[0], ys)) is None:
-                product(ins, outs)
-        return Fast(run, begin=None if begin is None else (1, begin))
+            x2, out = shaped(x, xs), shaped(outs[0], ys)
+            if gather_fc(x2, shaped(w, (n, k)).T, b, out) is None:
+                biased(x2, w, b, out)
+        return Fast(run, begin=begin)
+
+    def run(ins, outs):
+        x, w, b = ins
+        biased(shaped(x, xs), w, b, shaped(outs[0], ys))
 
     def fuse(next_bop, ins, outs):
         """FC bias + the Sum that reads its output, in one pass (see _with_sum)."""
-        return _with_sum(bop, next_bop, ins, outs, ys, w_first, x_first)
-    return Fast(run, begin=None if begin is None else (1, begin), fuse=fuse)
+        return _with_sum(bop, next_bop, ins, outs, ys, form.product)
+    return Fast(run, begin=begin, fuse=fuse)
 
 
 def _fc_sizes(bop, ins, outs) -> tuple | None:
@@ -153,7 +113,7 @@ def _sum_pair(fc_bop, sum_bop, ins, outs, size: int) -> tuple | None:
     return other, sum_bop.outputs[0] is y
 
 
-def _with_sum(fc_bop, sum_bop, ins, outs, ys, w_first, x_first):
+def _with_sum(fc_bop, sum_bop, ins, outs, ys, product):
     """The form of FC(x, W, b) -> y followed by Sum(y, z) -> s (either input order; s may be z or y): the
     product as the FC form computes it, then one numba pass (no fast-math: the same float32 additions in the
     same order as the two ops) writes y = product + b and s = y + z. None unless float32, a Sum of two inputs,
@@ -166,49 +126,16 @@ def _with_sum(fc_bop, sum_bop, ins, outs, ys, w_first, x_first):
         return None
     other, into = pair       # into: Sum in place over y (the LSTM step nets' gates): y = (p + b) + z
     kernel = compiled.bias_sum_into if into else compiled.bias_sum
-    scratch = None if x_first is None else np.empty(ys, np.float32)   # the X·Wᵀ forms' product
+    xs = (ys[0], ins[0].size // ys[0])
 
     def run(ins, outs):
         x, w, b, z = ins[0], ins[1], ins[2], shaped(ins[3 + other], ys)
-        p = scratch if x_first is not None and x_first(x, w, scratch) else w_first(x, w)
+        p = product(shaped(x, xs), w)
         if into:
             kernel(p, b, z, shaped(outs[0], ys))
         else:
             kernel(p, b, z, shaped(outs[0], ys), shaped(outs[1], ys))
     return Fast(run)
-
-
-def _fastest(m, k, n, dtype, by_w, by_x) -> int:
-    """The parts of the fastest form that gives by_w's bits on random data, with its per-run Wᵀ copy spread
-    over 8 timesteps. Each form is timed as a run uses it, 8 calls in a row (its first calls run cold), best
-    of 3 such batches interleaved between the forms; block forms are tried only where each block's product
-    has at most 2^20 multiply-adds (OpenBLAS's small-matrix kernel). 0 (by_w) when none is faster. With one
-    row numpy calls a matrix-vector product whose sums depend on the orientation, and below 2^18
-    multiply-adds the difference is not worth timing: W·Xᵀ then."""
-    if m < 2 or m * k * n < 1 << 18:
-        return 0
-    rng = np.random.default_rng(0)
-    ins = [rng.standard_normal(shape, dtype=dtype) for shape in ((m, k), (n, k), (n,))]
-    forms = {0: (by_w, None, [np.empty((m, n), dtype)])}
-    for p in (1, 2, 4, 8, 16):
-        if p == 1 or (n % p == 0 and n // p >= 8 and m * k * (n // p) <= 1 << 20):
-            forms[p] = (*by_x(p)[:2], [np.empty((m, n), dtype)])
-    copy = {p: min(_seconds(begin, 1, ins[1]) for _ in range(3)) if begin else 0.0
-            for p, (_, begin, _) in forms.items()}
-    times = {p: [] for p in forms}
-    for _ in range(3):
-        for p, (run, _, out) in forms.items():
-            times[p].append(_seconds(run, 8, ins, out) / 8)
-    want = forms[0][2][0]
-    fine = [p for p in forms if np.array_equal(forms[p][2][0], want)]
-    return min(fine, key=lambda p: min(times[p]) + copy[p] / 8)
-
-
-def _seconds(fn, calls: int, *args) -> float:
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn(*args)
-    return time.perf_counter() - start
 
 
 def fc_gradient_deferred(bop, ins, outs):

@@ -13,8 +13,8 @@ import math
 import numpy as np
 
 from ..errors import ArgumentError, GradientError, ShapeError
+from ..kernels.fc import fc_into
 from .base import check_float, like, out_spec, size_of
-from .fc_onehot import ONE_HOT_ROWS, gather_fc
 from .registry import op
 
 
@@ -71,11 +71,7 @@ def _fc(xp, X, W, b, axis, axis_w, transposed):
     X2, _ = view2d(X, axis)
     K, N = X2.shape[1], out_shape[-1]
     W2 = W.reshape(K, N) if transposed else W.reshape(N, K).T
-    Y = gather_fc(X2, W2, b) if xp is np else None      # one-hot rows of X: no GEMM
-    if Y is None:
-        Y = xp.matmul(X2, W2)
-        Y += b      # in place: a second fresh M x N array costs page faults when M x N is large
-    return Y.reshape(out_shape)
+    return fc_into(xp, X2, W2, b).reshape(out_shape)
 
 
 def _fc_specialize(transposed):
@@ -86,15 +82,8 @@ def _fc_specialize(transposed):
         K, N = x2[1], out_shape[-1]
         w2 = (K, N) if transposed else (N, K)
 
-        rows = x2[0] >= ONE_HOT_ROWS     # fewer rows: no one-hot gather (the GEMM is cheaper)
-
         def fast(X, W, b):
-            X2, W2 = X.reshape(x2), W.reshape(w2) if transposed else W.reshape(w2).T
-            Y = gather_fc(X2, W2, b) if rows else None
-            if Y is None:
-                Y = np.matmul(X2, W2)
-                Y += b
-            return Y.reshape(out_shape)
+            return fc_into(np, X.reshape(x2), W.reshape(w2) if transposed else W.reshape(w2).T, b).reshape(out_shape)
         return fast
     return specialize
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..errors import ArityError, ShapeError
 from .base import check_float, like, out_spec, size_of
-from .fc_onehot import scatter_weight_grad
+from ..kernels.onehot import scatter_weight_grad
 from .math import canonical_axis, view2d, view2d_shape
 from .registry import op
 
@@ -51,7 +51,7 @@ def _fc_gradient(xp, op_type, X, W, dY, axis, axis_w, transposed):
 
 def _one_hot_fc_gradient(regular, op_type, transposed):
     """FCGradient's fused_kernel: regular, but the weight gradient of one-hot rows of X as a scatter-add
-    (stepnet.ops.fc_onehot; numba's, with Workspace.fused_cells)."""
+    (stepnet.kernels.onehot; numba's, with Workspace.fused_cells)."""
     def kernel(xp, X, W, dY, axis=1, axis_w=1, float16_compute=False):
         from ..compiled.fused import kernels   # (import cycle: the compiled step nets build on the ops)
 

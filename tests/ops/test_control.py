@@ -343,11 +343,11 @@ def test_a_while_that_never_ends_is_interrupted_by_ctrl_c(tmp_path):
     import signal
     import subprocess
     import sys
-    import time
 
     from stepnet import NetDef, save
 
-    body = NetDef(name="body", op=[make_op("ConstantFill", [], ["c"], shape=[1], value=1, dtype=5)])   # true again
+    body = NetDef(name="body", op=[make_op("ConstantFill", [], ["c"], shape=[1], value=1, dtype=5),   # true again
+                                   make_op("Print", ["c"], [])])      # a line per iteration: the loop runs
     loop = NetDef(name="inner", op=[make_op("ConstantFill", [], ["c"], shape=[1], value=1, dtype=5),
                                     make_op("While", ["c"], ["c"], loop_net=body)])
     save(NetDef(name="forever", op=[make_op("CreateScope", [], ["s"]),
@@ -355,10 +355,9 @@ def test_a_while_that_never_ends_is_interrupted_by_ctrl_c(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "stepnet", "run", str(tmp_path / "forever.pbtxt")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        time.sleep(2.0)
-        assert proc.poll() is None, proc.communicate()   # still looping
+        assert proc.stdout.readline(), proc.communicate()   # waits for the loop's first iteration, however slow
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=20)
+        out, err = proc.communicate(timeout=300)          # (a guard against a hang, not a measure of speed)
     finally:
         proc.kill()
     assert proc.returncode == 130 and err.decode().splitlines() == ["stepnet: interrupted"], err

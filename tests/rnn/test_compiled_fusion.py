@@ -130,9 +130,11 @@ def test_an_op_between_that_touches_the_sum_keeps_them_apart():
     assert compilers(net)["RecurrentNetwork"].program is not None and pairs(net) == []
 
 
-@pytest.mark.parametrize("parts", [0, 1, 4])
+@pytest.mark.parametrize("parts", ["kernel", "w first", 1, 4])
 @pytest.mark.parametrize("how", ["in place", "y first", "y second"])
 def test_the_pair_form_gives_the_two_kernels_bits(parts, how):
+    """The pair's one pass gives the bits of its FC form followed by the Sum kernel, for every product form (and
+    with the kernel's own product, the bits of the FC kernel and the Sum kernel)."""
     from stepnet.compiled.products import fc
 
     rng = np.random.default_rng(2)
@@ -144,14 +146,17 @@ def test_the_pair_form_gives_the_two_kernels_bits(parts, how):
     sum_ins = [z_blob, y_blob] if how == "y second" else [y_blob, z_blob]
     sum_bop = types.SimpleNamespace(inputs=sum_ins, outputs=[y_blob if how == "in place" else s_blob])
     fast = fc(fc_bop, [x, w, b], [y], parts=parts)
-    if parts:
+    if fast.begin is not None:
         fast.begin[1](w)
+    want_y = np.empty((m, n), F)
+    fast.fn([x, w, b], [want_y])                      # the FC form alone
+    if parts == "kernel":
+        np.testing.assert_array_equal(want_y, run_op("FC", [x, w, b]))
+    want_s = run_op("Sum", [want_y, z] if how != "y second" else [z, want_y])
     values = [y if blob is y_blob else z for blob in sum_ins]
     pair = fast.fuse(sum_bop, [x, w, b, *values], [y if how == "in place" else s])
     assert pair is not None
     pair.fn([x, w, b, *values], [y, y] if how == "in place" else [y, s])
-    want_y = run_op("FC", [x, w, b])
-    want_s = run_op("Sum", [want_y, z] if how != "y second" else [z, want_y])
     if how == "in place":
         np.testing.assert_array_equal(y, want_s)
     else:
@@ -173,7 +178,7 @@ def test_overlapping_arrays_are_not_fused():
     x, w, b = (rng.standard_normal(s).astype(F) for s in ((4, 8), (16, 8), (16,)))
     rows = np.empty((5, 16), F)
     y_blob, z_blob = types.SimpleNamespace(value=rows[:4]), types.SimpleNamespace(value=rows[1:])
-    fast = fc(fc_op(y_blob), [x, w, b], [rows[:4]], parts=0)
+    fast = fc(fc_op(y_blob), [x, w, b], [rows[:4]], parts="kernel")
     sum_bop = types.SimpleNamespace(inputs=[y_blob, z_blob], outputs=[types.SimpleNamespace()])
     assert fast.fuse(sum_bop, [x, w, b, rows[:4], rows[1:]], [np.empty((4, 16), F)]) is None
 

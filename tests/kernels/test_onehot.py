@@ -1,4 +1,4 @@
-"""FC, FCTransposed and their gradients on one-hot rows (stepnet/ops/fc_onehot.py): the gather gives the GEMM's
+"""FC, FCTransposed and their gradients on one-hot rows (stepnet/kernels/onehot.py): the gather gives the GEMM's
 values bit for bit, the scatter-add weight gradient (numba's, Workspace.fused_cells) agrees with a float64
 reference; what is not one-hot, or not finite, takes the GEMM, NaNs included; a broken gather is caught."""
 import importlib.util
@@ -6,8 +6,8 @@ import importlib.util
 import numpy as np
 import pytest
 
-from stepnet.ops import fc_onehot
-from stepnet.ops.fc_onehot import one_hot_columns
+from stepnet.kernels import onehot as fc_onehot
+from stepnet.kernels.onehot import one_hot_columns
 from stepnet.testing import run_op
 from stepnet.workspace import Workspace
 
