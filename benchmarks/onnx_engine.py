@@ -1,5 +1,5 @@
-"""stepnet's engine vs `--engine onnxruntime` (the net exported by stepnet.onnx, run in onnxruntime) on SqueezeNet
-1.1 and on LSTM inference, in one process.
+"""stepnet's engine vs `--engine onnxruntime` (the net exported by stepnet.export.onnx, run in onnxruntime) on
+SqueezeNet 1.1 and on LSTM inference, in one process.
 
 SqueezeNet is the real Caffe2 predict net (tests/data/caffe2/squeeze_predict_net.pb) on synthesized weights of
 SqueezeNet 1.1's widths; the LSTM is char-rnn's forward net in Caffe2's layout (i2h FC, RecurrentNetwork with
@@ -53,14 +53,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from results import write_section  # noqa: E402
 from squeezenet import real_params  # noqa: E402
 
-from stepnet import proto  # noqa: E402
-from stepnet.onnx import export_onnx  # noqa: E402
-from stepnet.workspace import Workspace  # noqa: E402
+from stepnet.io import proto  # noqa: E402
+from stepnet.export.onnx import export_onnx  # noqa: E402
+from stepnet.runtime.workspace import Workspace  # noqa: E402
 
 
 def squeezenet(batch: int):
     """(workspace, predict net, feeds, fixed params) for SqueezeNet 1.1 on synthesized weights."""
-    from stepnet.synth import synth_init
+    from stepnet.build.synth import synth_init
 
     net = proto.load(ROOT / "tests" / "data" / "caffe2" / "squeeze_predict_net.pb", kind="net")
     init = synth_init(net, {"data": (batch, 3, 224, 224)}, params=real_params())
@@ -70,8 +70,8 @@ def squeezenet(batch: int):
 
 def char_rnn_forward(H: int, T: int = 25, B: int = 32, V: int = 65):
     """char-rnn's forward net (Caffe2 layout), its init net and one batch of one-hot input."""
-    from stepnet.model import ModelBuilder
-    from stepnet.rnn_cell import lstm
+    from stepnet.build.model import ModelBuilder
+    from stepnet.build.rnn import lstm
 
     m = ModelBuilder("char_rnn_forward")
     h_all, h_last, _, c_last = lstm(m, "input_blob", "seq_lengths", ("hidden_init", "cell_init"), V, H,

@@ -1,7 +1,7 @@
 """SqueezeNet 1.1 forward time: stepnet vs PyTorch CPU vs onnxruntime, at 224×224, batch 1 and 8.
 
 stepnet runs the real Caffe2 predict net (tests/data/caffe2/squeeze_predict_net.pb) on weights from
-stepnet.synth, shaped to SqueezeNet 1.1's real widths through `params`. PyTorch runs a hand-written module
+stepnet.build.synth, shaped to SqueezeNet 1.1's real widths through `params`. PyTorch runs a hand-written module
 of the same layers (torchvision does not work with the pinned torch) holding the very same weights, and
 onnxruntime runs that module exported to ONNX; the largest difference of their probabilities from stepnet's
 is printed as a cross-check. PyTorch and onnxruntime are optional (pip install torch==2.13.0 onnxruntime
@@ -70,9 +70,9 @@ def stepnet_model(batch: int, seed: int = 0):
     """(run, fetch output, weights by blob name) for the Caffe2 file on synthesized weights."""
     import numpy as np
 
-    from stepnet import proto
-    from stepnet.synth import synth_init
-    from stepnet.workspace import Workspace
+    from stepnet.io import proto
+    from stepnet.build.synth import synth_init
+    from stepnet.runtime.workspace import Workspace
 
     net = proto.load(NET, kind="net")
     init = synth_init(net, {"data": (batch, 3, 224, 224)}, params=real_params(), seed=seed)

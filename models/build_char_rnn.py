@@ -21,11 +21,12 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from stepnet import minidb, save  # noqa: E402
-from stepnet.builder import BlobRef  # noqa: E402
-from stepnet.model import ModelBuilder  # noqa: E402
-from stepnet.proto import ExecutionStep, NetDef, OperatorDef, PlanDef, make_argument  # noqa: E402
-from stepnet.rnn_cell import lstm  # noqa: E402
+from stepnet import save  # noqa: E402
+from stepnet.io import minidb  # noqa: E402
+from stepnet.build.builder import BlobRef  # noqa: E402
+from stepnet.build.model import ModelBuilder  # noqa: E402
+from stepnet.io.proto import ExecutionStep, NetDef, OperatorDef, PlanDef, make_argument  # noqa: E402
+from stepnet.build.rnn import lstm  # noqa: E402
 
 DATA = "models/data"
 TEXT = f"{DATA}/tinyshakespeare.txt"

@@ -24,11 +24,12 @@ sys.path[:0] = [str(ROOT), str(ROOT / "models")]
 
 import build_char_rnn as single  # noqa: E402
 
-from stepnet import minidb, save  # noqa: E402
-from stepnet.builder import BlobRef  # noqa: E402
-from stepnet.model import ModelBuilder  # noqa: E402
+from stepnet import save  # noqa: E402
+from stepnet.io import minidb  # noqa: E402
+from stepnet.build.builder import BlobRef  # noqa: E402
+from stepnet.build.model import ModelBuilder  # noqa: E402
 from stepnet.passes.data_parallel import COMM, GRAD_SCALE  # noqa: E402
-from stepnet.proto import OperatorDef, PlanDef, make_argument  # noqa: E402
+from stepnet.io.proto import OperatorDef, PlanDef, make_argument  # noqa: E402
 
 SHARD = "char_rnn_{part}_{rank}of{size}.minidb"
 CHECKPOINT = "char_rnn_dp_checkpoint.minidb"

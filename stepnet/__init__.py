@@ -1,12 +1,12 @@
 """stepnet: a numpy/CuPy runtime for Caffe2 protobuf models with recurrent step nets."""
 from . import ops as _ops  # noqa: F401  (registers every operator)
-from .errors import StepnetError, StepnetWarning
-from .executor import Net
-from .int8 import Int8Tensor
-from .limits import Limits
-from .proto import (Argument, NetDef, OperatorDef, PlanDef, TensorProto, array_to_tensor, load, make_argument,
-                    save, tensor_to_array)
-from .workspace import Blob, Workspace
+from .core.errors import StepnetError, StepnetWarning
+from .runtime.executor import Net
+from .io.int8 import Int8Tensor
+from .core.limits import Limits
+from .io.proto import (
+    Argument, NetDef, OperatorDef, PlanDef, TensorProto, array_to_tensor, load, make_argument, save, tensor_to_array)
+from .runtime.workspace import Blob, Workspace
 
 __version__ = "0.1.0"
 

@@ -1,3 +1,3 @@
-from .cli import main
+from .cli.run import main
 
 raise SystemExit(main())

@@ -7,11 +7,11 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from . import backend
-from .int8 import Int8Tensor
-from .proto import DeviceOption, NetDef, OperatorDef, make_argument, to_text
-from .shapes import TensorSpec, infer_net
-from .workspace import Workspace
+from .core import backend
+from .io.int8 import Int8Tensor
+from .io.proto import DeviceOption, NetDef, OperatorDef, make_argument, to_text
+from .passes.shapes import TensorSpec, infer_net
+from .runtime.workspace import Workspace
 
 # The emulated device stands in for CUDA on machines without a GPU; with CuPy and a GPU, "cuda" runs too.
 DEVICES = ("cpu", "emulated") + (("cuda",) if backend.cupy_module() is not None else ())
@@ -43,7 +43,7 @@ def make_op(op_type: str, inputs: Sequence[str], outputs: Sequence[str], device:
 
 def check_inferred_shapes(opdef, in_specs, ws) -> None:
     """The op's shape function (if any) must agree with the outputs it really produced."""
-    from .proto import NetDef
+    from .io.proto import NetDef
 
     net = NetDef(name=f"{opdef.type}_shapes")
     net.op.add().CopyFrom(opdef)
@@ -137,7 +137,7 @@ def check_gradient(op_type: str, inputs, outputs=1, wrt=None, outputs_with_grads
     naming the op, input and the worst mismatch. op_args passes op arguments whose names clash with this
     function's own (e.g. Logit's eps).
     """
-    from .gradients import GradientSlice, backward_ops
+    from .passes.gradients import GradientSlice, backward_ops
 
     args = {**args, **(op_args or {})}
     if not isinstance(inputs, dict):
@@ -171,7 +171,7 @@ def check_gradient(op_type: str, inputs, outputs=1, wrt=None, outputs_with_grads
     grad_ops, grad_map = backward_ops([opdef], {n: n + "_grad" for n in cs})
     for n, c in cs.items():
         ws.feed(n + "_grad", c, device_option=do)
-    from .proto import NetDef
+    from .io.proto import NetDef
     gnet = NetDef(name=f"{op_type}_gradient")
     gnet.op.extend(grad_ops)
     ws.run_net_once(gnet)
@@ -212,7 +212,7 @@ def infer_alone(op_type: str, inputs, outputs=1, **args) -> dict:
     and outputs as in run_op."""
     inputs = inputs if isinstance(inputs, dict) else {f"in{i}": v for i, v in enumerate(inputs)}
     outputs = [f"out{i}" for i in range(outputs)] if isinstance(outputs, int) else list(outputs)
-    from .proto import NetDef
+    from .io.proto import NetDef
     net = NetDef(name="static")
     net.op.append(make_op(op_type, list(inputs), outputs, **args))
     return infer_net(net, {n: TensorSpec.of(v) for n, v in inputs.items()})

@@ -79,7 +79,7 @@ FAKE_MODULE = types.SimpleNamespace(isfinite=lambda a: FakeArray(np.isfinite(a.d
 def fake_backend(monkeypatch):
     """A backend record for the device kind 'fake' (arrays: FakeArray) in backend.BACKENDS for the test;
     returns the FakeArray class."""
-    from stepnet import backend
+    from stepnet.core import backend
 
     record = backend.Backend("fake", lambda: FAKE_MODULE, lambda v: isinstance(v, FakeArray),
                              lambda v: v.data.copy(), lambda a, index: FakeArray(np.array(a, copy=True)),

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from stepnet import proto
+from stepnet.io import proto
 from stepnet.ops import REGISTRY
 
 ROOT = Path(__file__).resolve().parents[1]

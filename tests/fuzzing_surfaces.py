@@ -10,9 +10,9 @@ import random
 import numpy as np
 
 import fuzzing
-from stepnet import proto
+from stepnet.io import proto
 from stepnet.ops import REGISTRY
-from stepnet.proto import NetDef, OperatorDef, make_argument
+from stepnet.io.proto import NetDef, OperatorDef, make_argument
 
 # Names that would break a dot file, an HTML label, a CSV row or a terminal if any of them went through raw.
 HOSTILE_NAMES = ['a"b', "<B>x</B>", "]", "[", "}; a -> b; {", "x" * 3000, "\\", "&amp;", "label=<x>", "\n", "\t",

@@ -1,11 +1,11 @@
-"""The backend table: every public function of stepnet.backend answers from BACKENDS, for any device kind."""
+"""The backend table: every public function of stepnet.core.backend answers from BACKENDS, for any device kind."""
 import sys
 
 import numpy as np
 import pytest
 
-from stepnet import backend
-from stepnet.backend import CPU_DEVICE, EMULATED, Device, DeviceArray
+from stepnet.core import backend
+from stepnet.core.backend import CPU_DEVICE, EMULATED, Device, DeviceArray
 
 
 def test_each_kind_has_its_module():

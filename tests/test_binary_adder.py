@@ -12,9 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from stepnet import Workspace, minidb, proto
-from stepnet.checkpoints import load as load_checkpoint
-from stepnet.cli import main
+from stepnet import Workspace
+from stepnet.io import minidb, proto
+from stepnet.io.checkpoints import load as load_checkpoint
+from stepnet.cli.run import main
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = ROOT / "models" / "binary_adder"

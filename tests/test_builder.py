@@ -1,13 +1,13 @@
-"""NetBuilder (stepnet/builder.py): ops as methods, checks at op creation, Caffe2's automatic names, name and
+"""NetBuilder (stepnet/build/builder.py): ops as methods, checks at op creation, Caffe2's automatic names, name and
 device scopes, external inputs/outputs, and nets that run."""
 import numpy as np
 import pytest
 
 from stepnet import Workspace
-from stepnet.builder import BlobRef, NetBuilder
-from stepnet.errors import ArgumentError, ArityError, StepnetError, UnknownOpError
+from stepnet.build.builder import BlobRef, NetBuilder
+from stepnet.core.errors import ArgumentError, ArityError, StepnetError, UnknownOpError
 from stepnet.ops import REGISTRY
-from stepnet.proto import DeviceOption, argument_value
+from stepnet.io.proto import DeviceOption, argument_value
 
 CUDA = DeviceOption(device_type=1, device_id=0)
 CUDA1 = DeviceOption(device_type=1, device_id=1)

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import numpy as np
 
-from stepnet import load, minidb
-from stepnet.cli import main
+from stepnet import load
+from stepnet.io import minidb
+from stepnet.cli.run import main
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "models"))
@@ -88,7 +89,8 @@ def test_iterations_are_optimizer_steps_and_heldout_is_the_mean_over_its_batches
     """`--iterations 1` is one optimizer step of the 8 x 250 plan, and the held-out loss is the mean over every
     held-out batch (the plan once divided a sum over the batches it ran by a fixed 139, and --iterations cut
     that loop to one batch): equal to a numpy recomputation from the trained weights."""
-    from stepnet import Workspace, checkpoints, save
+    from stepnet import Workspace, save
+    from stepnet.io import checkpoints
 
     vocab = build.vocabulary((ROOT / build.TEXT).read_text())
     path, ck, metrics = tmp_path / "plan.pbtxt", tmp_path / "ck.minidb", tmp_path / "m.csv"

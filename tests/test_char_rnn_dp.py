@@ -6,7 +6,8 @@ from pathlib import Path
 
 import numpy as np
 
-from stepnet import load, minidb
+from stepnet import load
+from stepnet.io import minidb
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "models"))

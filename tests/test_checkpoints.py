@@ -12,11 +12,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from stepnet import Workspace, checkpoints, proto
-from stepnet.cli import main
-from stepnet.errors import ArgumentError, FileFormatError, PlanError
-from stepnet.minidb import load_blobs
-from stepnet.proto import OperatorDef, make_argument
+from stepnet import Workspace
+from stepnet.io import checkpoints, proto
+from stepnet.cli.run import main
+from stepnet.core.errors import ArgumentError, FileFormatError, PlanError
+from stepnet.io.minidb import load_blobs
+from stepnet.io.proto import OperatorDef, make_argument
 
 ROOT = Path(__file__).resolve().parents[1]
 PARAMS = ["fc1_w", "fc1_b", "fc2_w", "fc2_b"]
@@ -77,7 +78,7 @@ def test_interrupted_and_resumed_equals_uninterrupted(at_root, tmp_path, iterati
 
 
 def test_the_comparison_catches_a_resume_that_forgets_the_readers(at_root, tmp_path, monkeypatch):
-    from stepnet.ops.db import DBReader
+    from stepnet.io.dbreader import DBReader
     monkeypatch.setattr(DBReader, "seek", lambda self, pos: None)   # readers restart at their first record
     with pytest.raises(AssertionError, match="fc1_w"):
         test_interrupted_and_resumed_equals_uninterrupted(at_root, tmp_path, 8, 2, 2)

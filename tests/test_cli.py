@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from stepnet import NetDef, load, save
-from stepnet.cli import main
-from stepnet.errors import ArgumentError
-from stepnet.feeds import Dims, parse_dims
+from stepnet.cli.run import main
+from stepnet.core.errors import ArgumentError
+from stepnet.io.feeds import Dims, parse_dims
 from stepnet.testing import make_op
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -264,7 +264,7 @@ def deep_plan_text(levels: int) -> str:
 
 
 def deep_plan_binary(levels: int) -> bytes:
-    from stepnet.proto import PlanDef
+    from stepnet.io.proto import PlanDef
     plan = PlanDef(name="deep")
     step = plan.execution_step.add()
     for _ in range(levels - 1):
@@ -275,7 +275,7 @@ def deep_plan_binary(levels: int) -> bytes:
 
 @pytest.fixture
 def hostile(tmp_path):
-    from stepnet.proto import NetDef as Net
+    from stepnet.io.proto import NetDef as Net
     net = Net(name="n", external_input=["x"])
     net.op.add(type="Relu", input=["x"], output=["BAD!"])
     (tmp_path / "bad_utf8.pb").write_bytes(net.SerializeToString().replace(b"BAD!", b"B\xffD!"))
@@ -334,7 +334,7 @@ def test_a_plan_at_the_nesting_limit_runs_and_converts_both_ways(hostile):
                                    MemoryError(), KeyError("k"), UnicodeEncodeError("ascii", "é", 0, 1, "no")],
                          ids=lambda e: type(e).__name__)
 def test_any_other_exception_is_one_internal_error_line(monkeypatch, capsys, error):
-    from stepnet import proto
+    from stepnet.io import proto
 
     def load_fails(*args, **kwargs):
         raise error
@@ -367,7 +367,7 @@ def test_run_threads_option(capsys):
 
 def test_inspect_escapes_names_from_the_file(tmp_path, capsys):
     """inspect lists op types and blob names from the model on stdout: control characters are shown escaped."""
-    from stepnet.cli import main
+    from stepnet.cli.run import main
 
     evil = "x\x1b]0;pwned\x07\nforged"
     (tmp_path / "n.pbtxt").write_text(f'name: "n" external_input: {evil!r} external_output: {evil!r}\n'

@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 
 from stepnet import Workspace
-from stepnet.builder import BlobRef
-from stepnet.errors import OpError, ShapeError
-from stepnet.model import ModelBuilder
-from stepnet.proto import NetDef
-from stepnet.rnn_cell import basic_rnn, gru, lstm
+from stepnet.build.builder import BlobRef
+from stepnet.core.errors import OpError, ShapeError
+from stepnet.build.model import ModelBuilder
+from stepnet.io.proto import NetDef
+from stepnet.build.rnn import basic_rnn, gru, lstm
 
 F = np.float32
 V, H = 7, 6
@@ -231,8 +231,8 @@ def test_a_link_view_is_made_again_only_for_another_array_or_rows():
     import functools
     import types
 
-    from stepnet.compiled.kernels import apply_links
-    from stepnet.workspace import Blob
+    from stepnet.compiled.forms import apply_links
+    from stepnet.runtime.workspace import Blob
 
     bop = types.SimpleNamespace(plain=functools.partial(print, offsets=[0, 1], windows=[1, 1]),
                                 opdef=types.SimpleNamespace(input=["t", "xs", "states"]))
@@ -285,7 +285,7 @@ def test_one_hot_rows_are_gathered_compiled_as_op_by_op(spoil, monkeypatch):
 
 
 def test_recurrent_networks_compile_in_plain_nets_only():
-    from stepnet.compiled.kernels import compiled_form
+    from stepnet.compiled.forms import compiled_form
 
     ws, net, _ = predict_net("lstm", True, False)
     net.run()

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from stepnet import Workspace
-from stepnet.errors import StepnetError
-from stepnet.proto import NetDef
+from stepnet.core.errors import StepnetError
+from stepnet.io.proto import NetDef
 
 F = np.float32
 UNARY = ("Sigmoid", "Tanh", "Relu", "Exp", "Log", "Abs", "Negative", "Softsign", "Scale", "Copy", "Alias",

@@ -6,11 +6,12 @@ import os
 import numpy as np
 import pytest
 
-from stepnet import NetDef, PlanDef, Workspace, minidb
-from stepnet.cli import main
-from stepnet.errors import ArgumentError, FileAccessError
-from stepnet.limits import Limits
-from stepnet.proto import BlobProto, DBReaderProto
+from stepnet import NetDef, PlanDef, Workspace
+from stepnet.io import minidb
+from stepnet.cli.run import main
+from stepnet.core.errors import ArgumentError, FileAccessError
+from stepnet.core.limits import Limits
+from stepnet.io.proto import BlobProto, DBReaderProto
 from stepnet.testing import make_op
 
 

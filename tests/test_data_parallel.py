@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 from stepnet import Workspace, load, save
-from stepnet.builder import BlobRef
-from stepnet.errors import GradientError, StepnetError
-from stepnet.model import ModelBuilder
+from stepnet.build.builder import BlobRef
+from stepnet.core.errors import GradientError, StepnetError
+from stepnet.build.model import ModelBuilder
 from stepnet.passes import data_parallel as dp
-from stepnet.proto import DeviceOption, OperatorDef
+from stepnet.io.proto import DeviceOption, OperatorDef
 
 RNG = np.random.default_rng(3)
 X, LABEL, IDS = RNG.normal(size=(6, 5)).astype(np.float32), RNG.integers(0, 3, 6).astype(np.int32), \

@@ -13,10 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from stepnet import proto
-from stepnet.cli import main
-from stepnet.errors import StepnetWarning
-from stepnet.proto import NetDef
+from stepnet.io import proto
+from stepnet.cli.run import main
+from stepnet.core.errors import StepnetWarning
+from stepnet.io.proto import NetDef
 from stepnet.testing import make_op
 
 MODELS = Path(__file__).resolve().parent / "data" / "models"

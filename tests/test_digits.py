@@ -9,8 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from stepnet import cli, proto
-from stepnet.minidb import MiniDB, parse_tensor_protos
+from stepnet.cli import run as cli
+from stepnet.io import proto
+from stepnet.io.minidb import MiniDB, parse_tensor_protos
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = ROOT / "models" / "digits"

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from stepnet import NetDef, load
-from stepnet.cli import main
-from stepnet.draw import Options, draw, to_dot
-from stepnet.draw_blocks import parameters, repeated_blocks
-from stepnet.graph import Graph
+from stepnet.cli.run import main
+from stepnet.export.draw import Options, draw, to_dot
+from stepnet.export.draw_blocks import parameters, repeated_blocks
+from stepnet.graph.view import Graph
 from stepnet.testing import make_op
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -127,7 +127,7 @@ def test_plan_draws_its_steps_and_nets_compactly():
     assert "<B>net</B> char_rnn>" in dot and "<B>net char_rnn_init</B><BR/>init: 30 ops" in dot
     with pytest.raises(Exception, match="no network named 'nope'"):
         to_dot([load(ROOT / "models/char_rnn.pbtxt")], Options(nets=["nope"]))
-    from stepnet.proto import PlanDef
+    from stepnet.io.proto import PlanDef
     many = PlanDef(name="many", network=[net("n", make_op("Relu", ["x"], ["y"]))])
     for i in range(100):
         many.execution_step.add(name=f"s{i}", network=["n"])

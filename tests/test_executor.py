@@ -5,9 +5,10 @@ import numpy as np
 import pytest
 
 from stepnet import NetDef, Workspace
-from stepnet.errors import (ArgumentError, ArityError, DTypeError, MissingBlobError, NetError, OpError,
-                           ResourceError, ShapeError, StepnetWarning, UnknownOpError)
-from stepnet.proto import DeviceOption, make_argument
+from stepnet.core.errors import (
+    ArgumentError, ArityError, DTypeError, MissingBlobError, NetError, OpError, ResourceError, ShapeError,
+    StepnetWarning, UnknownOpError)
+from stepnet.io.proto import DeviceOption, make_argument
 from stepnet.testing import make_op, nested_nets
 
 
@@ -205,14 +206,14 @@ def test_nets_nested_to_protobufs_limit_run(ws, run_net_op, text_at):
 
 @pytest.mark.parametrize("levels, text_at", [(34, None), (34, 20), (34, 0), (1000, None)])
 def test_nets_nested_deeper_are_one_error(ws, run_net_op, levels, text_at):
-    from stepnet.errors import FileFormatError
+    from stepnet.core.errors import FileFormatError
     with pytest.raises((NetError, FileFormatError), match="messages are nested more than 100 levels deep") as info:
         ws.run_net_once(nested(levels, text_at))
     assert "\n" not in str(info.value)
 
 
 def test_a_net_argument_whose_text_is_not_utf8(ws, run_net_op):
-    from stepnet.errors import FileFormatError
+    from stepnet.core.errors import FileFormatError
     outer = NetDef(name="outer")
     outer.op.add(type="RunNet").arg.add(name="net", s=b'name: "caf\xe9" op { type: "Copy" input: "x" output: "y" }')
     with pytest.raises(FileFormatError, match=r"net 'outer', op #0 \(RunNet\), argument 'net': the net's text is not "
@@ -229,7 +230,7 @@ def _fc_net(ws, x, w, b):
 def test_specialized_ops_check_once_per_input_signature(ws, patched):
     """FC's record specializes per input signature: same results as the kernel, checked again (with the
     kernel's message) when the shapes change, and a replaced kernel is never bypassed."""
-    from stepnet.executor import Specialized
+    from stepnet.runtime.executor import Specialized
     from stepnet.ops import REGISTRY
 
     rng = np.random.default_rng(0)

@@ -8,10 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from stepnet import checkpoints, load, minidb, save
-from stepnet.cli import main
-from stepnet.export import export, fill_op
-from stepnet.workspace import Workspace
+from stepnet.io import checkpoints, minidb
+from stepnet import load, save
+from stepnet.cli.run import main
+from stepnet.export.predict import export, fill_op
+from stepnet.runtime.workspace import Workspace
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "models"))
@@ -180,8 +181,8 @@ def test_python_api_picks_nets_and_outputs(trained):
 
 
 def test_int8_blobs_go_to_npz_only():
-    from stepnet.errors import ArgumentError
-    from stepnet.int8 import Int8Tensor
+    from stepnet.core.errors import ArgumentError
+    from stepnet.io.int8 import Int8Tensor
 
     q = Int8Tensor(np.array([1, 2, 3], np.uint8), 0.5, 1)
     with pytest.raises(ArgumentError, match="'q' is an Int8 tensor.*--format npz"):
@@ -189,8 +190,8 @@ def test_int8_blobs_go_to_npz_only():
 
 
 def test_int8_npz_holds_real_values(tmp_path):
-    from stepnet.export import Export, write_npz
-    from stepnet.int8 import Int8Tensor
+    from stepnet.export.predict import Export, write_npz
+    from stepnet.io.int8 import Int8Tensor
 
     path = write_npz(Export(None, None, {"q": Int8Tensor(np.array([1, 3], np.uint8), 0.5, 1)}, []), tmp_path / "q.npz")
     assert np.load(path)["q"].tolist() == [0.0, 1.0]
@@ -199,7 +200,7 @@ def test_int8_npz_holds_real_values(tmp_path):
 def test_npz_holds_blobs_whatever_their_names(tmp_path, capsys):
     """np.savez(file, **blobs) took a blob named 'file' for its own argument and one named 'allow_pickle' as a
     flag; names come from the model, so the archive is written member by member."""
-    from stepnet.export import Export, write_npz
+    from stepnet.export.predict import Export, write_npz
 
     blobs = {"file": np.ones(2, np.float32), "allow_pickle": np.zeros(1), "a/b": np.arange(3), "../x": np.ones(1)}
     with np.load(write_npz(Export(None, None, dict(blobs), []), tmp_path / "w.npz")) as z:
@@ -215,7 +216,7 @@ def test_npz_holds_blobs_whatever_their_names(tmp_path, capsys):
 
 def conv_bn_model(is_test: bool):
     """data (N, 2, 5, 5) -> Conv -> SpatialBN -> Relu -> Dropout -> FC logits (-> SoftmaxWithLoss)."""
-    from stepnet.model import ModelBuilder
+    from stepnet.build.model import ModelBuilder
 
     m = ModelBuilder("cnn")
     x = m.relu(m.spatial_bn(m.conv("data", "c", 2, 3, 3, pad=1), "bn", 3, is_test=is_test), "r")

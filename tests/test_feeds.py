@@ -1,4 +1,4 @@
-"""stepnet.feeds: --feed values. Literals that are not numbers in a rectangular list, values a dtype cannot hold,
+"""stepnet.io.feeds: --feed values. Literals that are not numbers in a rectangular list, values a dtype cannot hold,
 and .npy/.npz files whose headers promise more than the file holds are one clean error, before anything is
 allocated."""
 import os
@@ -8,8 +8,8 @@ import zipfile
 import numpy as np
 import pytest
 
-from stepnet.errors import ArgumentError, FileFormatError
-from stepnet.feeds import parse_feed
+from stepnet.core.errors import ArgumentError, FileFormatError
+from stepnet.io.feeds import parse_feed
 from stepnet.testing import allocates_under
 
 

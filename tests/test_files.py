@@ -1,10 +1,10 @@
-"""stepnet.files: every file stepnet reads is a regular file, checked (and size-capped) before a byte is read."""
+"""stepnet.io.files: every file stepnet reads is a regular file, checked (and size-capped) before a byte is read."""
 import os
 
 import pytest
 
-from stepnet import files
-from stepnet.errors import FileFormatError
+from stepnet.io import files
+from stepnet.core.errors import FileFormatError
 
 
 def test_reads_a_regular_file(tmp_path):

@@ -20,12 +20,13 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
 
 import fuzzing  # noqa: E402
-from stepnet import Workspace, minidb, proto  # noqa: E402
-from stepnet.cli import describe_net, unsupported_ops  # noqa: E402
-from stepnet.errors import StepnetError  # noqa: E402
-from stepnet.feeds import parse_feed  # noqa: E402
-from stepnet.graph import walk  # noqa: E402
-from stepnet.shapes import TensorSpec, infer_net  # noqa: E402
+from stepnet import Workspace  # noqa: E402
+from stepnet.io import minidb, proto  # noqa: E402
+from stepnet.cli.tools import describe_net, unsupported_ops  # noqa: E402
+from stepnet.core.errors import StepnetError  # noqa: E402
+from stepnet.io.feeds import parse_feed  # noqa: E402
+from stepnet.graph.view import walk  # noqa: E402
+from stepnet.passes.shapes import TensorSpec, infer_net  # noqa: E402
 
 FUZZ = settings(max_examples=int(os.environ.get("STEPNET_FUZZ_EXAMPLES", 60)), deadline=None, derandomize=True,
                 database=None, suppress_health_check=list(HealthCheck), print_blob=True)
@@ -214,7 +215,7 @@ def test_draw_escapes_every_name_it_is_given(rng, seed):
     import shutil
     import subprocess
 
-    from stepnet.draw import Options, to_dot
+    from stepnet.export.draw import Options, to_dot
 
     model = fs.control_net(rng) if seed == "control" else proto.load(fuzzing.ROOT / seed)
     fs.mutate_control(rng, model) if seed == "control" else fuzzing.edit_message(rng, model)
@@ -230,7 +231,7 @@ def test_draw_escapes_every_name_it_is_given(rng, seed):
 @FUZZ
 @given(rng=st.randoms(use_true_random=False))
 def test_hostile_metrics_files(workdir, rng):
-    from stepnet.metrics import read
+    from stepnet.cli.metrics import read
 
     path = workdir / "m.csv"
     path.write_bytes(fs.hostile_csv(rng))
@@ -274,7 +275,7 @@ def test_int8_and_detection_ops_on_hostile_shapes(rng):
 def test_export_onnx_of_one_op_nets(rng):
     """Every converter on a random op of the registry with random arguments: exported or refused cleanly."""
     pytest.importorskip("onnx")
-    from stepnet.onnx import export_onnx
+    from stepnet.export.onnx import export_onnx
 
     op, pool = fuzzing.random_op(rng)
     net = proto.NetDef(name="one_op", op=[op], external_output=list(op.output)[:1])

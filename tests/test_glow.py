@@ -18,11 +18,11 @@ import pytest
 
 import stepnet
 from stepnet import Workspace
-from stepnet.cli import unsupported_ops
-from stepnet.errors import (ArgumentError, ArityError, DTypeError, NetError, ShapeError, StepnetError,
-                            StepnetWarning)
+from stepnet.cli.run import unsupported_ops
+from stepnet.core.errors import (
+    ArgumentError, ArityError, DTypeError, NetError, ShapeError, StepnetError, StepnetWarning)
 from stepnet.ops import REGISTRY
-from stepnet.proto import DeviceOption, make_argument
+from stepnet.io.proto import DeviceOption, make_argument
 from stepnet.testing import DEVICES
 from test_glow_int8 import GLOW_INT8_FILES
 

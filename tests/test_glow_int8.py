@@ -16,8 +16,8 @@ import pytest
 
 import stepnet
 from stepnet import Int8Tensor, Workspace
-from stepnet.errors import ArgumentError, DTypeError, ShapeError, StepnetWarning
-from stepnet.proto import DeviceOption, make_argument
+from stepnet.core.errors import ArgumentError, DTypeError, ShapeError, StepnetWarning
+from stepnet.io.proto import DeviceOption, make_argument
 from stepnet.testing import DEVICES
 
 GLOW = Path(__file__).resolve().parent / "data" / "glow"

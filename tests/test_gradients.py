@@ -1,9 +1,9 @@
 """The backward-pass rewrite (spec §6.2): names, accumulation, pass-through, sparse, versions, errors."""
 import pytest
 
-from stepnet.gradients import GradientError, GradientSlice, add_gradient_ops, backward_ops
+from stepnet.passes.gradients import GradientError, GradientSlice, add_gradient_ops, backward_ops
 from stepnet.ops.registry import NO_GRADIENT, SHOULD_NOT_DO_GRADIENT
-from stepnet.proto import NetDef, OperatorDef
+from stepnet.io.proto import NetDef, OperatorDef
 
 
 def dense_maker(g):
@@ -153,7 +153,7 @@ def test_maker_copies_device_engine_and_args():
     fwd = op("TDense", ["x"], ["y"])
     fwd.device_option.device_type = 1
     fwd.engine = "CUDNN"
-    from stepnet.proto import make_argument
+    from stepnet.io.proto import make_argument
     fwd.arg.append(make_argument("axis", 2))
     ops, _ = backward_ops([fwd], {"y": "y_grad"})
     assert ops[0].device_option.device_type == 1 and ops[0].engine == "CUDNN"

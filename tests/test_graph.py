@@ -3,10 +3,10 @@ and rewrites that never change the NetDef they are given."""
 import numpy as np
 import pytest
 
-from stepnet import graph
-from stepnet.errors import NetError
-from stepnet.graph import Graph
-from stepnet.proto import NetDef, OperatorDef, make_argument, to_text
+from stepnet.graph import view as graph
+from stepnet.core.errors import NetError
+from stepnet.graph.view import Graph
+from stepnet.io.proto import NetDef, OperatorDef, make_argument, to_text
 from stepnet.testing import nested_nets
 
 

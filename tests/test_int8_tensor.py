@@ -1,15 +1,17 @@
-"""The Int8Tensor value (stepnet/int8.py): made, fed, fetched, saved and loaded in Caffe2's Int8TensorCPU form,
+"""The Int8Tensor value (stepnet/io/int8.py): made, fed, fetched, saved and loaded in Caffe2's Int8TensorCPU form,
 printed, and described for static inference."""
 import numpy as np
 import pytest
 
-from stepnet import Workspace, backend, checkpoints, minidb
-from stepnet.cli import format_blob, save_npz
-from stepnet.errors import ArgumentError, DTypeError, FileFormatError, StepnetError
-from stepnet.int8 import Int8Tensor
+from stepnet import Workspace
+from stepnet.core import backend
+from stepnet.io import checkpoints, minidb
+from stepnet.cli.run import format_blob, save_npz
+from stepnet.core.errors import ArgumentError, DTypeError, FileFormatError, StepnetError
+from stepnet.io.int8 import Int8Tensor
 from stepnet.ops.util import format_tensor
-from stepnet.proto import BlobProto, DataType, DeviceOption, NetDef
-from stepnet.shapes import TensorSpec
+from stepnet.io.proto import BlobProto, DataType, DeviceOption, NetDef
+from stepnet.passes.shapes import TensorSpec
 from stepnet.testing import make_op, run_op
 
 CODES = np.array([[0, 3, 127], [128, 200, 255]], np.uint8)
@@ -209,7 +211,7 @@ def test_run_op_checks_int8_outputs_and_inputs(temporary_op):
 
 def test_cli_runs_an_int8_net_and_prints_its_blobs(tmp_path, capsys):
     from stepnet import save
-    from stepnet.cli import main
+    from stepnet.cli.run import main
 
     init, predict = NetDef(name="init"), NetDef(name="predict", external_input=["x"], external_output=["y", "q"])
     init.op.append(make_op("Int8GivenTensorFill", [], ["x"], shape=[2, 2], values=bytes([0, 5, 9, 200]),

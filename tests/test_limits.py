@@ -8,12 +8,13 @@ import time
 import numpy as np
 import pytest
 
-from stepnet import NetDef, Workspace, minidb, save
-from stepnet.cli import main
-from stepnet.errors import ArgumentError, FileFormatError, ResourceError
-from stepnet.feeds import parse_feed
-from stepnet.limits import FALLBACK_MAX_BLOB_BYTES, Limits, default_max_blob_bytes, parse_size
-from stepnet.shapes import infer_net
+from stepnet import NetDef, Workspace, save
+from stepnet.io import minidb
+from stepnet.cli.run import main
+from stepnet.core.errors import ArgumentError, FileFormatError, ResourceError
+from stepnet.io.feeds import parse_feed
+from stepnet.core.limits import FALLBACK_MAX_BLOB_BYTES, Limits, default_max_blob_bytes, parse_size
+from stepnet.passes.shapes import infer_net
 from stepnet.testing import make_op
 
 KIB = 1024
@@ -187,9 +188,9 @@ def test_loads_check_the_dims_before_assembling(tmp_path, monkeypatch, capsys):
     assert minidb.load_blobs("w.minidb", ["b"], max_blob_bytes=KIB)["b"].shape == (4,)
     assert minidb.load_blobs("w.minidb")["w"].shape == (300,)  # no limit given: none
     # dims that claim 4 TiB are refused from the first record's header, before anything is allocated
-    from stepnet.blobs import serialize_blob
+    from stepnet.io.blobs import serialize_blob
     key, value = serialize_blob("huge", np.zeros(4, np.float32))[0]
-    from stepnet.proto import BlobProto
+    from stepnet.io.proto import BlobProto
     proto = BlobProto.FromString(value)
     proto.tensor.dims[:] = [1 << 40]
     minidb.write_records("huge.minidb", [(key, proto.SerializeToString())])
@@ -234,7 +235,7 @@ def test_feeds_check_the_npy_header_before_loading(tmp_path, monkeypatch, capsys
 
 
 def test_a_read_only_workspace_reads_db_files_but_writes_none(tmp_path, monkeypatch):
-    from stepnet.errors import FileAccessError
+    from stepnet.core.errors import FileAccessError
 
     monkeypatch.chdir(tmp_path)
     minidb.save_blobs(tmp_path / "in.minidb", {"w": np.ones(2, np.float32)})

@@ -1,4 +1,4 @@
-"""The minidb file format and blob <-> BlobProto conversion (stepnet/minidb.py).
+"""The minidb file format and blob <-> BlobProto conversion (stepnet/io/minidb.py).
 
 Independent references: records and BlobProtos built by hand with struct and raw protobuf wire bytes (the
 layout of caffe2/core/db.cc and caffe2.proto), and Python loops over the expected chunk boundaries."""
@@ -8,11 +8,11 @@ import struct
 import numpy as np
 import pytest
 
-from stepnet import minidb
-from stepnet.backend import EMULATED, DeviceArray
-from stepnet.errors import DTypeError, FileFormatError, MissingBlobError
+from stepnet.io import minidb
+from stepnet.core.backend import EMULATED, DeviceArray
+from stepnet.core.errors import DTypeError, FileFormatError, MissingBlobError
 from stepnet.ops.util import Mutex
-from stepnet.proto import BlobProto, TensorProto
+from stepnet.io.proto import BlobProto, TensorProto
 from stepnet.testing import allocates_under
 
 DTYPES = [np.float32, np.float64, np.float16, np.int32, np.int64, np.int8, np.int16, np.uint8, np.uint16,
@@ -280,7 +280,7 @@ def test_the_tester_detects_a_wrong_byte_order(tmp_path, monkeypatch):
 
 
 def test_blob_protos_are_reexported_by_minidb():
-    from stepnet import blobs
+    from stepnet.io import blobs
     for name in ("BlobAssembler", "BlobType", "register_blob_type", "serialize_blob", "blob_protos",
                  "tensor_blob_protos", "blob_name_of_key", "parse_blob_proto", "device_detail_of", "chunk_length",
                  "CHUNK_DEFAULT", "NO_CHUNKING", "DEFAULT_CHUNK_SIZE", "CHUNK_SEPARATOR", "TENSOR_TYPE",
@@ -339,7 +339,7 @@ def test_tensor_headers_that_lie_allocate_nothing(tmp_path, dims, values, segmen
 
 
 def test_an_opaque_blob_whose_content_is_garbage(tmp_path):
-    from stepnet.ops.db import DBReader  # noqa: F401 - registers the DBReader blob type
+    from stepnet.io.dbreader import DBReader  # noqa: F401 - registers the DBReader blob type
     path = tmp_path / "r.minidb"
     path.write_bytes(record(b"r", lfield(1, b"r") + lfield(2, b"DBReader") + lfield(4, b"\xff\xff\xff")))
     with pytest.raises(FileFormatError, match="blob 'r' of type 'DBReader' cannot be read from its content"):

@@ -1,4 +1,4 @@
-"""ModelBuilder (stepnet/model.py): parameters, layer helpers, gradients, Caffe2's optimizer op sequences and
+"""ModelBuilder (stepnet/build/model.py): parameters, layer helpers, gradients, Caffe2's optimizer op sequences and
 blob names, global-norm clipping, plans that `stepnet run` trains, and bad input. The training numbers are
 checked against an independent float64 numpy model of the same updates (Caffe2's formulas)."""
 import math
@@ -7,11 +7,13 @@ import re
 import numpy as np
 import pytest
 
-from stepnet import Workspace, cli, proto
-from stepnet.builder import NetBuilder
-from stepnet.errors import ArgumentError, ShapeError, StepnetError
-from stepnet.model import ModelBuilder
-from stepnet.proto import DeviceOption, argument_value
+from stepnet import Workspace
+from stepnet.cli import run as cli
+from stepnet.io import proto
+from stepnet.build.builder import NetBuilder
+from stepnet.core.errors import ArgumentError, ShapeError, StepnetError
+from stepnet.build.model import ModelBuilder
+from stepnet.io.proto import DeviceOption, argument_value
 
 rng = np.random.default_rng(5)
 N, D, K = 6, 3, 2

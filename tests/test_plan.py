@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 
 from stepnet import PlanDef, Workspace
-from stepnet.errors import PlanError
-from stepnet.proto import parse_text
+from stepnet.core.errors import PlanError
+from stepnet.io.proto import parse_text
 
 INIT = """
 network { name: "init"
@@ -107,7 +107,7 @@ def test_progress_counts_overall_iterations_of_nested_loops():
 
 
 def test_training_loops_describe_what_iterations_set():
-    from stepnet.plan import training_loops
+    from stepnet.runtime.plan import training_loops
     p = plan("""execution_step { name: "epochs" num_iter: 8 substep { name: "steps" network: "tick" num_iter: 250 }
                   substep { name: "rep" network: "report" } }""")
     (loop,) = training_loops(p, 30).values()

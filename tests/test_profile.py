@@ -1,4 +1,4 @@
-"""--profile (stepnet/profile.py): op timings that add up to the measured run, counts per op and per timestep,
+"""--profile (stepnet/runtime/profile.py): op timings that add up to the measured run, counts per op and per timestep,
 the RecurrentNetwork's split into its step nets and overhead, prof_dag nets."""
 import re
 import time
@@ -6,12 +6,13 @@ import time
 import numpy as np
 import pytest
 
-from stepnet import Workspace, proto
-from stepnet.cli import main
-from stepnet.builder import BlobRef
-from stepnet.model import ModelBuilder
-from stepnet.profile import Profiler
-from stepnet.rnn_cell import lstm
+from stepnet import Workspace
+from stepnet.io import proto
+from stepnet.cli.run import main
+from stepnet.build.builder import BlobRef
+from stepnet.build.model import ModelBuilder
+from stepnet.runtime.profile import Profiler
+from stepnet.build.rnn import lstm
 
 T, N, D, H = 6, 16, 32, 128
 

@@ -1,16 +1,16 @@
-"""What `stepnet run` shows while a plan trains (stepnet/progress.py), --metrics files and `stepnet plot`
-(stepnet/metrics.py)."""
+"""What `stepnet run` shows while a plan trains (stepnet/cli/progress.py), --metrics files and `stepnet plot`
+(stepnet/cli/metrics.py)."""
 import io
 import sys
 
 import numpy as np
 import pytest
 
-from stepnet import proto
-from stepnet.cli import main
-from stepnet.errors import StepnetError
-from stepnet.metrics import MetricsWriter, plot, read
-from stepnet.progress import Monitor, duration
+from stepnet.io import proto
+from stepnet.cli.run import main
+from stepnet.core.errors import StepnetError
+from stepnet.cli.metrics import MetricsWriter, plot, read
+from stepnet.cli.progress import Monitor, duration
 
 
 class Clock:

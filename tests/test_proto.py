@@ -1,4 +1,4 @@
-"""stepnet.proto: TensorProto <-> ndarray, Argument <-> Python value, load/save of NetDef and PlanDef files.
+"""stepnet.io.proto: TensorProto <-> ndarray, Argument <-> Python value, load/save of NetDef and PlanDef files.
 
 Expected values are built independently of the code under test: wire bytes by hand (varints, struct.pack),
 float16 / bfloat16 values from explicit bit patterns, small-int narrowing from modular arithmetic.
@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 import stepnet
-from stepnet import proto
-from stepnet.errors import ArgumentError, FileFormatError
+from stepnet.io import proto
+from stepnet.core.errors import ArgumentError, FileFormatError
 from stepnet.testing import allocates_under
 
 FLOAT, INT32, BYTE, STRING, BOOL, UINT8, INT8, UINT16, INT16, INT64, FLOAT16, DOUBLE = (
@@ -666,7 +666,7 @@ def test_argument_check_catches_a_float_stored_as_int(monkeypatch):
 
 
 def test_tensor_conversions_are_reexported_by_proto():
-    from stepnet import proto, tensors
+    from stepnet.io import proto, tensors
     for name in ("tensor_to_array", "array_to_tensor", "join_chunks", "data_type_of", "numpy_dtype", "NUMPY_OF"):
         assert getattr(proto, name) is getattr(tensors, name), name
 

@@ -2,7 +2,7 @@
 import re
 from pathlib import Path
 
-from stepnet.cli import main, op_table
+from stepnet.cli.run import main, op_table
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
 

@@ -1,4 +1,4 @@
-"""Real, public Caffe2 NetDef files (tests/data; provenance in tests/data/SOURCES.md) through stepnet.proto.
+"""Real, public Caffe2 NetDef files (tests/data; provenance in tests/data/SOURCES.md) through stepnet.io.proto.
 
 Every vendored file must load, be recognised as a NetDef, and survive binary <-> text round trips. Facts about
 each file come from tests/data/SOURCES.md and from a minimal wire-format reader written here, so expected
@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 import stepnet
-from stepnet import proto
-from stepnet.errors import FileFormatError
+from stepnet.io import proto
+from stepnet.core.errors import FileFormatError
 
 DATA = Path(__file__).resolve().parent / "data"
 EMPTY_TEXT = DATA / "glow" / "empty_init_net.pbtxt"
@@ -359,7 +359,7 @@ def test_inspect_runs_cleanly_on_every_real_model(path, capsys):
     """`stepnet inspect` prints the nets, warns about nothing, and lists only the detection ops as unsupported."""
     import warnings
 
-    from stepnet.cli import main
+    from stepnet.cli.run import main
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")

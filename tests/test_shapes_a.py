@@ -13,9 +13,9 @@ import pytest
 
 import stepnet
 from stepnet import NetDef, Workspace
-from stepnet.errors import ArgumentError, DTypeError, ShapeError, StepnetError
+from stepnet.core.errors import ArgumentError, DTypeError, ShapeError, StepnetError
 from stepnet.ops import REGISTRY
-from stepnet.shapes import TensorSpec, infer_net, spec
+from stepnet.passes.shapes import TensorSpec, infer_net, spec
 from stepnet.testing import DEVICES, make_op, run_op
 
 GLOW = Path(__file__).resolve().parent / "data" / "glow"

@@ -6,12 +6,12 @@ import re
 import numpy as np
 import pytest
 
-from stepnet.errors import ArgumentError, ShapeError
+from stepnet.core.errors import ArgumentError, ShapeError
 from stepnet.ops import REGISTRY
-from stepnet.proto import NetDef
-from stepnet.shapes import TensorSpec, infer_net, spec
+from stepnet.io.proto import NetDef
+from stepnet.passes.shapes import TensorSpec, infer_net, spec
 from stepnet.testing import make_op, run_op
-from stepnet.workspace import Workspace
+from stepnet.runtime.workspace import Workspace
 
 RNG = np.random.default_rng(11)
 
@@ -267,7 +267,7 @@ def test_cross_check_catches_a_wrong_shape_function(op_type, inputs, args, wrong
 def test_a_fill_shape_numpy_cannot_hold_is_refused_by_the_fill(dims):
     # an empty shape is small enough to carry its value, but numpy refuses dims whose product overflows: the
     # fill's own check says so (before it, the last resort's "static shape inference failed (ValueError ...)")
-    from stepnet.errors import ArgumentError
+    from stepnet.core.errors import ArgumentError
 
     net = net_of(("ConstantFill", [], ["y"], dict(shape=dims)))
     with pytest.raises(ArgumentError, match=r"net 'net', op #0 \(ConstantFill\): 'shape' \[.*\]: its nonzero dims "

@@ -4,8 +4,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from stepnet.cli import main
-from stepnet.errors import FileFormatError, StepnetError
+from stepnet.cli.run import main
+from stepnet.core.errors import FileFormatError, StepnetError
 
 from PIL import Image  # noqa: E402  (Pillow is part of the test extra)
 
@@ -52,7 +52,7 @@ def test_not_an_image(tmp_path, capsys):
     assert main(["run", str(INIT), str(PREDICT), "--feed", f"{fake}:bgra"]) == 1
     assert "not an image" in capsys.readouterr().err
     with pytest.raises(FileFormatError, match="not an image"):
-        from stepnet.images import read_image
+        from stepnet.io.images import read_image
         read_image(fake)
 
 
@@ -66,6 +66,6 @@ def test_wrong_layout_gives_a_clear_error(tmp_path, capsys):
 
 
 def test_save_image_needs_an_image_blob(tmp_path):
-    from stepnet.images import image_bytes
+    from stepnet.io.images import image_bytes
     with pytest.raises(StepnetError, match="not an H×W×4 image"):
         image_bytes(np.zeros((1, 3, 8, 8), np.uint8), "bgra")

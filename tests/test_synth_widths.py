@@ -1,4 +1,4 @@
-"""synth_init's layer widths (stepnet/synth_widths.py): channel classes solved under the net's constraints —
+"""synth_init's layer widths (stepnet/build/synth_widths.py): channel classes solved under the net's constraints —
 grouped and depthwise convolutions, Sums tying widths, given weights, detection heads tied to anchors and
 classes, nets nested in If — on small nets built here with the expected shapes written out, and on the vendored
 Mask R-CNN2Go nets (whose group arguments are the real channel counts of its depthwise layers)."""
@@ -10,12 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from stepnet import proto
-from stepnet.errors import ArityError, ShapeError
-from stepnet.synth import synth_init
-from stepnet.synth_widths import Classes, anchors
+from stepnet.io import proto
+from stepnet.core.errors import ArityError, ShapeError
+from stepnet.build.synth import synth_init
+from stepnet.build.synth_widths import Classes, anchors
 from stepnet.testing import make_op
-from stepnet.workspace import Workspace
+from stepnet.runtime.workspace import Workspace
 
 MODELS = Path(__file__).resolve().parent / "data" / "models"
 F32 = np.float32
@@ -136,7 +136,7 @@ def test_parameters_of_nets_nested_in_if_are_shaped():
 
 
 def proto_bool():
-    from stepnet.shapes import spec
+    from stepnet.passes.shapes import spec
     return spec((), np.bool_)
 
 
@@ -205,5 +205,5 @@ def test_mask_rcnn2go_widths_follow_its_groups(name):
 
 
 def walk_ops(net):
-    from stepnet.graph import walk
+    from stepnet.graph.view import walk
     return ((net_, op) for _, net_, _, op in walk(net))

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from stepnet import NetDef, Workspace
-from stepnet.errors import MissingBlobError, NetError
+from stepnet.core.errors import MissingBlobError, NetError
 from stepnet.testing import make_op
 
 
@@ -166,7 +166,7 @@ def _register_recorder(temporary_op):
 
 def _blas_threads_seen(seen, **ws_args):
     """The counts seen inside a top-level net and inside its sub-net."""
-    from stepnet.proto import NetDef
+    from stepnet.io.proto import NetDef
 
     seen.clear()
     inner = NetDef(name="inner")
@@ -194,7 +194,7 @@ def test_threads_holds_blas_while_a_plan_runs(temporary_op):
     """A plan's nets are bound one level below it: the plan itself holds BLAS at `threads`."""
     from threadpoolctl import threadpool_info, threadpool_limits
 
-    from stepnet.proto import PlanDef
+    from stepnet.io.proto import PlanDef
 
     seen = _register_recorder(temporary_op)
     plan = PlanDef(name="p")

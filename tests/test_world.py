@@ -5,8 +5,10 @@ import argparse
 import numpy as np
 import pytest
 
-from stepnet import NetDef, Workspace, launch, minidb, world
-from stepnet.cli import main
+from stepnet import NetDef, Workspace
+from stepnet.dist import launch, world
+from stepnet.io import minidb
+from stepnet.cli.run import main
 from stepnet.testing import make_op
 
 

@@ -1,4 +1,4 @@
-"""Real model-zoo predict nets (tests/data, see SOURCES.md) run end to end on weights from stepnet.synth.
+"""Real model-zoo predict nets (tests/data, see SOURCES.md) run end to end on weights from stepnet.build.synth.
 
 Expected parameter shapes come from the published architectures (SqueezeNet 1.1's fire modules, AlexNet's
 6×6 pool5 at 227×227, GoogLeNet's four-branch concat, ResNet-50's pooled FC), written out here, never read
@@ -13,14 +13,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from stepnet import proto
-from stepnet.cli import main
-from stepnet.errors import ArgumentError, DTypeError, ShapeError
+from stepnet.io import proto
+from stepnet.cli.run import main
+from stepnet.core.errors import ArgumentError, DTypeError, ShapeError
 from stepnet.ops import REGISTRY
-from stepnet.shapes import spec
-from stepnet.synth import synth_init, write_init
+from stepnet.passes.shapes import spec
+from stepnet.build.synth import synth_init, write_init
 from stepnet.testing import make_op
-from stepnet.workspace import Workspace
+from stepnet.runtime.workspace import Workspace
 
 DATA = Path(__file__).resolve().parent / "data"
 SQUEEZE = DATA / "caffe2" / "squeeze_predict_net.pb"

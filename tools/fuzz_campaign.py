@@ -1,5 +1,5 @@
 """Fuzz campaign: mutate real model, minidb, feed and image files many times and run each case through the
-command line (`stepnet.cli.main`, in worker processes, one alarm per case and a hard timeout from the parent).
+command line (`stepnet.cli.run.main`, in worker processes, one alarm per case and a hard timeout from the parent).
 
 Every case ends as one of:
   clean  `stepnet: error: ...` (a StepnetError) - what a bad file or value must give
@@ -100,7 +100,7 @@ def make_case(seed: int, index: int, workdir: Path, which: str = "all") -> tuple
 def _make(family: str, rng: random.Random, workdir: Path) -> list[str]:
     import fuzz_surfaces
     import fuzzing
-    from stepnet import proto
+    from stepnet.io import proto
 
     if family in fuzz_surfaces.FAMILIES:
         return fuzz_surfaces.make_case(family, rng, workdir)
@@ -173,7 +173,7 @@ def _minidb_case(rng: random.Random, workdir: Path) -> list[str]:
     import numpy as np
 
     import fuzzing
-    from stepnet import minidb
+    from stepnet.io import minidb
 
     kind = rng.choice(["checkpoint", "dataset"])
     if kind == "checkpoint":
@@ -213,7 +213,7 @@ def _special_case(rng: random.Random, workdir: Path) -> list[str]:
 # ------------------------------------------------------------------------------------------- running
 def run_case(argv: list[str], timeout: float) -> tuple[str, str]:
     """(status, detail) of one command line, in this process."""
-    from stepnet.cli import main
+    from stepnet.cli.run import main
 
     err = io.StringIO()
 
@@ -248,7 +248,7 @@ def worker(conn, seed: int, timeout: float, which: str) -> None:
 
     with contextlib.suppress(ValueError, OSError):
         resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
-    import stepnet.cli  # noqa: F401 - imported once, before the first case's clock starts
+    import stepnet.cli.run  # noqa: F401 - imported once, before the first case's clock starts
     import fuzz_surfaces
     fuzz_surfaces.assets()   # built once per worker, before the first case's clock starts
     base = Path(tempfile.mkdtemp(prefix="stepnet-fuzz-"))

@@ -34,7 +34,7 @@ def assets() -> dict:
     import build_char_rnn as build
 
     from stepnet import save
-    from stepnet.cli import main
+    from stepnet.cli.run import main
 
     d = Path(tempfile.mkdtemp(prefix="stepnet-fuzz-assets-"))
     atexit.register(shutil.rmtree, d, True)
@@ -92,7 +92,7 @@ def _model(rng: random.Random, workdir: Path, msg, stem: str = "model", edit: fl
 
 
 def _load(path) -> object:
-    from stepnet import proto
+    from stepnet.io import proto
     return proto.load(ROOT / path if not os.path.isabs(path) else path)
 
 
@@ -101,7 +101,7 @@ def make_case(family: str, rng: random.Random, workdir: Path) -> list[str]:
 
     import fuzzing
     import fuzzing_surfaces as fs
-    from stepnet import proto
+    from stepnet.io import proto
 
     a = assets()
     if family == "draw":
@@ -174,7 +174,7 @@ def _onnx_case(family: str, rng: random.Random, workdir: Path) -> list[str]:
 
     import fuzzing
     import fuzzing_surfaces as fs
-    from stepnet import proto
+    from stepnet.io import proto
 
     kind = rng.choice(["xor", "xor", "plan", "one-op", "one-op", "one-op"])
     if kind == "one-op":

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from stepnet.minidb import save_dataset
+from stepnet.io.minidb import save_dataset
 
 HERE = Path(__file__).resolve().parent
 BITS = 16

@@ -14,9 +14,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from stepnet import proto
-from stepnet.builder import NetBuilder
-from stepnet.model import ModelBuilder
+from stepnet.io import proto
+from stepnet.build.builder import NetBuilder
+from stepnet.build.model import ModelBuilder
 
 HERE = Path(__file__).resolve().parent
 DATA_DIR = "models/digits"       # as seen from the repository root

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from stepnet.minidb import save_dataset
+from stepnet.io.minidb import save_dataset
 
 HERE = Path(__file__).resolve().parent
 SEED = 1797

@@ -2,7 +2,7 @@
 RecurrentNetwork(Gradient) the blob names in its string arguments and its step nets, for If/While their nets."""
 from __future__ import annotations
 
-from ..graph import copy_net, copy_op
+from ..graph.view import copy_net, copy_op
 
 
 def remap_op(op, remap: dict, remap_funcs=None):

@@ -2,8 +2,8 @@
 messages that remember the nets they name, so a Plan carries every net its steps run, in order of use."""
 from __future__ import annotations
 
-from ..proto import ExecutionStep as _StepProto
-from ..proto import PlanDef
+from ..io.proto import ExecutionStep as _StepProto
+from ..io.proto import PlanDef
 
 
 def _net_name(net) -> str:

@@ -7,7 +7,7 @@ import copy
 import functools
 import inspect
 
-from .helpers.algebra import batch_mat_mul, sum, transpose  # noqa: A004 - Caffe2's names
+from .helpers.algebra import batch_mat_mul, sum, transpose
 from .helpers.arg_scope import arg_scope, get_current_scope
 from .helpers.array_helpers import concat, depth_concat
 from .helpers.conv import conv, conv_nd, conv_transpose, group_conv
@@ -18,7 +18,7 @@ from .helpers.fc import fc
 from .helpers.nonlinearity import prelu, relu, tanh
 from .helpers.normalization import instance_norm, layer_norm, lrn, softmax, spatial_bn
 from .helpers.pooling import average_pool, max_pool
-from .helpers.train import accuracy, add_weight_decay, iter  # noqa: A004 - Caffe2's names
+from .helpers.train import accuracy, add_weight_decay, iter
 
 _registry: dict = {}
 

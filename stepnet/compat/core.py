@@ -13,12 +13,12 @@ from collections import defaultdict
 
 import numpy as np
 
-from ..builder import BlobRef, NetBuilder
-from ..errors import did_you_mean
+from ..build.builder import BlobRef, NetBuilder
+from ..core.errors import did_you_mean
 from ..ops import REGISTRY
 from ..ops.base import GradientSlice
-from ..proto import DeviceOption as _DeviceOptionProto
-from ..proto import NetDef, OperatorDef, TensorProto, make_argument
+from ..io.proto import DeviceOption as _DeviceOptionProto
+from ..io.proto import NetDef, OperatorDef, TensorProto, make_argument
 from ._steps import ExecutionStep, Plan, execution_step, to_execution_step  # noqa: F401 - Caffe2's core has them
 from .scope import SCOPE, CurrentDeviceScope, CurrentNameScope, DeviceScope, EmptyDeviceScope, NameScope  # noqa: F401
 
@@ -306,7 +306,7 @@ class Net(NetBuilder):
     def AddGradientOperators(self, ys, skip: int = 0) -> dict:
         """Append the backward pass of ys (a list: gradients seeded with ones; a dict: {y: gradient blob or
         None}) over the ops after the first `skip`; returns {blob: gradient BlobReference or GradientSlice}."""
-        from ..gradients import backward_ops
+        from ..passes.gradients import backward_ops
         self._sync()
         ys = [ys] if isinstance(ys, str) else ys
         if isinstance(ys, dict):

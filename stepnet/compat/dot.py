@@ -8,7 +8,7 @@ import re
 import shutil
 import subprocess
 
-from ..errors import StepnetError
+from ..core.errors import StepnetError
 
 GRAPHVIZ_HINT = ("Graphviz's `dot` program is not installed (Debian/Ubuntu: apt-get install graphviz); the "
                  ".dot text (to_string(), write_dot) can be rendered elsewhere with `dot -Tsvg graph.dot`")

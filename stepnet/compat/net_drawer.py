@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 
-from ..proto import NetDef
+from ..io.proto import NetDef
 from .dot import Dot, Edge, Node
 
 OP_STYLE = {"shape": "box", "color": "#0F9D58", "style": "filled", "fontcolor": "#FFFFFF"}

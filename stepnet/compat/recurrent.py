@@ -1,9 +1,9 @@
-"""Caffe2's recurrent module: recurrent_net (stepnet.rnn_cell.recurrent_net: a RecurrentNetwork op from any step
+"""Caffe2's recurrent module: recurrent_net (stepnet.build.rnn.recurrent_net: a RecurrentNetwork op from any step
 net, its backward step net derived by the backward pass), set_rnn_executor_config and retrieve_step_blobs."""
 from __future__ import annotations
 
-from .. import rnn_cell as _rnn
-from ..proto import make_argument
+from ..build import rnn as _rnn
+from ..io.proto import make_argument
 from . import core, workspace
 from .rnn_cell import on_device
 

@@ -9,8 +9,8 @@ import numpy as np
 from google.protobuf import text_format
 from google.protobuf.message import DecodeError
 
-from .. import backend
-from ..proto import TensorProto, array_to_tensor, make_argument, tensor_to_array
+from ..core import backend
+from ..io.proto import TensorProto, array_to_tensor, make_argument, tensor_to_array
 
 
 def MakeArgument(key, value):

@@ -14,12 +14,12 @@ import time
 
 import numpy as np
 
-from .. import backend
-from ..errors import StepnetError
-from ..graph import copy_net
+from ..core import backend
+from ..core.errors import StepnetError
+from ..graph.view import copy_net
 from ..ops import REGISTRY
-from ..proto import NetDef, OperatorDef, PlanDef, TensorProto
-from ..workspace import Workspace
+from ..io.proto import NetDef, OperatorDef, PlanDef, TensorProto
+from ..runtime.workspace import Workspace
 from . import core
 from .scope import CurrentDeviceScope, CurrentNameScope
 
@@ -283,8 +283,8 @@ def BenchmarkNet(name, warmup_runs: int, main_runs: int, run_individual: bool = 
 def InferShapesAndTypes(nets, blob_dimensions=None) -> tuple:
     """({blob: dims}, {blob: TensorProto data type}) of the nets' blobs, from the current workspace's blobs or
     from blob_dimensions ({name: dims}, float32)."""
-    from ..shapes import infer_net, spec, specs_of_workspace
-    from ..tensors import data_type_of
+    from ..passes.shapes import infer_net, spec, specs_of_workspace
+    from ..io.tensors import data_type_of
     protos = [n.Proto() if hasattr(n, "Proto") else n for n in nets]
     if blob_dimensions is None:
         names = {b for p in protos for op in p.op for b in op.input} | {b for p in protos for b in p.external_input}

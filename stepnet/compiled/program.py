@@ -32,9 +32,9 @@ import sys
 
 import numpy as np
 
-from ..executor import _failure
-from .fused import enabled
-from .kernels import BLOB_FORMS, compiled_form, has_form
+from ..runtime.executor import _failure
+from .jit_forms import enabled
+from .forms import BLOB_FORMS, compiled_form, has_form
 
 _BUFFER, _VIEW, _INPLACE, _LINKS = "buffer", "view", "in place", "links"
 

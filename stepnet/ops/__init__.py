@@ -13,7 +13,7 @@ FAMILIES = ("fill", "random_fill", "elementwise", "elementwise_grad", "activatio
             "fp16", "fused_rowwise", "fused_sls", "rowwise8", "sparse_dense",
             "detection", "roi_align", "roi_pool", "fpn",
             "int8", "int8_elementwise", "int8_conv", "int8_pool",
-            "pointwise", "pointwise_grad", "selection", "fused", "segment_ranges", "packing", "padding", "queue",
+            "pointwise", "pointwise_grad", "selection", "composite", "segment_ranges", "packing", "padding", "queue",
             "mpi", "gloo")
 
 for _family in FAMILIES:

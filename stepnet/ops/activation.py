@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import ArgumentError, DTypeError, ShapeError
+from ..core.errors import ArgumentError, DTypeError, ShapeError
 from .base import check_float, fold, like, not_in_place, out_spec, single_gradient
 from .registry import SHOULD_NOT_DO_GRADIENT, Arg, op
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import ShapeError
+from ..core.errors import ShapeError
 from .activation import SELU_ALPHA, SELU_SCALE, _sigmoid, prelu_view
-from ..graph import Graph
+from ..graph.view import Graph
 from .base import FLOAT, check_dtypes, like
 from .registry import Arg, op
 

@@ -12,9 +12,9 @@ from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 
-from ..errors import ArgumentError, DTypeError, GradientError
-from ..proto import OperatorDef, argument_value, make_argument
-from ..shapes import SMALL_VALUE, TensorSpec
+from ..core.errors import ArgumentError, DTypeError, GradientError
+from ..io.proto import OperatorDef, argument_value, make_argument
+from ..passes.shapes import SMALL_VALUE, TensorSpec
 
 
 # --------------------------------------------------------------------------------------------- static specs

@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-from ..errors import ArgumentError, DTypeError, ShapeError
+from ..core.errors import ArgumentError, DTypeError, ShapeError
 from . import rotated_boxes as rotated
 
 # The largest log-space width/height change a delta may ask for: log(1000 / 16), stored as a float32.

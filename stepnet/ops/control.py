@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import backend
-from ..errors import ArgumentError, DTypeError, GradientError, ShapeError
-from ..graph import Graph, nested_nets
-from ..proto import NetDef, OperatorDef, make_argument, parse_text
+from ..core import backend
+from ..core.errors import ArgumentError, DTypeError, GradientError, ShapeError
+from ..graph.view import Graph, nested_nets
+from ..io.proto import NetDef, OperatorDef, make_argument, parse_text
 from .base import GradientSlice, like, on_device, out_spec
 from .registry import GRADIENT_NOT_IMPLEMENTED, NO_GRADIENT, SHOULD_NOT_DO_GRADIENT, Arg, op
 
@@ -303,7 +303,7 @@ def _writes(netdefs) -> tuple[frozenset, bool]:
     """(the blobs the ops of these nets, and of the nets nested in them, name as outputs; whether one of them
     could write a blob without naming it: a context op other than If and While, whose nets are looked into —
     Do's name mapping, Load's load_all, ...; Alias, whose output is its input's array; an unknown type)."""
-    from . import REGISTRY   # (the registry is complete by the time a net runs)
+    from . import REGISTRY  # (the registry is complete by the time a net runs)
 
     names, unnamed, stack = set(), False, list(netdefs)
     while stack:

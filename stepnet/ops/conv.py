@@ -11,12 +11,12 @@ import math
 
 import numpy as np
 
-from ..errors import ArgumentError, ShapeError
+from ..core.errors import ArgumentError, ShapeError
 from .base import Meta, check_float, out_spec
 from .registry import op
-from .window import (CAFFE_LEGACY_POOLING, LEGACY_NAMES, SAME, VALID, Geometry, args_key, channels_first,
-                     check_order, col2im, family, from_channels_first, geometry, im2col,
-                     image_dims, in_order, positive, window_args, window_view)
+from .window import (
+    CAFFE_LEGACY_POOLING, LEGACY_NAMES, SAME, VALID, Geometry, args_key, channels_first, check_order, col2im, family,
+    from_channels_first, geometry, im2col, image_dims, in_order, positive, window_args, window_view)
 
 # the window helpers stay importable from here, where they used to live
 __all__ = ["canonical_filter", "col2im", "conv_geometry", "conv_transpose_geometry", "geometry", "im2col",

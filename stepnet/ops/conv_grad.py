@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from ..errors import ArgumentError, ShapeError
+from ..core.errors import ArgumentError, ShapeError
 from .base import Meta, check_float, like, out_spec
 from .conv import canonical_filter, conv_geometry, conv_transpose_geometry
 from .registry import op

@@ -1,6 +1,6 @@
 """Data and checkpoint operators: CreateDB, TensorProtosDBInput, Save, Load, Checkpoint (Snapshot), DBExists.
 
-Only the "minidb" db type is supported (stepnet/minidb.py); leveldb/lmdb and other types are a clear error.
+Only the "minidb" db type is supported (stepnet/io/minidb.py); leveldb/lmdb and other types are a clear error.
 Paths: with absolute_path=0 (the default) Save/Load/Checkpoint/DBExists open "<root folder>/<db>", as Caffe2
 does. Caffe2 takes the root folder from the workspace (default "."); stepnet uses the workspace attribute
 `root_folder` when it has one, else ".", so relative paths resolve against the current working directory.
@@ -15,24 +15,15 @@ import re
 
 import numpy as np
 
-from .. import backend, minidb, world
-from ..errors import ArgumentError, DTypeError, FileFormatError, MissingBlobError, ShapeError, did_you_mean
-from ..limits import blob_bytes, check_tensor_proto, over_limit
-from ..proto import DBReaderProto
-from ..shapes import spec
+from ..core import backend
+from ..io import minidb
+from ..dist import world
+from ..core.errors import ArgumentError, DTypeError, FileFormatError, MissingBlobError, ShapeError, did_you_mean
+from ..core.limits import blob_bytes, check_tensor_proto, over_limit
+from ..passes.shapes import spec
 from .registry import NO_GRADIENT, SHOULD_NOT_DO_GRADIENT, Arg, op
+from ..io.dbreader import DBReader, check_db_type
 from .util import Mutex
-
-DB_TYPES = ("minidb", "MiniDB")
-
-
-def check_db_type(db_type: str, what: str = "db_type") -> None:
-    if db_type not in DB_TYPES:
-        shown = repr(db_type) if db_type else "empty"
-        raise ArgumentError(f"{what} is {shown}, but stepnet reads and writes only 'minidb' dbs (leveldb, "
-                            "lmdb and others need Caffe2's libraries); set db_type='minidb', converting the "
-                            "data if needed")
-
 
 def full_path(workspace, db: str, absolute_path) -> str:
     """Caffe2's rule: the db as given with absolute_path, else '<root folder>/<db>' ({rank}, {size} expanded)."""
@@ -48,99 +39,13 @@ def _missing_file_hint(db: str, absolute_path) -> str:
     return ""
 
 
-# --------------------------------------------------------------------------------------------- DBReader
-class DBReader:
-    """What CreateDB puts in a blob (Caffe2's db::DBReader): an open minidb and a cursor. read() returns the
-    current record and moves on by num_shards records, going back to the first record of its shard at the
-    end, so readers cycle over the data forever. The file is opened by open(ctx), which confines its path: at
-    once when the op is given (CreateDB), else by the first op that reads it (a reader loaded from a db)."""
-
-    def __init__(self, source: str, db_type: str = "minidb", num_shards: int = 1, shard_id: int = 0, ctx=None):
-        check_db_type(db_type)
-        if num_shards < 1 or not 0 <= shard_id < num_shards:
-            raise ArgumentError(f"need num_shards >= 1 and 0 <= shard_id < num_shards, got "
-                                f"num_shards={num_shards}, shard_id={shard_id}")
-        self.source, self.db_type = source, db_type
-        self.num_shards, self.shard_id = num_shards, shard_id
-        self._db: minidb.MiniDB | None = None
-        if ctx is not None:
-            self.open(ctx)
-
-    def open(self, ctx) -> "DBReader":
-        """Open the file (once) if its path lies under the file root of the op's workspace."""
-        if self._db is None:
-            self._db = minidb.MiniDB(ctx.workspace.limits.confine(self.source, ctx.label))
-            self.seek_to_first()
-        return self
-
-    @property
-    def db(self) -> minidb.MiniDB:
-        if self._db is None:
-            raise FileFormatError(f"the DB reader of {self.source!r} is not open yet (ops reading it open it)")
-        return self._db
-
-    def seek_to_first(self) -> None:
-        if self.shard_id and self.shard_id >= len(self.db):
-            raise FileFormatError(f"{self.source}: the db has {len(self.db)} records, fewer than "
-                                  f"shard_id + 1 = {self.shard_id + 1}")
-        self.pos = self.shard_id
-
-    def seek(self, pos: int) -> None:
-        """Put the cursor at record `pos` (where a resumed run's reader stood when the checkpoint was taken)."""
-        if not 0 <= pos <= len(self.db):
-            raise FileFormatError(f"{self.source}: cannot move the reader to record {pos}; the db has "
-                                  f"{len(self.db)} records")
-        self.pos = pos
-
-    def read(self) -> tuple[str, bytes, str]:
-        """(key, value, where) of the current record; then advance, wrapping around at the end."""
-        if not len(self.db):
-            raise FileFormatError(f"{self.source}: the db has no records to read")
-        if self.pos >= len(self.db):  # left at the end by a Load that read this reader
-            self.seek_to_first()
-        i = self.pos
-        for _ in range(self.num_shards):
-            self.pos += 1
-            if self.pos >= len(self.db):
-                self.seek_to_first()
-                break
-        return self.db.key(i), self.db.value(i), self.where(i)
-
-    def rest(self):
-        """Every record from the cursor to the end (what Load reads from a reader); leaves it at the end."""
-        while self.pos < len(self.db):
-            i = self.pos
-            self.pos += 1
-            yield self.db.key(i), self.db.value(i), self.where(i)
-
-    def where(self, i: int) -> str:
-        return f"{self.source}: record {self.db.key(i)!r} at byte offset {self.db.offset(i)}"
-
-    def __repr__(self):
-        where = f"record {self.pos} of {len(self._db)}" if self._db is not None else "not open"
-        return f"DBReader({self.source!r}, {self.db_type!r}, {where})"
-
-
-def _reader_from_content(content: bytes) -> DBReader:
-    proto = DBReaderProto()
-    proto.ParseFromString(content)
-    if proto.HasField("key"):
-        raise FileFormatError(f"a saved DBReader of {proto.source!r} needs seeking to key {proto.key!r}, "
-                              "which minidb does not support")
-    return DBReader(proto.source, proto.db_type)
-
-
-minidb.register_blob_type(
-    DBReader, "DBReader",
-    lambda r, name: DBReaderProto(name=name, source=r.source, db_type=r.db_type).SerializeToString(),
-    _reader_from_content)
 minidb.register_blob_type(Mutex, "std::unique_ptr<std::mutex>", lambda m, name: b"", lambda content: Mutex())
 
 
 def _check_reader(reader, i: int, ctx) -> DBReader:
     if not isinstance(reader, DBReader):
         raise DTypeError(f"input {i} must be a DB reader made by CreateDB, got {type(reader).__name__}")
-    return reader.open(ctx)
+    return reader.open(ctx.workspace.limits, ctx.label)
 
 
 @op("CreateDB", inputs=0, outputs=1, context=True, devices="any", gradient=NO_GRADIENT,
@@ -150,7 +55,7 @@ def create_db(ctx, xp, *, db, db_type, num_shards, shard_id):
     if not db:
         raise ArgumentError("CreateDB needs the db argument (the path of the db to read)")
     check_db_type(db_type, f"db_type{' (CreateDB defaults to leveldb)' if db_type == 'leveldb' else ''}")
-    return DBReader(world.expand(db), db_type, num_shards, shard_id, ctx)
+    return DBReader(world.expand(db), db_type, num_shards, shard_id).open(ctx.workspace.limits, ctx.label)
 
 
 @op("TensorProtosDBInput", inputs=1, outputs=(1, None), context=True, devices="any", gradient=NO_GRADIENT,
@@ -373,7 +278,7 @@ def load(ctx, xp, *readers, db, dbs, db_type, absolute_path, keep_device, load_a
             f"(it holds {held}){'' if load_all else '; pass allow_incomplete=1 to load the blobs present'}")
     for name, (value, detail) in loaded.items():
         if isinstance(value, DBReader):  # a saved reader opens its file under this workspace's limits
-            value.open(ctx)
+            value.open(ctx.workspace.limits, ctx.label)
         blob = ctx.workspace.create_blob(name) if load_all else ctx.outputs[wanted[name]]
         blob.set(_place(value, detail, ctx, keep_device))
     return None

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import backend
-from ..errors import ArgumentError, ShapeError
+from ..core import backend
+from ..core.errors import ArgumentError, ShapeError
 from . import boxes as bx
 from . import rotated_boxes as rot
 from .base import Meta, out_spec, value_dependent

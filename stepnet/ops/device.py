@@ -3,8 +3,8 @@ value, so every op here has the shape function same_as(0). Gradients follow Caff
 gradient is the copy the other way, EnsureCPUOutput stops the gradient, the others have none registered."""
 from __future__ import annotations
 
-from .. import backend
-from ..shapes import same_as
+from ..core import backend
+from ..passes.shapes import same_as
 from .base import GradientSlice
 from .registry import NO_GRADIENT, op
 

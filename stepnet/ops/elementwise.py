@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import ArgumentError, GradientError, ShapeError
+from ..core.errors import ArgumentError, GradientError, ShapeError
 from .base import BOOL, COMPARABLE, FLOAT, NUMERIC, check_dtypes, fold, like, not_in_place, out_spec, single_gradient
 from .registry import SHOULD_NOT_DO_GRADIENT, Arg, op
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import ShapeError
+from ..core.errors import ShapeError
 from .base import NUMERIC, check_dtypes, out_spec
 from .elementwise import BROADCAST_ARGS, broadcast_operands, broadcast_result_shape, sum_to_shape
 from .registry import op

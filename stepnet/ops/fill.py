@@ -13,10 +13,10 @@ import math
 
 import numpy as np
 
-from .. import backend
-from ..errors import ArgumentError, DTypeError, ShapeError
-from ..proto import NUMPY_OF, DataType
-from ..shapes import SMALL_VALUE, TensorSpec
+from ..core import backend
+from ..core.errors import ArgumentError, DTypeError, ShapeError
+from ..io.proto import NUMPY_OF, DataType
+from ..passes.shapes import SMALL_VALUE, TensorSpec
 from .base import fold, out_spec, size_of, value_dependent
 from .registry import NO_GRADIENT, Arg, op
 

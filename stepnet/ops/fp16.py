@@ -15,8 +15,8 @@ import math
 
 import numpy as np
 
-from ..errors import ArgumentError, DTypeError, ShapeError
-from ..proto import DataType
+from ..core.errors import ArgumentError, DTypeError, ShapeError
+from ..io.proto import DataType
 from .base import check_float, like, out_spec, single_gradient
 from .fill import FILL_ARGS, fill_shape, fill_spec, typed_values
 from .math import canonical_axis, view2d_shape

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import backend
-from ..errors import ArgumentError, ShapeError
+from ..core import backend
+from ..core.errors import ArgumentError, ShapeError
 from .base import Meta, check_float, check_int_dtype, like, on_device, out_spec, single_gradient, value_dependent
 from .registry import SHOULD_NOT_DO_GRADIENT, Arg, op
 

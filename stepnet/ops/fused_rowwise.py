@@ -24,7 +24,7 @@ import math
 
 import numpy as np
 
-from ..errors import DTypeError, ShapeError
+from ..core.errors import DTypeError, ShapeError
 from .base import out_spec
 from .registry import NO_GRADIENT, op
 

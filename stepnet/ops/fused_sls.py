@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-from ..errors import DTypeError, ShapeError
+from ..core.errors import DTypeError, ShapeError
 from .base import host_ints, known_ints, out_spec
 from .fused_rowwise import dequantize_rows, fused_input, values_per_row
 from .index import check_bounds, check_vector, read_lengths, require_int, spec_value

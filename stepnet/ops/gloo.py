@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import math
 
-from .. import world as process
-from ..collectives import Call, CommonWorld
-from ..errors import ArgumentError, ArityError, CollectiveError, DTypeError, ShapeError
+from ..dist import world as process
+from ..dist.collectives import Call, CommonWorld
+from ..core.errors import ArgumentError, ArityError, CollectiveError, DTypeError, ShapeError
 from .base import like, out_spec
 from .mpi import comm_shape, common_world
 from .registry import SHOULD_NOT_DO_GRADIENT, op

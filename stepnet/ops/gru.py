@@ -5,7 +5,7 @@ sigmoid are shared with the LSTM ops in rnn.py.
 """
 from __future__ import annotations
 
-from ..shapes import TensorSpec
+from ..passes.shapes import TensorSpec
 from .registry import op
 from .lstm import NOT_IN_PLACE, _cell_dims, _check_cell, _check_steps, _past_end, _sigmoid, _unpack, fused
 

@@ -12,8 +12,8 @@ import math
 
 import numpy as np
 
-from .. import backend
-from ..errors import ArgumentError, DTypeError, ShapeError
+from ..core import backend
+from ..core.errors import ArgumentError, DTypeError, ShapeError
 from .base import Meta, check_float, like, out_spec, single_gradient
 from .norm import channel_layout, check_order
 from .registry import Arg, op

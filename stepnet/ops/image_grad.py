@@ -13,8 +13,8 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from .. import backend
-from ..errors import ShapeError
+from ..core import backend
+from ..core.errors import ShapeError
 from .base import Meta, check_float, like, out_spec
 from .image import PAD_ARGS, host_floats, image_pads, nearest_index, pad_plan, resize_plan, shuffle, shuffle_layout
 from .registry import op

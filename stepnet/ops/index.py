@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from ..errors import ArgumentError, DTypeError, GradientError, ShapeError
+from ..core.errors import ArgumentError, DTypeError, GradientError, ShapeError
 from .base import canonical_axis, folding, host_ints, known_ints, on_device, out_spec, single_gradient
 from .registry import NO_GRADIENT, SHOULD_NOT_DO_GRADIENT, Arg, op
 

@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from ..errors import ShapeError
+from ..core.errors import ShapeError
 from .index import NOT_IN_PLACE, check_bounds, require_int
 from .base import canonical_axis, host_ints, out_spec
 from .registry import Arg, op

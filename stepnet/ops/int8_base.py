@@ -16,9 +16,9 @@ import math
 
 import numpy as np
 
-from ..errors import ArgumentError, DTypeError
-from ..int8 import Int8Tensor
-from ..shapes import TensorSpec
+from ..core.errors import ArgumentError, DTypeError
+from ..io.int8 import Int8Tensor
+from ..passes.shapes import TensorSpec
 from .registry import GRADIENT_NOT_IMPLEMENTED
 
 U8_MAX = 255

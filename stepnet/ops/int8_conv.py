@@ -20,10 +20,11 @@ import math
 
 import numpy as np
 
-from ..errors import ArityError, ShapeError
-from ..int8 import Int8Tensor
-from .int8_base import (INT8_GRADIENT, QUANT_ARGS, activation_range, check_nhwc, int8_input, int8_spec,
-                        output_quant, requantization_scale, requantize, wrap_int32)
+from ..core.errors import ArityError, ShapeError
+from ..io.int8 import Int8Tensor
+from .int8_base import (
+    INT8_GRADIENT, QUANT_ARGS, activation_range, check_nhwc, int8_input, int8_spec, output_quant,
+    requantization_scale, requantize, wrap_int32)
 from .registry import op
 from .window import args_key, family, geometry, im2col, window_args
 

@@ -25,11 +25,12 @@ import math
 
 import numpy as np
 
-from ..errors import ArgumentError, ShapeError
-from ..int8 import Int8Tensor
+from ..core.errors import ArgumentError, ShapeError
+from ..io.int8 import Int8Tensor
 from .image import nearest_index
-from .int8_base import (INT8_GRADIENT, QUANT_ARGS, activation_range, avgpool_quantize, check_nhwc, int8_input,
-                        int8_spec, output_quant, positive_scale, same_quant)
+from .int8_base import (
+    INT8_GRADIENT, QUANT_ARGS, activation_range, avgpool_quantize, check_nhwc, int8_input, int8_spec, output_quant,
+    positive_scale, same_quant)
 from .pool import POOL_ARGS
 from .registry import op
 from .window import from_channels_first, geometry, window_view

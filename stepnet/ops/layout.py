@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from ..errors import ArgumentError, GradientError, ShapeError
+from ..core.errors import ArgumentError, GradientError, ShapeError
 from .base import GradientSlice, folding, host_ints, known_ints, on_device, out_spec, single_gradient
 from .registry import NO_GRADIENT, SHOULD_NOT_DO_GRADIENT, Arg, op
 from .shape import IN_PLACE_0, NOT_IN_PLACE

@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from ..errors import DTypeError, ShapeError
+from ..core.errors import DTypeError, ShapeError
 from .base import check_float, like, out_spec
 from .registry import op
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import ArityError, DTypeError, ShapeError
-from ..shapes import TensorSpec
+from ..core.errors import ArityError, DTypeError, ShapeError
+from ..passes.shapes import TensorSpec
 from .base import check_float
 from .registry import NO_GRADIENT, op
 
@@ -260,10 +260,10 @@ def lstm_unit_gradient_maker(g) -> None:
 
 def fused(step: str, regular, dims, outputs, argnames: tuple, *flags):
     """The fused_kernel of a cell op record: regular's checks (dims(inputs, args) -> (N, D, dtype)), then the
-    fused arithmetic (stepnet.compiled.fused: `step`, outputs(N, D) -> their shapes) for float32 host arrays;
+    fused arithmetic (stepnet.compiled.jit_forms: `step`, outputs(N, D) -> their shapes) for float32 host arrays;
     otherwise the regular kernel."""
     def kernel(xp, *inputs, **args):
-        from ..compiled import fused as cells
+        from ..compiled import jit_forms as cells
 
         n, d, dtype = dims(inputs, args)
         params = [args[a] for a in argnames]

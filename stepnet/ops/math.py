@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from ..errors import ArgumentError, GradientError, ShapeError
+from ..core.errors import ArgumentError, GradientError, ShapeError
 from ..kernels.fc import fc_into
 from .base import check_float, like, out_spec, size_of
 from .registry import op
@@ -112,7 +112,7 @@ def _fused_fc(regular):
         return regular(xp, X, W, b, axis, axis_w, float16_compute) if fast is None else fast(X, W, b)
 
     def specialize(X, W, b, axis=1, axis_w=1, float16_compute=False):
-        from ..compiled.fused import kernels   # (import cycle: the compiled step nets build on the ops)
+        from ..compiled.jit_forms import kernels  # (import cycle: the compiled step nets build on the ops)
 
         out_shape = fc_shape(X, W, b, axis, axis_w, False)
         M, K, _ = view2d_shape(X.shape, axis)
@@ -332,7 +332,7 @@ def _fused_softmax(regular):
         return regular(xp, X, axis=axis) if fast is None else fast(X)
 
     def specialize(X, axis=1):
-        from ..compiled.fused import kernels   # (import cycle: the compiled step nets build on the ops)
+        from ..compiled.jit_forms import kernels  # (import cycle: the compiled step nets build on the ops)
 
         check_float("Softmax", X=X)
         m, k, _ = view2d_shape(X.shape, axis)

@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from ..errors import ArityError, ShapeError
+from ..core.errors import ArityError, ShapeError
 from .base import check_float, like, out_spec, size_of
 from ..kernels.onehot import scatter_weight_grad
 from .math import canonical_axis, view2d, view2d_shape
@@ -53,7 +53,7 @@ def _one_hot_fc_gradient(regular, op_type, transposed):
     """FCGradient's fused_kernel: regular, but the weight gradient of one-hot rows of X as a scatter-add
     (stepnet.kernels.onehot; numba's, with Workspace.fused_cells)."""
     def kernel(xp, X, W, dY, axis=1, axis_w=1, float16_compute=False):
-        from ..compiled.fused import kernels   # (import cycle: the compiled step nets build on the ops)
+        from ..compiled.jit_forms import kernels  # (import cycle: the compiled step nets build on the ops)
 
         M, K, N = fc_grad_dims(op_type, X, W, dY, axis, axis_w, transposed)
         if xp is np and type(dY) is np.ndarray and M:
@@ -108,7 +108,7 @@ def _softmax_gradient_shape(specs, axis=1):
 def _fused_softmax_gradient(regular):
     """SoftmaxGradient's fused_kernel: one numba pass per row for float32 host arrays (Workspace.fused_cells)."""
     def kernel(xp, Y, dY, axis=1):
-        from ..compiled.fused import rows   # (import cycle: the compiled step nets build on the ops)
+        from ..compiled.jit_forms import rows  # (import cycle: the compiled step nets build on the ops)
 
         _check_softmax_grad(Y, dY, axis)
         m, k, _ = view2d_shape(tuple(Y.shape), axis)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import ArgumentError, DTypeError, ShapeError
+from ..core.errors import ArgumentError, DTypeError, ShapeError
 from .base import out_spec
 from .loss import check_int32_labels, check_label_values
 from .registry import SHOULD_NOT_DO_GRADIENT, op

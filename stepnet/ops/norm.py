@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from ..errors import ArgumentError, GradientError, ShapeError
+from ..core.errors import ArgumentError, GradientError, ShapeError
 from .base import Meta, check_float, like, out_spec, result_dtype, single_gradient
 from .registry import op
 

@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-from ..errors import ArgumentError, DTypeError, ShapeError
+from ..core.errors import ArgumentError, DTypeError, ShapeError
 from .base import Meta, check_float, like
 from .norm import channel_layout, check_vector, gn_checks, in_checks, ln_checks, lp_checks
 from .registry import op

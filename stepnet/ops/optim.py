@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import DTypeError, ShapeError
+from ..core.errors import DTypeError, ShapeError
 from .base import check_float, like, size_of
 from .lr import iteration_value
 from .registry import SHOULD_NOT_DO_GRADIENT, op

@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from ..errors import ShapeError
+from ..core.errors import ShapeError
 from .base import host_ints, known_ints, on_device, out_spec, single_gradient, value_dependent
 from .index import require_int
 from .registry import op

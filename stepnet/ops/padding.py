@@ -22,7 +22,7 @@ import math
 
 import numpy as np
 
-from ..errors import ArgumentError, DTypeError, GradientError, ShapeError
+from ..core.errors import ArgumentError, DTypeError, GradientError, ShapeError
 from .base import canonical_axis, check_float, host_ints, known_ints, on_device, out_spec
 from .packing import gather_rows, read_lengths
 from .registry import REQUIRED, Arg, op

@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-from ..errors import ArgumentError, DTypeError, OpError, ShapeError
+from ..core.errors import ArgumentError, DTypeError, OpError, ShapeError
 from .base import check_dtypes, check_float, fold, like, on_device, out_spec, single_gradient
 from .registry import GRADIENT_NOT_IMPLEMENTED, NO_GRADIENT, SHOULD_NOT_DO_GRADIENT, Arg, op
 

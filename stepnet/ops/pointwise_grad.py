@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from ..errors import ShapeError
+from ..core.errors import ShapeError
 from .base import check_dtypes, like
 from .pointwise import FAST_ALPHA, FAST_COEFF, mean_scale, normal_cdf
 from .registry import op

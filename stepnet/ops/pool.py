@@ -15,11 +15,11 @@ import math
 
 import numpy as np
 
-from ..errors import ArgumentError
+from ..core.errors import ArgumentError
 from .base import check_float, like, out_spec, single_gradient
 from .registry import op
-from .window import (channels_first, check_order, from_channels_first, geometry, image_dims, in_order, window_args,
-                     window_view)
+from .window import (
+    channels_first, check_order, from_channels_first, geometry, image_dims, in_order, window_args, window_view)
 
 POOL_ARGS = window_args("kernel", "stride", "pad", "dilation", global_pooling=True)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from ..errors import ShapeError
+from ..core.errors import ShapeError
 from .base import Meta, check_float, like
 from .pool import POOL_ARGS, channel_window_sum, lrn_axis, pool_geometry, valid_counts
 from .registry import op

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import backend
-from ..errors import ArgumentError, ArityError, DTypeError, OpError, ShapeError
+from ..core import backend
+from ..core.errors import ArgumentError, ArityError, DTypeError, OpError, ShapeError
 from .base import on_device
 from .registry import NO_GRADIENT, Arg, op
 

@@ -10,9 +10,9 @@ import math
 
 import numpy as np
 
-from .. import backend
-from ..errors import ArgumentError, ArityError, DTypeError, ShapeError
-from ..shapes import TensorSpec
+from ..core import backend
+from ..core.errors import ArgumentError, ArityError, DTypeError, ShapeError
+from ..passes.shapes import TensorSpec
 from .base import size_of
 from .fill import FILL_ARGS, fill_shape, fill_spec, float32_alloc, float32_shape
 from .registry import NO_GRADIENT, Arg, op

@@ -1,6 +1,6 @@
 """RecurrentNetwork and its gradient: step nets run once per timestep over link/alias views (spec §3).
 
-The forward op rewrites its step net once (stepnet.passes.step_nets.FORWARD: the links become an op that
+The forward op rewrites its step net once (stepnet.graph.step_nets.FORWARD: the links become an op that
 views each link internal's rows), keeps one workspace per timestep (or K rotating ones when there is no
 backward pass) in the `step_workspaces` output, and per timestep sets the timestep blob and runs the step net
 bound in that workspace. The gradient op rewrites the backward step net (BACKWARD), zeroes the gradient
@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import ArgumentError, MissingBlobError, ShapeError, StepnetError
-from ..passes.step_nets import FORWARD, Link, Recurrence, StepNets, run
-from ..proto import NetDef, parse_text
-from ..validate import NET_IN_ARG, decode_text
-from ..workspace import Workspace
+from ..core.errors import ArgumentError, MissingBlobError, ShapeError, StepnetError
+from ..graph.step_nets import FORWARD, Link, Recurrence, StepNets, run
+from ..io.proto import NetDef, parse_text
+from ..io.validate import NET_IN_ARG, decode_text
+from ..runtime.workspace import Workspace
 from .registry import NO_GRADIENT, Arg, op
 
 
@@ -113,7 +113,7 @@ def _init_state(ws: Workspace, name: str, init, T: int, N: int):
 def _empty_like(like, shape):
     out = np.zeros(shape, dtype=like.dtype)
     if type(like) is not np.ndarray:  # a device array: allocate on its device
-        from .. import backend
+        from ..core import backend
         out = backend.to_device(out, backend.device_of(like))
     return out
 
@@ -170,7 +170,7 @@ class _Forward:
         nets = run(FORWARD, StepNets(a["step_net"], backward), rec)
         self.step_net, self.local = nets.step, nets.local
         self.num_workspaces = max(1, a["num_workspaces"])
-        from ..compiled.program import StepCompiler   # (import cycle: the compiled forms include this op's)
+        from ..compiled.program import StepCompiler
 
         self.compiler = StepCompiler(ctx.workspace.compile_steps)
         self.replay: _Replay | None = None

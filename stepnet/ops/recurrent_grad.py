@@ -1,16 +1,16 @@
 """RecurrentNetworkGradient: backpropagation through time over the forward op's step workspaces (spec §3.10–
-§3.12). The backward step net is rewritten once (stepnet.passes.step_nets.BACKWARD); each run zeroes the
+§3.12). The backward step net is rewritten once (stepnet.graph.step_nets.BACKWARD); each run zeroes the
 gradient tensors, runs it from T-1 down to 0, then runs the net of FC weight gradients deferred to after the
 loop, and returns the gradients of the initial states."""
 from __future__ import annotations
 
 from ..compiled import StepCompiler
-from ..errors import ArgumentError, MissingBlobError, ShapeError
-from ..passes.step_nets import ACTIVATIONS, BACKWARD, Link, ParamGradient, Recurrence, StepNets, run
-from .recurrent import (RNN_ARGS, StepWorkspaces, _backward_net, _distinct_names, _links, _timesteps, _zeroed,
-                        missing_step_input)
+from ..core.errors import ArgumentError, MissingBlobError, ShapeError
+from ..graph.step_nets import ACTIVATIONS, BACKWARD, Link, ParamGradient, Recurrence, StepNets, run
+from .recurrent import (
+    RNN_ARGS, StepWorkspaces, _backward_net, _distinct_names, _links, _timesteps, _zeroed, missing_step_input)
 from .registry import op
-from ..validate import NET_IN_ARG
+from ..io.validate import NET_IN_ARG
 
 
 class _Backward:

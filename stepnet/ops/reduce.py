@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from ..errors import ArgumentError, DTypeError, ShapeError
+from ..core.errors import ArgumentError, DTypeError, ShapeError
 from .base import fold, out_spec, size_of
 from .registry import SHOULD_NOT_DO_GRADIENT, Arg, op
 

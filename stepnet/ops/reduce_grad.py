@@ -14,12 +14,11 @@ import math
 
 import numpy as np
 
-from .. import backend
-from ..errors import DTypeError, ShapeError
-from ..shapes import TensorSpec
+from ..core import backend
+from ..core.errors import DTypeError, ShapeError
+from ..passes.shapes import TensorSpec
 from .base import like, out_spec, size_of
-from .reduce import (REDUCE_ARGS, check_dtype, check_lengths_range, front_back_shape, max_3d_shape,
-                     reduce_shape)
+from .reduce import REDUCE_ARGS, check_dtype, check_lengths_range, front_back_shape, max_3d_shape, reduce_shape
 from .registry import op
 
 EPS = 1e-12  # Caffe2's kEps of the L1/L2 reducers' backward passes

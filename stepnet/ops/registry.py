@@ -16,7 +16,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
-from ..errors import ArgumentError, UnknownOpError, did_you_mean
+from ..core.errors import ArgumentError, UnknownOpError, did_you_mean
 
 REQUIRED = object()
 ANY_INPLACE = "any"
@@ -116,7 +116,7 @@ class Registry:
         and returns fast(*inputs), the kernel without those checks for inputs of that signature (None: use the
         kernel). fused(kernel) -> the kernel with numba's fused arithmetic (LSTM/GRU cells, Softmax, FC of one row,
         the one-hot FC gradient), which the executor binds on the CPU in a workspace whose fused_cells is on
-        (stepnet.compiled.fused); a `specialize` attribute on it is its own specialization.
+        (stepnet.compiled.jit_forms); a `specialize` attribute on it is its own specialization.
         alloc (for ops whose output sizes a file dictates, such as fills) is called with the kernel's inputs and
         arguments before the kernel and returns (output index, shape, dtype) of each array the kernel will
         allocate; the executor refuses any over the workspace's Limits.max_blob_bytes."""
@@ -209,8 +209,8 @@ op = REGISTRY.op
 def read_arg(kind: str, argument, where: str, level: int = 0) -> Any:
     """The value of a protobuf Argument read as `kind`; a wrong field is an ArgumentError. `level`: the nesting
     level of the net holding the argument, which a net given as text adds to its own depth."""
-    from ..proto import argument_value, parse_text
-    from ..validate import NET_IN_ARG, decode_text
+    from ..io.proto import argument_value, parse_text
+    from ..io.validate import NET_IN_ARG, decode_text
 
     name = argument.name
     if kind == "any":

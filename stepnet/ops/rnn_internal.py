@@ -1,4 +1,4 @@
-"""The ops RecurrentNetwork's step-net rewrites (stepnet.passes.step_nets) put into step nets: link views,
+"""The ops RecurrentNetwork's step-net rewrites (stepnet.graph.step_nets) put into step nets: link views,
 gradient accumulation into state-gradient tensors, and the deferred FC weight gradient (spec §3.6, §3.13).
 They are in place by definition: a link's internal is a view into its external tensor, and the accumulating
 ops write into the tensors they name as both input and output."""
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from ..errors import ArgumentError, ShapeError
+from ..core.errors import ArgumentError, ShapeError
 from .registry import NO_GRADIENT, Arg, op
 
 

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import backend
-from ..errors import ArgumentError, ResourceError, ShapeError
+from ..core import backend
+from ..core.errors import ArgumentError, ResourceError, ShapeError
 from .base import Meta, check_float, like, on_device, out_spec, single_gradient
 from .norm import check_order
 from .registry import Arg, op

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import backend
-from ..errors import ArgumentError, DTypeError, GradientError, ShapeError
+from ..core import backend
+from ..core.errors import ArgumentError, DTypeError, GradientError, ShapeError
 from .base import Meta, check_float, like, on_device, out_spec, single_gradient
 from .registry import Arg, op
 from .segments import scatter_rows

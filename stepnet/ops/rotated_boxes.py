@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import ArgumentError
+from ..core.errors import ArgumentError
 
 PI = np.float32(3.14159265358979323846)
 

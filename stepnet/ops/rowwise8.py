@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from ..errors import DTypeError, ShapeError
+from ..core.errors import DTypeError, ShapeError
 from .base import host_ints, known_ints, out_spec
 from .fused_sls import check_table_bounds, segment_sums, sparse_checks
 from .index import spec_value

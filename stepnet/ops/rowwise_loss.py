@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from ..errors import ArgumentError, ShapeError
+from ..core.errors import ArgumentError, ShapeError
 from .base import check_float, like, out_spec
 from .registry import op
 

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import backend
-from ..errors import DTypeError, ShapeError
-from ..shapes import spec
+from ..core import backend
+from ..core.errors import DTypeError, ShapeError
+from ..passes.shapes import spec
 from .registry import NO_GRADIENT, op
 
 

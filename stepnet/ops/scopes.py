@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import ArgumentError, GradientError, NetError
-from ..proto import OperatorDef, make_argument
-from ..workspace import Blob, Workspace
+from ..core.errors import ArgumentError, GradientError, NetError
+from ..io.proto import OperatorDef, make_argument
+from ..runtime.workspace import Blob, Workspace
 from .base import GradientSlice, on_device
 from .control import NOT_IN_PLACE, dedupe_gradients, gradient_copy, nested_backward, net_argument, own_net
 from .registry import SHOULD_NOT_DO_GRADIENT, Arg, op

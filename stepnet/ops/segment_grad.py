@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import ShapeError
+from ..core.errors import ShapeError
 from .index import NOT_IN_PLACE, check_bounds, check_vector, read_lengths, require_int, total
 from .base import host_ints, known_ints, on_device, out_spec
 from .registry import op

@@ -10,9 +10,10 @@ import math
 
 import numpy as np
 
-from ..errors import ArgumentError, ShapeError
-from .index import (NOT_IN_PLACE, check_bounds, check_vector, float_data, known_lengths, read_lengths,
-                    require_int, spec_value, total)
+from ..core.errors import ArgumentError, ShapeError
+from .index import (
+    NOT_IN_PLACE, check_bounds, check_vector, float_data, known_lengths, read_lengths, require_int, spec_value,
+    total)
 from .base import host_ints, known_ints, on_device, out_spec, single_gradient
 from .registry import SHOULD_NOT_DO_GRADIENT, Arg, op
 

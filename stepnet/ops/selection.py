@@ -17,9 +17,9 @@ import math
 
 import numpy as np
 
-from ..errors import ArgumentError, DTypeError, ShapeError
-from .base import canonical_axis, check_float, host_ints, known_ints, on_device, out_spec, single_gradient, \
-    value_dependent
+from ..core.errors import ArgumentError, DTypeError, ShapeError
+from .base import (
+    canonical_axis, check_float, host_ints, known_ints, on_device, out_spec, single_gradient, value_dependent)
 from .registry import op
 
 

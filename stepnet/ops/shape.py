@@ -12,8 +12,8 @@ import math
 
 import numpy as np
 
-from ..errors import ArgumentError, ArityError, DTypeError, GradientError, ShapeError
-from .base import (canonical_axis, folding, host_ints, known_ints, on_device, out_spec)
+from ..core.errors import ArgumentError, ArityError, DTypeError, GradientError, ShapeError
+from .base import canonical_axis, folding, host_ints, known_ints, on_device, out_spec
 from .registry import Arg, op
 
 NOT_IN_PLACE = ()          # Caffe2's default: an output may not reuse an input's blob

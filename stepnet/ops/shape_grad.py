@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 
-from ..errors import ArgumentError, ArityError, ShapeError
+from ..core.errors import ArgumentError, ArityError, ShapeError
 from .base import canonical_axis, host_ints, known_ints, out_spec
 from .registry import Arg, op
 from .shape import NOT_IN_PLACE, UNKNOWN_VALUE, _slice_bounds, _slice_request, _tile_request

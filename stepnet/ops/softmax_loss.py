@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import ArgumentError, ShapeError
+from ..core.errors import ArgumentError, ShapeError
 from .base import check_float, like, out_spec
 from .loss import DONT_CARE, LOG_THRESHOLD, check_int32_labels, check_label_values, check_one_element, numel, onehot
 from .registry import op

@@ -11,7 +11,7 @@ import warnings
 
 import numpy as np
 
-from ..errors import ArgumentError, DTypeError, GradientError, ShapeError, StepnetWarning
+from ..core.errors import ArgumentError, DTypeError, GradientError, ShapeError, StepnetWarning
 from .base import host_ints, known_ints, on_device, out_spec, single_gradient, value_dependent
 from .index import check_vector, read_lengths, require_int
 from .registry import Arg, op

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import backend
-from ..errors import ArgumentError, ArityError, DTypeError, ShapeError
+from ..core import backend
+from ..core.errors import ArgumentError, ArityError, DTypeError, ShapeError
 from .base import check_float, like, size_of
 from .lr import iteration_value
-from .optim import (ADAM_ARGS, MOMENTUM_ARGS, adagrad_step, adam_correction, adam_step, arrays, check_like,
-                    check_scalar, const, momentum_step, scalar)
+from .optim import (
+    ADAM_ARGS, MOMENTUM_ARGS, adagrad_step, adam_correction, adam_step, arrays, check_like, check_scalar, const,
+    momentum_step, scalar)
 from .registry import SHOULD_NOT_DO_GRADIENT, op
 
 # --------------------------------------------------------------------------------------------- rows

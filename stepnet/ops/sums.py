@@ -6,8 +6,8 @@ import functools
 
 import numpy as np
 
-from ..errors import ArgumentError, ArityError, DTypeError, GradientError, ShapeError
-from ..proto import NUMPY_OF, DataType
+from ..core.errors import ArgumentError, ArityError, DTypeError, GradientError, ShapeError
+from ..io.proto import NUMPY_OF, DataType
 from .base import check_float, fold, like, out_spec, size_of
 from .math import view2d, view2d_shape
 from .registry import Arg, op

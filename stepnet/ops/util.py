@@ -12,10 +12,10 @@ import warnings
 
 import numpy as np
 
-from .. import backend
-from ..errors import ArgumentError, DTypeError, MissingBlobError, OpError, ShapeError, StepnetWarning
-from ..int8 import Int8Tensor
-from ..shapes import TensorSpec
+from ..core import backend
+from ..core.errors import ArgumentError, DTypeError, MissingBlobError, OpError, ShapeError, StepnetWarning
+from ..io.int8 import Int8Tensor
+from ..passes.shapes import TensorSpec
 from .base import like, out_spec, size_of
 from .registry import NO_GRADIENT, SHOULD_NOT_DO_GRADIENT, op
 

@@ -1,8 +1,2 @@
-"""Graph rewrites: pure functions from NetDefs to new NetDefs (the input is never changed).
-
-- `step_nets`: what RecurrentNetwork and its gradient do to their step nets before running them (links as
-  ops, per-step parameter gradients, state-gradient accumulation, and the two speed rewrites: saved LSTM
-  activations and FC weight gradients formed after the loop).
-
-The backward pass (`stepnet.gradients`) is the other rewrite every training net goes through.
-"""
+"""Analyses and rewrites that read operator records: the backward pass (gradients), static shape and dtype
+inference (shapes), data-parallel training (data_parallel). Each rewrite returns a new net."""

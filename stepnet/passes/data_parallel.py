@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from typing import NamedTuple, Sequence
 
-from ..errors import GradientError, StepnetError
-from ..graph import Graph, with_ops
+from ..core.errors import GradientError, StepnetError
+from ..graph.view import Graph, with_ops
 from ..ops.base import GradientSlice
-from ..proto import NetDef, OperatorDef, make_argument
+from ..io.proto import NetDef, OperatorDef, make_argument
 
 COMM = "dp_comm"                 # the common world
 WORLD_SIZE = "dp_world_size"     # K, as a float [1] tensor

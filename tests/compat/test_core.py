@@ -9,8 +9,8 @@ import pytest
 
 from stepnet import caffe2_pb2
 from stepnet.compat import core, scope, workspace
-from stepnet.errors import ArgumentError, ArityError, StepnetError, StepnetWarning
-from stepnet.proto import NetDef, arguments
+from stepnet.core.errors import ArgumentError, ArityError, StepnetError, StepnetWarning
+from stepnet.io.proto import NetDef, arguments
 
 
 # --------------------------------------------------------------------------------------------- nets and ops

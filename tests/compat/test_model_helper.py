@@ -8,8 +8,8 @@ import pytest
 from stepnet.compat import brew, core, model_helper, optimizer, workspace
 from stepnet.compat.modeling.initializers import ExternalInitializer, Initializer
 from stepnet.compat.modeling.parameter_info import ParameterTags
-from stepnet.errors import ShapeError, StepnetError
-from stepnet.proto import arguments
+from stepnet.core.errors import ShapeError, StepnetError
+from stepnet.io.proto import arguments
 
 
 def init_ops(model):

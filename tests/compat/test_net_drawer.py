@@ -7,7 +7,7 @@ import pytest
 
 from stepnet.compat import core, net_drawer
 from stepnet.compat.dot import Cluster, Dot, Edge, Node, quote
-from stepnet.errors import StepnetError
+from stepnet.core.errors import StepnetError
 
 
 def small_net():

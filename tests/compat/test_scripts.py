@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from stepnet import Workspace
-from stepnet.backend import DeviceArray
+from stepnet.core.backend import DeviceArray
 from stepnet.compat import workspace
 
 HERE = Path(__file__).resolve().parent

@@ -4,7 +4,8 @@ import io
 import numpy as np
 import pytest
 
-from stepnet import backend, caffe2_pb2
+from stepnet.core import backend
+from stepnet import caffe2_pb2
 from stepnet.compat import core, utils, workspace
 
 

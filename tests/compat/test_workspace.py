@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 from stepnet import Workspace, caffe2_pb2
-from stepnet.backend import DeviceArray
+from stepnet.core.backend import DeviceArray
 from stepnet.compat import core, workspace
-from stepnet.errors import MissingBlobError, NetError, StepnetError
+from stepnet.core.errors import MissingBlobError, NetError, StepnetError
 
 
 def fill_net(name="fill", value=2.0):

@@ -9,7 +9,7 @@ import pytest
 from stepnet.kernels import onehot as fc_onehot
 from stepnet.kernels.onehot import one_hot_columns
 from stepnet.testing import run_op
-from stepnet.workspace import Workspace
+from stepnet.runtime.workspace import Workspace
 
 pytestmark = pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")   # 0·inf in GEMMs
 F = np.float32
@@ -157,7 +157,7 @@ def test_a_non_finite_gradient_spreads_as_in_the_gemm(bad):
 
 @needs_numba
 def test_a_broken_scatter_is_caught(monkeypatch):
-    from stepnet.compiled import fused
+    from stepnet.compiled import jit_forms as fused
 
     rng = np.random.default_rng(8)
     X, _ = one_hot(rng, 100, 10)

@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from stepnet import NetDef, minidb, save
+from stepnet import NetDef, save
+from stepnet.io import minidb
 from stepnet.testing import make_op
 
 HERE = Path(__file__).resolve().parent

@@ -33,7 +33,7 @@ def compare(net, init=None, feeds=None, params=None, outputs=None, rtol=RTOL, at
     """Export, run both, assert every output agrees; returns (ExportResult, largest absolute difference).
     Outputs named in `scaled` (pre-softmax logits, where float32 sums of many terms cancel) are compared
     with atol = rtol x their largest magnitude."""
-    from stepnet.onnx import export_onnx
+    from stepnet.export.onnx import export_onnx
 
     feeds, params = dict(feeds or {}), dict(params or {})
     result = export_onnx(net, init, inputs=feeds, params=params, outputs=outputs, **options)

@@ -12,13 +12,14 @@ pytest.importorskip("onnxruntime")
 
 from onnx_check import compare, one_op, ort_run  # noqa: E402
 
-from stepnet import NetDef, proto  # noqa: E402
-from stepnet.cli import main  # noqa: E402
-from stepnet.errors import StepnetError  # noqa: E402
-from stepnet.minidb import save_blobs  # noqa: E402
-from stepnet.onnx import (ExportError, InputDimsError, MissingWeightError, OpsetError,  # noqa: E402
-                          UnsupportedOpError, default_opset, export_onnx)
-from stepnet.onnx.table import markdown  # noqa: E402
+from stepnet import NetDef
+from stepnet.io import proto
+from stepnet.cli.run import main  # noqa: E402
+from stepnet.core.errors import StepnetError  # noqa: E402
+from stepnet.io.minidb import save_blobs  # noqa: E402
+from stepnet.export.onnx import (
+    ExportError, InputDimsError, MissingWeightError, OpsetError, UnsupportedOpError, default_opset, export_onnx)
+from stepnet.export.onnx.table import markdown  # noqa: E402
 from stepnet.testing import make_op  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,7 +9,7 @@ pytest.importorskip("onnxruntime")
 
 from onnx_check import check_op, compare, one_op  # noqa: E402
 
-from stepnet.onnx.table import table  # noqa: E402
+from stepnet.export.onnx.table import table  # noqa: E402
 
 R = np.random.default_rng(7)
 F = np.float32
@@ -224,8 +224,8 @@ def test_converter_matches_stepnet(case):
 def test_converter_at_the_lowest_opset(case):
     """Every third case at opset 13 (Squeeze, Split, Reduce* take their axes as attributes or inputs by opset);
     a converter needing a newer opset says so."""
-    from stepnet.onnx import OpsetError
-    from stepnet.onnx.emit import MIN_OPSET
+    from stepnet.export.onnx import OpsetError
+    from stepnet.export.onnx.emit import MIN_OPSET
 
     op_type, inputs, outputs, consts, args = case
     if table()[op_type].opset > MIN_OPSET:
@@ -255,7 +255,7 @@ def test_a_scalar_transpose_exports_as_identity():
 def test_a_folded_op_making_an_int8_tensor_is_refused_cleanly():
     """A constant-foldable op whose output is an Int8 tensor (no ONNX constant of it here): UnsupportedOpError
     naming the op and the output, not the Int8 tensor's TypeError."""
-    from stepnet.onnx import UnsupportedOpError, export_onnx
+    from stepnet.export.onnx import UnsupportedOpError, export_onnx
 
     net = one_op("Int8GivenTensorFill", {}, values=b"\x01\x02", shape=[2], Y_scale=1.0, Y_zero_point=0)
     with pytest.raises(UnsupportedOpError, match=r"op #0 \(Int8GivenTensorFill\): output 0 \('out0'\) is a "

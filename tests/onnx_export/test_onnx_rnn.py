@@ -11,9 +11,9 @@ pytest.importorskip("onnxruntime")
 from onnx_check import compare, one_op  # noqa: E402
 
 from stepnet import NetDef, Workspace  # noqa: E402
-from stepnet.model import ModelBuilder  # noqa: E402
-from stepnet.onnx import UnsupportedOpError, export_onnx  # noqa: E402
-from stepnet.rnn_cell import basic_rnn, gru, lstm  # noqa: E402
+from stepnet.build.model import ModelBuilder  # noqa: E402
+from stepnet.export.onnx import UnsupportedOpError, export_onnx  # noqa: E402
+from stepnet.build.rnn import basic_rnn, gru, lstm  # noqa: E402
 from stepnet.testing import make_op  # noqa: E402
 
 F = np.float32
@@ -170,7 +170,7 @@ def test_a_step_net_writing_its_input_view_is_refused():
 def test_a_link_name_that_is_not_utf8_is_a_clean_error():
     """Blob names in a file are bytes: ones that are not UTF-8 are an ArgumentError naming the argument (a
     UnicodeDecodeError escaped once)."""
-    from stepnet.errors import ArgumentError
+    from stepnet.core.errors import ArgumentError
 
     net = windowed_net(2)
     links = next(a for a in net.op[0].arg if a.name == "link_internal")
@@ -186,8 +186,8 @@ def test_a_link_argument_of_another_kind_is_a_clean_error(name, value, what):
     """link_internal and timestep are read before the op's converter checks its arguments (to find what the
     step net reads from the outer net): another kind there is an ArgumentError naming the net, op and argument
     (a TypeError escaped once; fuzz seed 973 case 2410)."""
-    from stepnet.errors import ArgumentError
-    from stepnet.proto import make_argument
+    from stepnet.core.errors import ArgumentError
+    from stepnet.io.proto import make_argument
 
     net = windowed_net(2)
     args = [a for a in net.op[0].arg if a.name != name]

@@ -4,8 +4,8 @@ these checks in one process (K = 1); tests/mpi/worker.py runs them under `mpiexe
 import numpy as np
 
 from stepnet import Workspace
-from stepnet.backend import device_of
-from stepnet.proto import DeviceOption
+from stepnet.core.backend import device_of
+from stepnet.io.proto import DeviceOption
 from stepnet.testing import GPU_MODE, make_op
 
 DTYPES = (np.float32, np.float64, np.float16, np.int32, np.int64, np.uint8, np.bool_)

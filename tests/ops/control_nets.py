@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from stepnet import backend
-from stepnet.gradients import backward_ops
-from stepnet.proto import DeviceOption, NetDef
+from stepnet.core import backend
+from stepnet.passes.gradients import backward_ops
+from stepnet.io.proto import DeviceOption, NetDef
 from stepnet.testing import GPU_MODE, make_op
-from stepnet.workspace import Workspace
+from stepnet.runtime.workspace import Workspace
 
 
 def net(name: str, *ops, external_input=(), external_output=()) -> NetDef:

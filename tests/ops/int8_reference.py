@@ -8,7 +8,8 @@ one code away from it, never more: `check_close` allows one quantization step an
 """
 import numpy as np
 
-from stepnet import Int8Tensor, backend
+from stepnet import Int8Tensor
+from stepnet.core import backend
 
 F32 = np.float32
 

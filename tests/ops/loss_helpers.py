@@ -4,10 +4,10 @@ check_gradient catches a wrong gradient kernel."""
 import numpy as np
 import pytest
 
-from stepnet.gradients import backward_ops
+from stepnet.passes.gradients import backward_ops
 from stepnet.ops import REGISTRY
-from stepnet.proto import NetDef
-from stepnet.shapes import TensorSpec
+from stepnet.io.proto import NetDef
+from stepnet.passes.shapes import TensorSpec
 from stepnet.testing import check_gradient, make_op
 
 rng = np.random.default_rng(7)

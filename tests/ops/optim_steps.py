@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from stepnet import NetDef, Workspace
-from stepnet.proto import DeviceOption
+from stepnet.io.proto import DeviceOption
 from stepnet.testing import make_op
 
 GPU = DeviceOption(device_type=1)

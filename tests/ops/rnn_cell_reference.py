@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 
-from stepnet.gradients import backward_ops
+from stepnet.passes.gradients import backward_ops
 from stepnet.testing import make_op
 
 rng = np.random.default_rng(7)

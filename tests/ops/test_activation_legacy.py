@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 from stepnet import NetDef, Workspace
-from stepnet.gradients import backward_ops
+from stepnet.passes.gradients import backward_ops
 from stepnet.ops import REGISTRY
-from stepnet.proto import DeviceOption
+from stepnet.io.proto import DeviceOption
 from stepnet.ops.activation_grad import sigmoid_gradient_order
 from stepnet.testing import DEVICES, check_gradient, make_op, run_op
 

@@ -7,7 +7,7 @@ import pytest
 from optim_steps import CPU, GPU, assert_close, f32, feed, lr_blob, workspace
 
 from stepnet import NetDef
-from stepnet.errors import ArgumentError, ShapeError
+from stepnet.core.errors import ArgumentError, ShapeError
 from stepnet.testing import DEVICES, check_gradient, make_op, run_op
 
 RNG = np.random.default_rng(5)
@@ -45,7 +45,7 @@ def test_lp_norm_gradient(device, p, average):
 
 
 def test_lp_norm_gradient_op_and_maker():
-    from stepnet.gradients import backward_ops
+    from stepnet.passes.gradients import backward_ops
     ops, grads = backward_ops([make_op("LpNorm", ["x"], ["n"], p=1)], {"n": "n_grad"})
     assert [(o.type, list(o.input), list(o.output)) for o in ops] == [("LpNormGradient", ["x", "n_grad"],
                                                                         ["x_grad"])]

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from control_nets import host, net, op_on, run, workspace
 
-from stepnet.errors import ArgumentError, DTypeError, MissingBlobError, ShapeError
+from stepnet.core.errors import ArgumentError, DTypeError, MissingBlobError, ShapeError
 from stepnet.ops import REGISTRY
-from stepnet.proto import to_text
-from stepnet.shapes import TensorSpec, infer_net
+from stepnet.io.proto import to_text
+from stepnet.passes.shapes import TensorSpec, infer_net
 from stepnet.testing import DEVICES, make_op, run_op
 
 X = np.array([[-1.5, 2.0, 0.0], [3.0, -0.5, 1.0]], np.float32)
@@ -238,7 +238,7 @@ def test_static_inference_through_control_flow():
 
 
 def test_maskrcnn2go_needs_only_the_detection_ops(data_dir, capsys):
-    from stepnet.cli import main
+    from stepnet.cli.run import main
 
     assert main(["inspect", str(data_dir / "models/maskrcnn2go_fp32_model.pb")]) == 0
     out = capsys.readouterr().out
@@ -318,7 +318,7 @@ def test_a_while_whose_condition_nothing_writes_is_refused():
 def test_a_condition_that_may_change_unnamed_is_not_refused(case):
     """What _may_change counts as a way to change the condition besides naming it as an output."""
     from stepnet.ops.control import _may_change, _writes
-    from stepnet.workspace import Workspace
+    from stepnet.runtime.workspace import Workspace
 
     ws = Workspace()
     ws.feed("c", np.array([True]))

@@ -4,13 +4,13 @@ net's loss, with each branch taken, on the CPU and the emulated device."""
 import numpy as np
 import pytest
 
-from stepnet.errors import GradientError
-from stepnet.gradients import backward_ops
+from stepnet.core.errors import GradientError
+from stepnet.passes.gradients import backward_ops
 from stepnet.ops import control, scopes
 from stepnet.ops.base import GradientContext
 from stepnet.ops.control import net_argument
 from stepnet.ops.scopes import INNER_GRAD, INNER_GRAD_COPY, WorkspaceStack
-from stepnet.proto import to_text
+from stepnet.io.proto import to_text
 from stepnet.testing import DEVICES, make_op
 
 from control_nets import check_net_gradient, host, net, net_gradients, op_on

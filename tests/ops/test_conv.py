@@ -9,8 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from stepnet import Workspace, proto
-from stepnet.errors import ArgumentError, DTypeError, ShapeError
+from stepnet import Workspace
+from stepnet.io import proto
+from stepnet.core.errors import ArgumentError, DTypeError, ShapeError
 from stepnet.ops import REGISTRY
 from stepnet.testing import DEVICES, run_op
 
@@ -203,7 +204,7 @@ def test_conv_transpose(case, order, device):
 def test_col2im_is_the_adjoint_of_im2col(args, spatial, groups, device):
     """<im2col(x), c> == <x, col2im(c)> for random x and c: what the gradients will rely on (incl. dilation,
     groups and the negative tail pad of legacy SAME)."""
-    from stepnet import backend
+    from stepnet.core import backend
     from stepnet.ops.conv import col2im, geometry, im2col
     xp = backend.array_module(backend.Device(device))
     x = data(1, 2, 3 * groups, *spatial)

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from stepnet import Workspace
-from stepnet.builder import NetBuilder
-from stepnet.errors import ArgumentError, ShapeError
-from stepnet.gradients import backward_ops
+from stepnet.build.builder import NetBuilder
+from stepnet.core.errors import ArgumentError, ShapeError
+from stepnet.passes.gradients import backward_ops
 from stepnet.ops import REGISTRY
-from stepnet.proto import DeviceOption, NetDef, argument_value
+from stepnet.io.proto import DeviceOption, NetDef, argument_value
 from stepnet.testing import DEVICES, check_gradient, make_op, run_op
 
 rng = np.random.default_rng(11)

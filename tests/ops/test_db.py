@@ -7,13 +7,14 @@ import os
 import numpy as np
 import pytest
 
-from stepnet import NetDef, Workspace, minidb
-from stepnet.backend import DeviceArray, device_of
-from stepnet.errors import ArgumentError, DTypeError, FileFormatError, MissingBlobError, ShapeError
+from stepnet import NetDef, Workspace
+from stepnet.io import minidb
+from stepnet.core.backend import DeviceArray, device_of
+from stepnet.core.errors import ArgumentError, DTypeError, FileFormatError, MissingBlobError, ShapeError
 from stepnet.ops import REGISTRY
-from stepnet.ops.db import DBReader
+from stepnet.io.dbreader import DBReader
 from stepnet.ops.util import Mutex
-from stepnet.proto import BlobProto, DeviceOption
+from stepnet.io.proto import BlobProto, DeviceOption
 from stepnet.testing import DEVICES, make_op, run_op
 
 GPU = DeviceOption(device_type=1)

@@ -5,8 +5,8 @@ statically), no gradients, and broken kernels caught."""
 import numpy as np
 import pytest
 
-from stepnet.errors import ArgumentError, DTypeError, GradientError, ShapeError
-from stepnet.gradients import backward_ops
+from stepnet.core.errors import ArgumentError, DTypeError, GradientError, ShapeError
+from stepnet.passes.gradients import backward_ops
 from stepnet.ops import REGISTRY
 from stepnet.testing import DEVICES, infer_alone, make_op, run_op
 

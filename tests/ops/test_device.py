@@ -5,12 +5,13 @@ broken kernels caught."""
 import numpy as np
 import pytest
 
-from stepnet import NetDef, Workspace, backend
-from stepnet.gradients import GradientError, GradientSlice, add_gradient_ops, backward_ops
+from stepnet import NetDef, Workspace
+from stepnet.core import backend
+from stepnet.passes.gradients import GradientError, GradientSlice, add_gradient_ops, backward_ops
 from stepnet.ops import REGISTRY
 from stepnet.ops.registry import NO_GRADIENT
-from stepnet.proto import DeviceOption, argument_value
-from stepnet.shapes import TensorSpec, infer_net
+from stepnet.io.proto import DeviceOption, argument_value
+from stepnet.passes.shapes import TensorSpec, infer_net
 from stepnet.testing import DEVICES, GPU_MODE, make_op, run_op
 
 rng = np.random.default_rng(3)

@@ -6,8 +6,8 @@ import operator
 import numpy as np
 import pytest
 
-from stepnet import backend
-from stepnet.errors import ArgumentError, DTypeError, ShapeError
+from stepnet.core import backend
+from stepnet.core.errors import ArgumentError, DTypeError, ShapeError
 from stepnet.ops import REGISTRY
 from stepnet.ops.elementwise import broadcast_b_shape, broadcast_result_shape, sum_to_shape
 from stepnet.testing import DEVICES, infer_static, run_op

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 from stepnet import NetDef, StepnetWarning, Workspace
-from stepnet.errors import ShapeError
-from stepnet.gradients import GradientError, backward_ops
+from stepnet.core.errors import ShapeError
+from stepnet.passes.gradients import GradientError, backward_ops
 from stepnet.ops import REGISTRY
 from stepnet.ops.registry import SHOULD_NOT_DO_GRADIENT
-from stepnet.proto import DeviceOption, argument_value
+from stepnet.io.proto import DeviceOption, argument_value
 from stepnet.testing import DEVICES, check_gradient, make_op, run_op
 
 rng = np.random.default_rng(5)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from stepnet import NetDef, Workspace, load
-from stepnet.errors import ArgumentError, DTypeError, ShapeError
+from stepnet.core.errors import ArgumentError, DTypeError, ShapeError
 from stepnet.ops import REGISTRY
 from stepnet.testing import DEVICES, infer_static, make_op, run_op
 

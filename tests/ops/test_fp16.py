@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from reference_check import check
 
-from stepnet.errors import ArgumentError, DTypeError, ShapeError
-from stepnet.gradients import backward_ops
+from stepnet.core.errors import ArgumentError, DTypeError, ShapeError
+from stepnet.passes.gradients import backward_ops
 from stepnet.ops import REGISTRY
 from stepnet.ops.registry import NO_GRADIENT
 from stepnet.testing import DEVICES, check_gradient, infer_alone, make_op, run_op
@@ -175,7 +175,7 @@ def test_finite_differences_detect_a_broken_gradient_kernel(broken):
 
 def test_float16_constant_fill_is_refused_over_the_blob_limit():
     from stepnet import Limits, Workspace
-    from stepnet.errors import ResourceError
+    from stepnet.core.errors import ResourceError
     ws = Workspace(limits=Limits(max_blob_bytes=1024))
     with pytest.raises(ResourceError, match="Float16ConstantFill"):
         ws.run_operator_once(make_op("Float16ConstantFill", [], ["y"], shape=[10 ** 6, 10 ** 6], value=1.0))

@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from stepnet.errors import ArgumentError, GradientError, ShapeError
-from stepnet.gradients import backward_ops
+from stepnet.core.errors import ArgumentError, GradientError, ShapeError
+from stepnet.passes.gradients import backward_ops
 from stepnet.ops import REGISTRY
 from stepnet.testing import DEVICES, check_gradient, infer_static, make_op, run_op
 

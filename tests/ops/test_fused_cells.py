@@ -1,4 +1,4 @@
-"""The fused cell arithmetic (stepnet/compiled/fused.py, numba, the `fast` extra): its tanh against float64 tanh;
+"""The fused cell arithmetic (stepnet/compiled/jit_forms.py, numba, the `fast` extra): its tanh against float64 tanh;
 every fused cell op against the per-element float64 references (rnn_cell_reference.py) and against the numpy
 kernels at sizes whose loops vectorize, ended rows and drop_states included; arrays that are not C-contiguous;
 NaN propagation; a broken fused kernel caught; fused_cells=True without numba refused (tests/rnn/test_compiled.py:
@@ -10,7 +10,7 @@ import pytest
 from rnn_cell_reference import check, ref_lstm, ref_lstm_grad
 
 from stepnet.testing import run_op
-from stepnet.workspace import Workspace
+from stepnet.runtime.workspace import Workspace
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("numba") is None,
                                 reason="numba (the fast extra, in the test extra) is not installed")
@@ -37,7 +37,7 @@ def seq_args(seq, fb=0.0, drop=False):
 
 
 def test_tanh_against_float64():
-    from stepnet.compiled import fused_kernels as k
+    from stepnet.kernels import jit as k
 
     x = np.concatenate([np.linspace(-20, 20, 400_001), [0.0, -0.0, 1e-30, -1e-30, 7.9, -7.9, 8.0]]).astype(F)
     out = np.empty_like(x)
@@ -104,7 +104,7 @@ def test_gru_ops_against_numpy_in_float64(n, d):
 def test_arrays_that_are_not_contiguous_give_the_same_bits():
     """Inputs that are strided views are read through contiguous copies; outputs that are not C-contiguous are
     written through scratch: the same bits as contiguous arrays."""
-    from stepnet.compiled import fused
+    from stepnet.compiled import jit_forms as fused
 
     rng = np.random.default_rng(3)
     n, d = 4, 16
@@ -130,7 +130,7 @@ def test_nan_in_the_gates_reaches_the_outputs():
 
 
 def test_a_broken_fused_kernel_is_caught(monkeypatch):
-    from stepnet.compiled import fused
+    from stepnet.compiled import jit_forms as fused
 
     k = fused.kernels()
     real = k.lstm_forward
@@ -149,8 +149,8 @@ def test_a_broken_fused_kernel_is_caught(monkeypatch):
 
 
 def test_fused_cells_without_numba_is_refused(monkeypatch, capsys):
-    from stepnet.cli import main
-    from stepnet.compiled import fused
+    from stepnet.cli.run import main
+    from stepnet.compiled import jit_forms as fused
 
     monkeypatch.setattr(fused, "installed", lambda: False)
     with pytest.raises(ValueError, match=r"fused_cells=True needs numba: pip install 'stepnet\[fast\]'"):
@@ -164,9 +164,9 @@ def test_fused_cells_without_numba_is_refused(monkeypatch, capsys):
 def test_run_fused_cells_option(tmp_path, monkeypatch):
     """stepnet run --fused-cells on|off: the same LSTM net, within float32 rounding; an unknown value is refused."""
     from stepnet import save
-    from stepnet.cli import main
-    from stepnet.model import ModelBuilder
-    from stepnet.rnn_cell import lstm
+    from stepnet.cli.run import main
+    from stepnet.build.model import ModelBuilder
+    from stepnet.build.rnn import lstm
 
     monkeypatch.chdir(tmp_path)
     m = ModelBuilder("m")

@@ -12,7 +12,7 @@ import pytest
 
 from test_fused_softmax import fused, plain   # (run_op with the fused kernels on / off)
 
-from stepnet.workspace import Blob
+from stepnet.runtime.workspace import Blob
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("numba") is None,
                                 reason="numba (the fast extra, in the test extra) is not installed")
@@ -63,7 +63,7 @@ def test_one_row_of_n_d_views(x_shape, axis, w_shape, axis_w):
 def test_a_broken_row_kernel_is_caught(monkeypatch):
     """One row really takes fc_row (read from the kernel module when FC specializes): a kernel dropping the
     bias fails the reference check."""
-    from stepnet.compiled import fused as fused_module
+    from stepnet.compiled import jit_forms as fused_module
 
     module = fused_module.kernels()
     real = module.fc_row
@@ -190,7 +190,7 @@ def test_the_pair_form_gives_the_two_kernels_bits(how):
 
 
 def test_a_broken_pair_kernel_is_caught(monkeypatch):
-    from stepnet.compiled import fused as fused_module
+    from stepnet.compiled import jit_forms as fused_module
 
     module = fused_module.kernels()
     real = module.fc_row_sum
@@ -222,7 +222,7 @@ def test_overlapping_arrays_are_not_paired(overlap):
 
 @pytest.mark.parametrize("shape, axis", [((1, 65), 1), ((1, 1, 65), 2), ((4, 3, 5), 1), ((2, 7), -1)])
 def test_the_softmax_form_gives_the_interpreted_bits(shape, axis):
-    from stepnet.compiled.fused import softmax
+    from stepnet.compiled.jit_forms import softmax
 
     x = (np.random.default_rng(shape[-1]).standard_normal(shape) * 4).astype(F)
     want = fused("Softmax", [x], axis=axis)
@@ -234,7 +234,7 @@ def test_the_softmax_form_gives_the_interpreted_bits(shape, axis):
 
 
 def test_no_softmax_form_for_float64():
-    from stepnet.compiled.fused import softmax
+    from stepnet.compiled.jit_forms import softmax
 
     x = np.random.default_rng(0).standard_normal((3, 5))
     assert softmax(bound_op([Blob("y", x.copy())], axis=1), [x], [x.copy()]) is None
@@ -242,7 +242,7 @@ def test_no_softmax_form_for_float64():
 
 def test_a_broken_softmax_form_is_caught(monkeypatch):
     """The form reads softmax_rows when it is made: one made with a wrong kernel fails the bit check."""
-    from stepnet.compiled import fused as fused_module
+    from stepnet.compiled import jit_forms as fused_module
 
     module = fused_module.kernels()
     real = module.softmax_rows

@@ -8,7 +8,7 @@ import pytest
 from fused_reference import dequantize, quantize, scale_bias
 from reference_check import check
 
-from stepnet.errors import DTypeError, ShapeError
+from stepnet.core.errors import DTypeError, ShapeError
 from stepnet.ops import REGISTRY
 from stepnet.ops.registry import NO_GRADIENT
 from stepnet.testing import DEVICES, infer_alone, run_op

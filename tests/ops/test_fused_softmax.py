@@ -1,4 +1,4 @@
-"""Softmax and SoftmaxGradient with the fused row kernels (stepnet/compiled/fused_kernels.py, numba, the `fast`
+"""Softmax and SoftmaxGradient with the fused row kernels (stepnet/kernels/jit.py, numba, the `fast`
 extra; Workspace.fused_cells): against float64 definitions at row lengths that do and do not fill vectors, NaN and
 ±inf as numpy's kernel gives them, results in the subnormals, other dtypes left to numpy, a broken kernel caught."""
 import importlib.util
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from stepnet.testing import run_op
-from stepnet.workspace import Workspace
+from stepnet.runtime.workspace import Workspace
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("numba") is None,
                                 reason="numba (the fast extra, in the test extra) is not installed")
@@ -89,7 +89,7 @@ def test_softmax_gradient_against_the_definition(shape):
 
 
 def test_a_broken_kernel_is_caught(monkeypatch):
-    from stepnet.compiled import fused as fused_module
+    from stepnet.compiled import jit_forms as fused_module
 
     real = fused_module.kernels()
 

@@ -5,8 +5,8 @@ import pytest
 from collective_checks import check_gloo_ops, run, workspace
 
 from stepnet import Workspace, load
-from stepnet.collectives import CommonWorld
-from stepnet.errors import ArgumentError, ArityError, CollectiveError, DTypeError, ShapeError
+from stepnet.dist.collectives import CommonWorld
+from stepnet.core.errors import ArgumentError, ArityError, CollectiveError, DTypeError, ShapeError
 from stepnet.ops import REGISTRY
 from stepnet.ops.registry import SHOULD_NOT_DO_GRADIENT
 from stepnet.testing import DEVICES, make_op

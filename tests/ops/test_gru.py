@@ -6,7 +6,7 @@ import pytest
 from rnn_cell_reference import (CASES, GRAD_CASES, check, check_gradient_maker, f32, g12, h3, i32, ref_gru,
                                 ref_gru_grad, seq3, seq_args, t1)
 
-from stepnet.errors import ArityError, DTypeError, ShapeError
+from stepnet.core.errors import ArityError, DTypeError, ShapeError
 from stepnet.ops import REGISTRY
 from stepnet.testing import DEVICES, check_gradient, run_op
 

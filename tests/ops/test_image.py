@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from stepnet import Workspace, caffe2_pb2
-from stepnet.errors import ArgumentError, DTypeError, ShapeError
+from stepnet.core.errors import ArgumentError, DTypeError, ShapeError
 from stepnet.testing import DEVICES, infer_alone, run_op
 
 rng = np.random.default_rng(9)

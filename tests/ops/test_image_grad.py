@@ -7,8 +7,8 @@ import itertools
 import numpy as np
 import pytest
 
-from stepnet.errors import ArgumentError, ShapeError
-from stepnet.gradients import backward_ops
+from stepnet.core.errors import ArgumentError, ShapeError
+from stepnet.passes.gradients import backward_ops
 from stepnet.ops import REGISTRY
 from stepnet.testing import DEVICES, check_gradient, make_op, run_op
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from reference_check import check
 
-from stepnet.errors import ArgumentError, DTypeError, ShapeError
+from stepnet.core.errors import ArgumentError, DTypeError, ShapeError
 from stepnet.testing import DEVICES, infer_alone, run_op
 
 RNG = np.random.default_rng(11)

@@ -6,14 +6,14 @@ import numpy as np
 import pytest
 from sparse_grad_data import f32, f64, i32
 
-from stepnet import backend
-from stepnet.errors import ShapeError
-from stepnet.gradients import GradientError, GradientSlice, backward_ops
+from stepnet.core import backend
+from stepnet.core.errors import ShapeError
+from stepnet.passes.gradients import GradientError, GradientSlice, backward_ops
 from stepnet.ops import REGISTRY
 from stepnet.ops.registry import NO_GRADIENT, SHOULD_NOT_DO_GRADIENT
-from stepnet.proto import DeviceOption, NetDef, argument_value
+from stepnet.io.proto import DeviceOption, NetDef, argument_value
 from stepnet.testing import DEVICES, check_gradient, make_op, run_op
-from stepnet.workspace import Workspace
+from stepnet.runtime.workspace import Workspace
 
 
 def sig(ops):

@@ -5,7 +5,7 @@ import pytest
 from int8_reference import F32, check_close, check_exact, codes, random_int8, real
 
 from stepnet import Int8Tensor, Workspace
-from stepnet.errors import ArgumentError, ArityError, DTypeError, ShapeError
+from stepnet.core.errors import ArgumentError, ArityError, DTypeError, ShapeError
 from stepnet.ops import REGISTRY
 from stepnet.ops.registry import GRADIENT_NOT_IMPLEMENTED
 from stepnet.testing import DEVICES, infer_alone, make_op, run_op

@@ -6,7 +6,7 @@ import pytest
 from int8_reference import F32, bias_for, check_close, check_exact, random_int8, real
 
 from stepnet import Int8Tensor
-from stepnet.errors import ArgumentError, ArityError, DTypeError, ShapeError
+from stepnet.core.errors import ArgumentError, ArityError, DTypeError, ShapeError
 from stepnet.ops import REGISTRY
 from stepnet.testing import DEVICES, infer_alone, run_op
 

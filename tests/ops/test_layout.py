@@ -5,12 +5,12 @@ import numpy as np
 import pytest
 from reference_check import check
 
-from stepnet.errors import ArgumentError, ShapeError
-from stepnet.gradients import GradientError, backward_ops
+from stepnet.core.errors import ArgumentError, ShapeError
+from stepnet.passes.gradients import GradientError, backward_ops
 from stepnet.ops import REGISTRY
 from stepnet.ops.registry import NO_GRADIENT, SHOULD_NOT_DO_GRADIENT
 from stepnet.testing import DEVICES, infer_alone, make_op, run_op
-from stepnet.workspace import Workspace
+from stepnet.runtime.workspace import Workspace
 
 RNG = np.random.default_rng(7)
 

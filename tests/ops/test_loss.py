@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from loss_helpers import L4, close, f32, grad_sig, labels, n_outputs, probs, static_net
 
-from stepnet.errors import ArgumentError, DTypeError, ShapeError
+from stepnet.core.errors import ArgumentError, DTypeError, ShapeError
 from stepnet.ops import REGISTRY
-from stepnet.shapes import infer_net
+from stepnet.passes.shapes import infer_net
 from stepnet.testing import DEVICES, check_gradient, run_op
 
 

@@ -5,7 +5,7 @@ import pytest
 from optim_steps import CPU, GPU, counter, workspace
 
 from stepnet import NetDef
-from stepnet.errors import ArgumentError, DTypeError
+from stepnet.core.errors import ArgumentError, DTypeError
 from stepnet.ops import REGISTRY
 from stepnet.testing import DEVICES, make_op, run_op
 

@@ -6,12 +6,12 @@ import pytest
 from rnn_cell_reference import (CASES, GRAD_CASES, c3, check, check_gradient_maker, f32, g12, h3, i32, ref_lstm,
                                 ref_lstm_grad, seq3, seq_args, sig, t1)
 
-from stepnet.backend import DeviceArray
-from stepnet.errors import ArgumentError, ArityError, DTypeError, ShapeError
+from stepnet.core.backend import DeviceArray
+from stepnet.core.errors import ArgumentError, ArityError, DTypeError, ShapeError
 from stepnet.ops import REGISTRY
-from stepnet.proto import DeviceOption
+from stepnet.io.proto import DeviceOption
 from stepnet.testing import DEVICES, check_gradient, make_op, run_op
-from stepnet.workspace import Workspace
+from stepnet.runtime.workspace import Workspace
 
 
 def lstm_inputs(n, d, seq, t, scale):

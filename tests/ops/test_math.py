@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from loop_reference import table_check, view2d
 
-from stepnet.errors import ArgumentError, DTypeError, ShapeError
+from stepnet.core.errors import ArgumentError, DTypeError, ShapeError
 from stepnet.testing import DEVICES, infer_static, run_op
 
 rng = np.random.default_rng(11)
@@ -219,9 +219,9 @@ def test_reference_catches_broken_kernels(wrong, case, broken):
 def test_a_blob_holding_no_tensor_is_a_clean_error(op_type, n):
     """An input blob holding another object (a common world, a db cursor: a hostile plan can wire one in) is
     named in a DTypeError, not an AttributeError deep in the kernel."""
-    from stepnet.proto import NetDef
+    from stepnet.io.proto import NetDef
     from stepnet.testing import make_op
-    from stepnet.workspace import Workspace
+    from stepnet.runtime.workspace import Workspace
 
     ws = Workspace()
     names = [f"in{i}" for i in range(n)]

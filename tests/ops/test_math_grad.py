@@ -7,11 +7,11 @@ import math
 import numpy as np
 import pytest
 
-from stepnet.errors import ArityError, ShapeError
-from stepnet.gradients import GradientError, add_gradient_ops, backward_ops
-from stepnet.proto import DeviceOption, NetDef, argument_value
+from stepnet.core.errors import ArityError, ShapeError
+from stepnet.passes.gradients import GradientError, add_gradient_ops, backward_ops
+from stepnet.io.proto import DeviceOption, NetDef, argument_value
 from stepnet.testing import DEVICES, check_gradient, make_op, run_op
-from stepnet.workspace import Workspace
+from stepnet.runtime.workspace import Workspace
 
 rng = np.random.default_rng(5)
 

@@ -4,9 +4,9 @@ import math
 import numpy as np
 import pytest
 
-from stepnet.errors import ArgumentError, DTypeError, ShapeError
-from stepnet.gradients import GradientError, backward_ops
-from stepnet.proto import OperatorDef
+from stepnet.core.errors import ArgumentError, DTypeError, ShapeError
+from stepnet.passes.gradients import GradientError, backward_ops
+from stepnet.io.proto import OperatorDef
 from stepnet.testing import DEVICES, run_op
 
 rng = np.random.default_rng(11)

@@ -5,13 +5,14 @@ import numpy as np
 import pytest
 from collective_checks import check_mpi_ops, check_send_receive, check_strings, run, workspace
 
-from stepnet import NetDef, Workspace, world
-from stepnet.collectives import CommonWorld
-from stepnet.errors import ArgumentError, ArityError, CollectiveError, GradientError
-from stepnet.gradients import add_gradient_ops
+from stepnet import NetDef, Workspace
+from stepnet.dist import world
+from stepnet.dist.collectives import CommonWorld
+from stepnet.core.errors import ArgumentError, ArityError, CollectiveError, GradientError
+from stepnet.passes.gradients import add_gradient_ops
 from stepnet.ops import REGISTRY
 from stepnet.ops.registry import SHOULD_NOT_DO_GRADIENT
-from stepnet.shapes import infer_net
+from stepnet.passes.shapes import infer_net
 from stepnet.testing import DEVICES, make_op
 
 MPI_OPS = ("MPICreateCommonWorld", "MPIBroadcast", "MPIReduce", "MPIAllgather", "MPIAllreduce", "MPISendTensor",
@@ -121,7 +122,7 @@ def test_shapes_are_inferred_through_the_collectives():
     net.op.extend([make_op("MPICreateCommonWorld", [], ["comm"]), make_op("MPIAllgather", ["comm", "x"], ["g"]),
                    make_op("MPIAllreduce", ["comm", "g"], ["g"]), make_op("MPIReceiveTensor", ["comm", "g"],
                                                                           ["y", "s", "t"], raw_buffer=1)])
-    from stepnet.shapes import spec
+    from stepnet.passes.shapes import spec
     specs = infer_net(net, {"x": spec((2, 3))})
     assert [str(specs[n]) for n in ("g", "y", "s")] == ["(2, 3) float32", "(2, 3) float32", "() int32"]
 
@@ -153,7 +154,7 @@ def test_an_mpi_op_under_mpiexec_without_mpi4py_names_the_extra(monkeypatch):
 ])
 def test_hostile_receive_arguments_are_one_line(tmp_path, capsys, args, message):
     from stepnet import save
-    from stepnet.cli import main
+    from stepnet.cli.run import main
     from stepnet.testing import make_op as mk
 
     net = NetDef(name="recv", op=[mk("MPICreateCommonWorld", [], ["comm"]),

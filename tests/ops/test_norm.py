@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from stepnet import NetDef, Workspace
-from stepnet.errors import ArgumentError, DTypeError, ShapeError
+from stepnet.core.errors import ArgumentError, DTypeError, ShapeError
 from stepnet.ops import REGISTRY
-from stepnet.proto import DeviceOption
+from stepnet.io.proto import DeviceOption
 from stepnet.testing import DEVICES, infer_alone, make_op, run_op
 
 rng = np.random.default_rng(5)

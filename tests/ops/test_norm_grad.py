@@ -5,10 +5,10 @@ Caffe2's test-mode and num_batches forms; the emitted ops; bad inputs; broken ke
 import numpy as np
 import pytest
 
-from stepnet.errors import ArgumentError, DTypeError, ShapeError
-from stepnet.gradients import GradientError, backward_ops
+from stepnet.core.errors import ArgumentError, DTypeError, ShapeError
+from stepnet.passes.gradients import GradientError, backward_ops
 from stepnet.ops import REGISTRY
-from stepnet.proto import argument_value
+from stepnet.io.proto import argument_value
 from stepnet.testing import DEVICES, check_gradient, make_op, run_op
 
 rng = np.random.default_rng(13)

@@ -8,8 +8,8 @@ import pytest
 from optim_steps import CPU, GPU, INT64, assert_close, counter, f32, feed, lr_blob, run_steps, workspace
 
 from stepnet import NetDef
-from stepnet.errors import ArgumentError, DTypeError, ShapeError
-from stepnet.gradients import GradientError, add_gradient_ops, backward_ops
+from stepnet.core.errors import ArgumentError, DTypeError, ShapeError
+from stepnet.passes.gradients import GradientError, add_gradient_ops, backward_ops
 from stepnet.ops import REGISTRY
 from stepnet.testing import DEVICES, make_op, run_op
 

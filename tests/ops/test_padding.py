@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from reference_check import check
 
-from stepnet.errors import ArgumentError, DTypeError, GradientError, ShapeError
-from stepnet.gradients import backward_ops
+from stepnet.core.errors import ArgumentError, DTypeError, GradientError, ShapeError
+from stepnet.passes.gradients import backward_ops
 from stepnet.ops import REGISTRY
-from stepnet.proto import argument_value
+from stepnet.io.proto import argument_value
 from stepnet.testing import DEVICES, check_gradient, infer_alone, make_op, run_op
 
 rng = np.random.default_rng(53)

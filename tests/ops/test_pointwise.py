@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from reference_check import check
 
-from stepnet.errors import ArgumentError, DTypeError, OpError, ShapeError
+from stepnet.core.errors import ArgumentError, DTypeError, OpError, ShapeError
 from stepnet.ops import REGISTRY
 from stepnet.ops.registry import GRADIENT_NOT_IMPLEMENTED, NO_GRADIENT, SHOULD_NOT_DO_GRADIENT
 from stepnet.testing import DEVICES, infer_alone, infer_static, make_op, run_op

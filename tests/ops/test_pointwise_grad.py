@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from stepnet import Workspace
-from stepnet.errors import DTypeError, ShapeError
-from stepnet.gradients import backward_ops
-from stepnet.proto import NetDef, argument_value
+from stepnet.core.errors import DTypeError, ShapeError
+from stepnet.passes.gradients import backward_ops
+from stepnet.io.proto import NetDef, argument_value
 from stepnet.testing import DEVICES, check_gradient, make_op, run_op
 
 rng = np.random.default_rng(37)

@@ -7,8 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from stepnet import Workspace, proto
-from stepnet.errors import ArgumentError, DTypeError, ShapeError
+from stepnet import Workspace
+from stepnet.io import proto
+from stepnet.core.errors import ArgumentError, DTypeError, ShapeError
 from stepnet.ops import REGISTRY
 from stepnet.testing import DEVICES, run_op
 

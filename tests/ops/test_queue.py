@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 
 from stepnet import Limits, NetDef, PlanDef, Workspace
-from stepnet.errors import ArgumentError, ArityError, DTypeError, OpError, ResourceError, ShapeError
-from stepnet.gradients import add_gradient_ops
+from stepnet.core.errors import ArgumentError, ArityError, DTypeError, OpError, ResourceError, ShapeError
+from stepnet.passes.gradients import add_gradient_ops
 from stepnet.ops.queue import BlobsQueue
-from stepnet.proto import DeviceOption, ExecutionStep
+from stepnet.io.proto import DeviceOption, ExecutionStep
 from stepnet.testing import DEVICES, make_op
 
 GPU = DeviceOption(device_type=1)

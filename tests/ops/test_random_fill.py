@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from stepnet import NetDef, Workspace
-from stepnet.errors import ArgumentError, ArityError, DTypeError, ShapeError
+from stepnet.core.errors import ArgumentError, ArityError, DTypeError, ShapeError
 from stepnet.ops import REGISTRY
 from stepnet.ops.registry import NO_GRADIENT
-from stepnet.proto import DeviceOption
+from stepnet.io.proto import DeviceOption
 from stepnet.testing import DEVICES, infer_static, make_op, run_op
 
 N = 200_000

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from stepnet.errors import ArgumentError, DTypeError, ShapeError
+from stepnet.core.errors import ArgumentError, DTypeError, ShapeError
 from stepnet.testing import DEVICES, infer_static, run_op
 
 rng = np.random.default_rng(5)

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from stepnet import NetDef, Workspace
-from stepnet.errors import ArgumentError, ShapeError
-from stepnet.proto import DeviceOption
+from stepnet.core.errors import ArgumentError, ShapeError
+from stepnet.io.proto import DeviceOption
 from stepnet.testing import DEVICES, GPU_MODE, make_op
 
 

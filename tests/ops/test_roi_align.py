@@ -5,8 +5,8 @@ inputs; broken kernels caught."""
 import numpy as np
 import pytest
 
-from stepnet.errors import ArgumentError, DTypeError, ShapeError
-from stepnet.gradients import backward_ops
+from stepnet.core.errors import ArgumentError, DTypeError, ShapeError
+from stepnet.passes.gradients import backward_ops
 from stepnet.ops import REGISTRY
 from stepnet.testing import DEVICES, check_gradient, infer_alone, make_op, run_op
 
@@ -184,7 +184,7 @@ def test_checkers_catch_broken_kernels(broken):
 ])
 @pytest.mark.parametrize("op_type", ["RoIAlign", "RoIAlignGradient"])
 def test_a_sampling_grid_past_the_limit_is_refused_before_it_is_allocated(op_type, args, rois):
-    from stepnet.errors import ResourceError
+    from stepnet.core.errors import ResourceError
 
     x = np.ones((1, 2, 6, 6), np.float32)
     inputs = [x, np.array(rois, np.float32)] + ([np.ones((1, 2, 2, 2), np.float32)] if "Gradient" in op_type else [])

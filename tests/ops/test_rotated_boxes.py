@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import test_detection as upright
 
-from stepnet.errors import ArgumentError, ShapeError
+from stepnet.core.errors import ArgumentError, ShapeError
 from stepnet.ops import REGISTRY
 from stepnet.ops import rotated_boxes as rot
 from stepnet.testing import DEVICES, infer_alone, run_op

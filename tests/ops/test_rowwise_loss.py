@@ -9,8 +9,8 @@ import pytest
 from loss_helpers import (check_gradient_catches_a_wrong_kernel, close, f32, grad_sig, labels, n_outputs,
                           static_net)
 
-from stepnet.errors import ArgumentError, DTypeError, ShapeError
-from stepnet.shapes import infer_net
+from stepnet.core.errors import ArgumentError, DTypeError, ShapeError
+from stepnet.passes.shapes import infer_net
 from stepnet.testing import DEVICES, check_gradient, run_op
 
 

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from stepnet.errors import ShapeError
+from stepnet.core.errors import ShapeError
 from stepnet.testing import DEVICES, run_op
 
 
@@ -11,10 +11,10 @@ def test_weighted_sample_frequencies_follow_the_weights(device):
     w = np.array([[1, 0, 3], [0, 0, 2], [5, 5, 0]], np.float32)
     counts = np.zeros((3, 3))
     from stepnet import Workspace
-    from stepnet.proto import NetDef
+    from stepnet.io.proto import NetDef
     from stepnet.testing import make_op
     ws = Workspace(seed=1, gpu="emulate" if device == "emulated" else None)
-    from stepnet.proto import DeviceOption
+    from stepnet.io.proto import DeviceOption
     ws.feed("w", w, device_option=DeviceOption(device_type=1) if device != "cpu" else None)
     net = NetDef(name="s")
     net.op.append(make_op("WeightedSample", ["w"], ["i"], device=device))

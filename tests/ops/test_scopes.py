@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from control_nets import host, net, op_on, run, workspace
 
-from stepnet.errors import ArgumentError, MissingBlobError, NetError
+from stepnet.core.errors import ArgumentError, MissingBlobError, NetError
 from stepnet.ops import REGISTRY
 from stepnet.ops.scopes import ScopeWorkspace, WorkspaceStack
 from stepnet.testing import DEVICES, make_op

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from sparse_grad_data import f32, f64, i32
 
-from stepnet.errors import ShapeError
-from stepnet.gradients import GradientSlice, backward_ops
+from stepnet.core.errors import ShapeError
+from stepnet.passes.gradients import GradientSlice, backward_ops
 from stepnet.ops import REGISTRY
-from stepnet.proto import argument_value
+from stepnet.io.proto import argument_value
 from stepnet.testing import DEVICES, check_gradient, make_op, run_op
 
 

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from reference_check import check
 
-from stepnet.errors import DTypeError, ShapeError
-from stepnet.gradients import backward_ops
+from stepnet.core.errors import DTypeError, ShapeError
+from stepnet.passes.gradients import backward_ops
 from stepnet.ops import REGISTRY
-from stepnet.proto import argument_value
+from stepnet.io.proto import argument_value
 from stepnet.testing import DEVICES, check_gradient, infer_alone, infer_static, make_op, run_op
 
 rng = np.random.default_rng(43)
@@ -103,8 +103,8 @@ def test_every_tie_of_a_max_gets_the_gradient():
 def test_output_rows_follow_the_id_values():
     assert infer_static("SortedSegmentSum", [D, IDS])[0].shape == (4, 2, 3)          # small ids: known values
     assert infer_static("UnsortedSegmentSum", [D1, UIDS], num_segments=8)[0].shape == (8,)
-    from stepnet.shapes import TensorSpec, infer_net
-    from stepnet.proto import NetDef
+    from stepnet.passes.shapes import TensorSpec, infer_net
+    from stepnet.io.proto import NetDef
     net = NetDef(name="s")
     net.op.append(make_op("SortedSegmentRangeMean", ["d", "ids"], ["y"]))
     specs = infer_net(net, {"d": TensorSpec((7, 3), np.dtype(np.float32)), "ids": TensorSpec((7,), np.dtype(np.int32))})

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from reference_check import check
 
-from stepnet.errors import ArgumentError, DTypeError, ShapeError
+from stepnet.core.errors import ArgumentError, DTypeError, ShapeError
 from stepnet.ops import REGISTRY
 from stepnet.ops.registry import SHOULD_NOT_DO_GRADIENT
 from stepnet.testing import DEVICES, infer_alone, run_op

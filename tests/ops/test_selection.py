@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 from reference_check import check
 
-from stepnet.errors import ArgumentError, DTypeError, ShapeError
-from stepnet.gradients import backward_ops
+from stepnet.core.errors import ArgumentError, DTypeError, ShapeError
+from stepnet.passes.gradients import backward_ops
 from stepnet.ops import REGISTRY
-from stepnet.proto import NetDef, argument_value
-from stepnet.shapes import TensorSpec, infer_net
+from stepnet.io.proto import NetDef, argument_value
+from stepnet.passes.shapes import TensorSpec, infer_net
 from stepnet.testing import DEVICES, check_gradient, infer_alone, make_op, run_op
 
 rng = np.random.default_rng(41)

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 from reference_check import check
 
-from stepnet.errors import ArgumentError, ArityError, DTypeError, ShapeError
+from stepnet.core.errors import ArgumentError, ArityError, DTypeError, ShapeError
 from stepnet.testing import DEVICES, infer_alone, make_op, run_op
-from stepnet.workspace import Workspace
+from stepnet.runtime.workspace import Workspace
 
 RNG = np.random.default_rng(7)
 

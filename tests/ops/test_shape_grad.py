@@ -7,12 +7,12 @@ import itertools
 import numpy as np
 import pytest
 
-from stepnet.errors import ArgumentError, ArityError, ShapeError
-from stepnet.gradients import GradientError, GradientSlice, backward_ops
+from stepnet.core.errors import ArgumentError, ArityError, ShapeError
+from stepnet.passes.gradients import GradientError, GradientSlice, backward_ops
 from stepnet.ops import REGISTRY
-from stepnet.proto import NetDef, argument_value
+from stepnet.io.proto import NetDef, argument_value
 from stepnet.testing import DEVICES, check_gradient, make_op, run_op
-from stepnet.workspace import Workspace
+from stepnet.runtime.workspace import Workspace
 
 rng = np.random.default_rng(11)
 

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 from reference_check import check
 
-from stepnet.errors import ArgumentError, DTypeError, GradientError, ShapeError, StepnetWarning
-from stepnet.gradients import backward_ops
-from stepnet.proto import argument_value
+from stepnet.core.errors import ArgumentError, DTypeError, GradientError, ShapeError, StepnetWarning
+from stepnet.passes.gradients import backward_ops
+from stepnet.io.proto import argument_value
 from stepnet.testing import DEVICES, check_gradient, infer_alone, make_op, run_op
 
 RNG = np.random.default_rng(44)

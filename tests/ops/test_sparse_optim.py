@@ -7,7 +7,7 @@ import pytest
 from optim_steps import assert_close, counter, f32, lr_blob, run_steps, workspace
 
 from stepnet import NetDef
-from stepnet.errors import ArgumentError, ArityError, DTypeError, ShapeError
+from stepnet.core.errors import ArgumentError, ArityError, DTypeError, ShapeError
 from stepnet.testing import DEVICES, make_op, run_op
 
 RNG = np.random.default_rng(11)

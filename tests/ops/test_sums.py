@@ -8,10 +8,10 @@ import pytest
 from loop_reference import table_check, view2d
 
 from stepnet import NetDef, Workspace
-from stepnet.errors import ArgumentError, ArityError, DTypeError, ShapeError
-from stepnet.gradients import GradientError, backward_ops
+from stepnet.core.errors import ArgumentError, ArityError, DTypeError, ShapeError
+from stepnet.passes.gradients import GradientError, backward_ops
 from stepnet.ops import REGISTRY
-from stepnet.proto import DeviceOption, argument_value
+from stepnet.io.proto import DeviceOption, argument_value
 from stepnet.testing import DEVICES, check_gradient, infer_static, make_op, run_op
 
 rng = np.random.default_rng(11)

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from stepnet import NetDef, Workspace
-from stepnet.backend import DeviceArray
-from stepnet.errors import ArgumentError, DTypeError, MissingBlobError, OpError, ShapeError, StepnetWarning
+from stepnet.core.backend import DeviceArray
+from stepnet.core.errors import ArgumentError, DTypeError, MissingBlobError, OpError, ShapeError, StepnetWarning
 from stepnet.ops import REGISTRY
 from stepnet.ops.util import Mutex, next_iter
-from stepnet.proto import DeviceOption
+from stepnet.io.proto import DeviceOption
 from stepnet.testing import DEVICES, infer_static, make_op, run_op
 
 INT64 = 10

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 from stepnet import NetDef, Workspace
-from stepnet.errors import OpError
-from stepnet.gradients import GradientError, add_gradient_ops, backward_ops
+from stepnet.core.errors import OpError
+from stepnet.passes.gradients import GradientError, add_gradient_ops, backward_ops
 from stepnet.ops import REGISTRY
 from stepnet.ops.registry import NO_GRADIENT, SHOULD_NOT_DO_GRADIENT
-from stepnet.proto import DeviceOption, argument_value
+from stepnet.io.proto import DeviceOption, argument_value
 from stepnet.testing import DEVICES, check_gradient, make_op, run_op
 
 rng = np.random.default_rng(3)

@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 
 from stepnet import Workspace
-from stepnet.builder import BlobRef, NetBuilder
-from stepnet.model import ModelBuilder
-from stepnet.proto import DeviceOption, arguments
-from stepnet.rnn_cell import lstm, recurrent_net, retrieve_step_blobs
+from stepnet.build.builder import BlobRef, NetBuilder
+from stepnet.build.model import ModelBuilder
+from stepnet.io.proto import DeviceOption, arguments
+from stepnet.build.rnn import lstm, recurrent_net, retrieve_step_blobs
 from stepnet.testing import DEVICES, check_gradient
 
 F = np.float32

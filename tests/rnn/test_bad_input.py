@@ -3,10 +3,10 @@ import numpy as np
 import pytest
 
 from stepnet import Workspace
-from stepnet.errors import ArgumentError, DTypeError, MissingBlobError, ShapeError
-from stepnet.model import ModelBuilder
-from stepnet.proto import NetDef, OperatorDef, make_argument, to_text
-from stepnet.rnn_cell import lstm
+from stepnet.core.errors import ArgumentError, DTypeError, MissingBlobError, ShapeError
+from stepnet.build.model import ModelBuilder
+from stepnet.io.proto import NetDef, OperatorDef, make_argument, to_text
+from stepnet.build.rnn import lstm
 from stepnet.testing import make_op
 
 from .test_recurrent import rnn_op, run, sum_mul_step
@@ -158,7 +158,7 @@ def test_the_window_check_is_what_catches_a_link_past_the_end(broken):
 
 @pytest.mark.parametrize("which", ["step_net", "backward_step_net"])
 def test_a_step_net_given_as_text_that_is_not_utf8(which):
-    from stepnet.errors import FileFormatError
+    from stepnet.core.errors import FileFormatError
     op = rnn_op(sum_mul_step("cell"), backward=NetDef(name="back"))
     for a in op.arg:
         if a.name == which:

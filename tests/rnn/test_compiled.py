@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from stepnet import Workspace
-from stepnet.builder import BlobRef, NetBuilder
-from stepnet.model import ModelBuilder
-from stepnet.rnn_cell import basic_rnn, gru, lstm, recurrent_net
+from stepnet.build.builder import BlobRef, NetBuilder
+from stepnet.build.model import ModelBuilder
+from stepnet.build.rnn import basic_rnn, gru, lstm, recurrent_net
 
 F = np.float32
 T, N, D, H = 4, 3, 5, 6
@@ -83,7 +83,7 @@ def fused_types(net) -> set:
         if c.program is not None and c.routines:
             step_net = next(iter(c.routines.values()))[0]
             found |= {step_net.ops[at[0]].opdef.type for fast, _, at in c.program.ops
-                      if fast.fn.__module__ == "stepnet.compiled.fused"}
+                      if fast.fn.__module__ == "stepnet.compiled.jit_forms"}
     return found
 
 
@@ -277,8 +277,8 @@ def test_a_split_whose_sizes_change_within_a_run_is_refused():
     import functools
     import types
 
-    from stepnet.compiled.kernels import split
-    from stepnet.errors import ShapeError
+    from stepnet.compiled.forms import split
+    from stepnet.core.errors import ShapeError
 
     bop = types.SimpleNamespace(plain=functools.partial(print, split=None, axis=2, order=None, add_axis=0))
     x, sizes = np.arange(12, dtype=F).reshape(1, 2, 6), np.array([2, 4], np.int32)
@@ -383,7 +383,7 @@ def test_a_faster_fc_form_with_other_sums_is_not_chosen():
 def test_without_numba_the_default_is_the_numpy_arithmetic(monkeypatch):
     """fused_cells=None (the default) with numba not installed: every cell op runs the numpy kernels, the bits of
     fused_cells=False (what `pip install .` without the fast extra gets)."""
-    from stepnet.compiled import fused
+    from stepnet.compiled import jit_forms as fused
 
     fused.kernels()                      # loaded (or None) before: only the workspace's choice may change
     monkeypatch.setattr(fused, "installed", lambda: False)

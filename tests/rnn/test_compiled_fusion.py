@@ -11,8 +11,8 @@ import types
 import numpy as np
 import pytest
 
-from stepnet.builder import BlobRef, NetBuilder
-from stepnet.rnn_cell import gru, lstm, recurrent_net
+from stepnet.build.builder import BlobRef, NetBuilder
+from stepnet.build.rnn import gru, lstm, recurrent_net
 from stepnet.testing import run_op
 
 from .test_compiled import arrays, compilers, loss_of, run_model
@@ -184,7 +184,7 @@ def test_overlapping_arrays_are_not_fused():
 
 
 def test_a_broken_fused_pass_is_caught(monkeypatch):
-    from stepnet.compiled import fused
+    from stepnet.compiled import jit_forms as fused
 
     real = fused.kernels()
     broken = types.SimpleNamespace(**{name: getattr(real, name) for name in dir(real) if not name.startswith("_")})

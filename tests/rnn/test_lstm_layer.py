@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 from stepnet import Workspace
-from stepnet.model import ModelBuilder
+from stepnet.build.model import ModelBuilder
 from stepnet.ops import REGISTRY
-from stepnet.rnn_cell import lstm
+from stepnet.build.rnn import lstm
 
 from .reference import lstm_backward, lstm_forward
 
@@ -210,8 +210,8 @@ def test_the_reference_comparison_catches_a_wrong_deferred_weight_gradient(broke
 def test_a_gradient_op_that_disagrees_with_its_forward_about_saved_activations_says_so():
     """The forward and gradient ops decide the saved-activation pairs from the same arguments; a hand-edited
     forward that recomputes the gates (so saves nothing) leaves its gradient without the blob it expects."""
-    from stepnet.errors import MissingBlobError
-    from stepnet.proto import make_argument
+    from stepnet.core.errors import MissingBlobError
+    from stepnet.io.proto import make_argument
 
     T, N, D, H = 3, 2, 2, 3
     v = data(T, N, D, H, seed=2)
@@ -230,7 +230,7 @@ def test_a_gradient_op_that_disagrees_with_its_forward_about_saved_activations_s
 
 def test_step_net_ops_take_the_models_device_scope():
     """Under a CUDA device scope the step net's ops run on the device too (Caffe2's DeviceScope covers them)."""
-    from stepnet.proto import DeviceOption
+    from stepnet.io.proto import DeviceOption
     m = ModelBuilder("m")
     with m.device_scope(DeviceOption(device_type=1)):
         lstm(m, "X", "seq", ("h0", "c0"), 2, 3, scope="LSTM")

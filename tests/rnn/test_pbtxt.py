@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from stepnet import Workspace
-from stepnet.proto import argument_value, load
+from stepnet.io.proto import argument_value, load
 
 from .reference import lstm_forward
 

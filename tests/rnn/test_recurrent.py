@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 
 from stepnet import Workspace
-from stepnet.errors import ArgumentError, MissingBlobError, ShapeError
-from stepnet.proto import NetDef, OperatorDef, make_argument
+from stepnet.core.errors import ArgumentError, MissingBlobError, ShapeError
+from stepnet.io.proto import NetDef, OperatorDef, make_argument
 from stepnet.ops.recurrent import StepWorkspaces
 from stepnet.testing import make_op
 
@@ -116,7 +116,7 @@ def test_ancestor_blob_with_a_step_blob_name_is_shared_across_steps():
 
 
 def test_step_net_as_text_in_argument_s():
-    from stepnet.proto import to_text
+    from stepnet.io.proto import to_text
     op = rnn_op(sum_mul_step())
     for a in op.arg:
         if a.name == "step_net":

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from stepnet import Workspace
-from stepnet.proto import NetDef, OperatorDef, make_argument
+from stepnet.io.proto import NetDef, OperatorDef, make_argument
 from stepnet.testing import make_op
 
 F = np.float32

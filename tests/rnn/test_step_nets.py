@@ -1,10 +1,10 @@
-"""RecurrentNetwork's step-net rewrites (stepnet.passes.step_nets): what they make of a step net, and that
+"""RecurrentNetwork's step-net rewrites (stepnet.graph.step_nets): what they make of a step net, and that
 neither they nor running the ops change the nets a model holds."""
 import numpy as np
 
 from stepnet import Workspace
-from stepnet.passes import step_nets as sn
-from stepnet.proto import NetDef, OperatorDef, argument_value, make_argument
+from stepnet.graph import step_nets as sn
+from stepnet.io.proto import NetDef, OperatorDef, argument_value, make_argument
 from stepnet.testing import make_op
 
 from .test_recurrent import rnn_op, sum_mul_step
@@ -138,7 +138,7 @@ def test_the_gradient_op_sets_each_steps_timestep_even_when_an_outer_blob_has_it
 def test_the_deferred_fc_gradient_checks_the_ops_arguments_and_arity():
     import pytest
 
-    from stepnet.errors import ArgumentError, ArityError
+    from stepnet.core.errors import ArgumentError, ArityError
 
     net = fc_backward(dw_reused=False)
     net.op[0].arg.append(make_argument("axis", ["a", "b"]))   # a file's wrong kind of value: not an int() TypeError

@@ -1,0 +1,1 @@
+"""Nets out of stepnet: export-predict (a trained plan as an init/predict pair), ONNX, and pictures (Graphviz)."""

@@ -1,0 +1,232 @@
+"""RecurrentNetwork's step-net rewrites (spec §3.6–§3.13): from the step nets a file holds to the nets the
+forward and gradient ops run, as ordered lists of pure rewrites of `StepNets` (FORWARD, BACKWARD).
+
+Forward: the LSTM activations kept for the gradient, the timestep and link blobs declared as inputs, and one
+`rnn_internal_apply_links` op first that points every link internal at its rows (what Caffe2's prepended
+rnn_internal_apply_link ops do). Backward: the kept activations read instead of recomputed, per-step
+parameter gradients (`<grad>_tmpstep`) summed into the op's gradients, the gradients of `_all` outputs
+accumulated into the state gradients, FC weight gradients formed after the loop in one GEMM (the
+`weight_gradients` net), and the links op first. Every rewrite returns new NetDefs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, NamedTuple
+
+from .view import Graph, add_external_inputs, blob_names, copy_op, renamed, with_ops
+from ..io.proto import DeviceOption, NetDef, OperatorDef, make_argument
+
+
+ACTIVATIONS = "_rnn_activations"   # <gates><ACTIVATIONS>: the step-local blob of a saved LSTMUnit's activations
+
+
+class Link(NamedTuple):
+    """At timestep t, `internal` is a view of rows [t + offset, t + offset + window) of `external`."""
+    internal: str
+    external: str
+    offset: int
+    window: int
+
+
+class ParamGradient(NamedTuple):
+    """A parameter gradient of the gradient op: `grad`, its output, and `inner`, the name the backward step
+    net writes one step's gradient under."""
+    grad: str
+    inner: str
+
+
+@dataclass(frozen=True)
+class Recurrence:
+    """What the rewrites read from a RecurrentNetwork op (or its gradient op: the fields after `recompute`)."""
+    timestep: str
+    links: tuple[Link, ...]
+    recompute: tuple[str, ...] = ()
+    params: tuple[ParamGradient, ...] = ()
+    accumulate: tuple[tuple[str, str], ...] = ()   # (gradient of an offset-1 alias, its state's gradient)
+    sequence: str = ""                             # the op's sequence input, T x N x ...
+    device_option: DeviceOption | None = None
+
+
+class StepNets(NamedTuple):
+    step: NetDef
+    backward: NetDef | None = None
+    weight_gradients: NetDef | None = None   # run once after the backward loop
+    local: tuple[str, ...] = ()              # blobs each step workspace keeps for itself
+
+
+Rewrite = Callable[[StepNets, Recurrence], StepNets]
+
+
+def run(rewrites: tuple[Rewrite, ...], nets: StepNets, rec: Recurrence) -> StepNets:
+    for rewrite in rewrites:
+        nets = rewrite(nets, rec)
+    return nets
+
+
+# ------------------------------------------------------------------------------------------- saved LSTM
+def lstm_pairs(step_net: NetDef, backward_net: NetDef, recompute) -> dict[str, str]:
+    """{gates blob: activations blob} for every LSTMUnit of the step net whose LSTMUnitGradient in the backward
+    step net reads the same states, gates, arguments and outputs, where nothing else writes the gates or the
+    cell after the LSTMUnit and the gates are not recomputed on backward. Such a pair can run as
+    rnn_internal_lstm_unit / rnn_internal_lstm_unit_gradient: the gradient then reads the activations the
+    forward kept in the step workspace instead of recomputing them (same results, no second tanh pass)."""
+    names = blob_names(step_net, backward_net)
+    forward, backward = Graph(step_net.op), Graph(backward_net.op)
+    pairs = {}
+    for k, u in enumerate(step_net.op):
+        if u.type != "LSTMUnit" or len(u.input) < 4 or len(u.output) != 2:
+            continue
+        gates, cell, acts = u.input[2], u.output[1], u.input[2] + ACTIVATIONS
+        grads = [v for v in backward_net.op if v.type == "LSTMUnitGradient" and len(v.input) > 2
+                 and v.input[2] == gates]
+        rewritten = any(i > k for i in forward.writers(gates) + forward.writers(cell)) or \
+            backward.writers(gates) or backward.writers(cell)
+        if (gates in recompute or acts in names or gates in pairs or len(grads) != 1 or rewritten
+                or sum(o.type == "LSTMUnit" and o.input[2:3] == [gates] for o in step_net.op) != 1):
+            continue
+        v = grads[0]
+        n = len(u.input)
+        if (list(v.input[:n]) != list(u.input) or list(v.input[n:n + 2]) != list(u.output)
+                or sorted(a.SerializeToString() for a in v.arg) != sorted(a.SerializeToString() for a in u.arg)):
+            continue
+        pairs[gates] = acts
+    return pairs
+
+
+def save_lstm_activations(nets: StepNets, rec: Recurrence) -> StepNets:
+    """The lstm_pairs' LSTMUnit keeps its activations (rnn_internal_lstm_unit, one more output, step-local)
+    and their LSTMUnitGradient reads them (rnn_internal_lstm_unit_gradient). Decided from the nets as written,
+    so the forward and the gradient op agree."""
+    if nets.backward is None:
+        return nets
+    pairs = lstm_pairs(nets.step, nets.backward, rec.recompute)
+    step, back = [], []
+    for o in nets.step.op:
+        acts = pairs.get(o.input[2]) if len(o.input) > 2 and o.type == "LSTMUnit" else None
+        if acts is not None:
+            o = copy_op(o)
+            o.type = "rnn_internal_lstm_unit"
+            o.output.append(acts)
+        step.append(o)
+    for o in nets.backward.op:
+        acts = pairs.get(o.input[2]) if len(o.input) > 2 and o.type == "LSTMUnitGradient" else None
+        if acts is not None:
+            o = copy_op(o)
+            o.type = "rnn_internal_lstm_unit_gradient"
+            o.input[2] = acts
+        back.append(o)
+    backward = add_external_inputs(with_ops(nets.backward, back), pairs.values())
+    return nets._replace(step=with_ops(nets.step, step), backward=backward, local=nets.local + tuple(pairs.values()))
+
+
+# ------------------------------------------------------------------------------------------- forward
+def declare_step_inputs(nets: StepNets, rec: Recurrence) -> StepNets:
+    """The timestep and every link's internal and external blob become external inputs of the step net."""
+    step = add_external_inputs(nets.step, [rec.timestep, *(n for link in rec.links for n in link[:2])])
+    if step.type == "rnn":
+        step.type = "async_simple"
+    return nets._replace(step=step)
+
+
+def _links_op(rec: Recurrence) -> OperatorDef:
+    links = rec.links
+    return OperatorDef(type="rnn_internal_apply_links", input=[rec.timestep, *(link.external for link in links)],
+                       output=[link.internal for link in links],
+                       arg=[make_argument("offsets", [link.offset for link in links]),
+                            make_argument("windows", [link.window for link in links])])
+
+
+def apply_forward_links(nets: StepNets, rec: Recurrence) -> StepNets:
+    if not rec.links:
+        return nets
+    return nets._replace(step=with_ops(nets.step, [_links_op(rec), *nets.step.op]))
+
+
+FORWARD: tuple[Rewrite, ...] = (save_lstm_activations, declare_step_inputs, apply_forward_links)
+
+
+# ------------------------------------------------------------------------------------------- backward
+def per_step_parameter_gradients(nets: StepNets, rec: Recurrence) -> StepNets:
+    """Each step writes a parameter's gradient under `<inner>_tmpstep`, and a Sum at the end of the step adds
+    it into the op's gradient output (spec §3.12)."""
+    back = nets.backward
+    for p in rec.params:
+        back = renamed(back, {p.inner: p.inner + "_tmpstep"})
+    sums = [OperatorDef(type="Sum", input=[p.grad, p.inner + "_tmpstep"], output=[p.grad]) for p in rec.params]
+    return nets._replace(backward=add_external_inputs(with_ops(back, [*back.op, *sums]), [p.grad for p in rec.params]))
+
+
+def accumulate_state_gradients(nets: StepNets, rec: Recurrence) -> StepNets:
+    """Before each step, the gradient of an `_all` alias (offset 1) is added into row t + 1 of its state's
+    gradient tensor (rnn_internal_accumulate_gradient_input); the timestep and link blobs become inputs."""
+    ops = []
+    for og, rg in rec.accumulate:
+        acc = OperatorDef(type="rnn_internal_accumulate_gradient_input", input=[rec.timestep, og, rg],
+                          output=[rg], arg=[make_argument("offset", 1)])
+        if rec.device_option is not None:
+            acc.device_option.CopyFrom(rec.device_option)
+        ops.append(acc)
+    back = with_ops(nets.backward, [*ops, *nets.backward.op])
+    names = [*(n for pair in rec.accumulate for n in pair), rec.timestep, *(n for link in rec.links for n in link[:2])]
+    return nets._replace(backward=add_external_inputs(back, names))
+
+
+def _fc_gradient_args(o: OperatorDef, label: str) -> dict:
+    """An FCGradient's arguments as its record declares them (types checked, defaults filled) and its arity
+    checked: the rewrite reads them before the op itself would run."""
+    from ..runtime.executor import check_arity, parse_args
+    from ..ops import REGISTRY
+
+    schema = REGISTRY.get("FCGradient")
+    check_arity(schema, o, label)
+    return parse_args(schema, o, label, strict=False)
+
+
+def defer_fc_weight_gradients(nets: StepNets, rec: Recurrence) -> StepNets:
+    """An FCGradient whose dW and db are `_tmpstep` parameter gradients used nowhere else computes dX per step
+    and keeps that step's X and dY rows (rnn_internal_fc_gradient_deferred); after the loop one GEMM over all
+    rows adds dW and db into the op's gradients (rnn_internal_fc_weight_gradient, in `weight_gradients`).
+    The per-step Sums of those two gradients go away. The same sum, in far fewer and larger products."""
+    back = nets.backward
+    tmp_to_grad = {p.inner + "_tmpstep": p.grad for p in rec.params}
+    graph = Graph(back.op)
+    ops, after, drop, rows = [], [], set(), []
+    for o in back.op:
+        dw, db = (o.output[0], o.output[1]) if o.type == "FCGradient" and len(o.output) == 3 else (None, None)
+        if dw not in tmp_to_grad or db not in tmp_to_grad or graph.uses(dw) != 2 or graph.uses(db) != 2:
+            ops.append(o)
+            continue
+        args = _fc_gradient_args(o, f"backward step net {back.name!r}, the FCGradient writing {o.output[2]!r}")
+        grad_w, grad_b = tmp_to_grad[dw], tmp_to_grad[db]
+        xs, dys = grad_w + "_rnn_x", grad_w + "_rnn_dy"
+        x, w, dy = o.input
+        deferred = copy_op(o)
+        deferred.type = "rnn_internal_fc_gradient_deferred"
+        deferred.input[:] = [rec.timestep, rec.sequence, x, w, dy, xs, dys]
+        deferred.output[:] = [o.output[2], xs, dys]
+        del deferred.arg[:]
+        deferred.arg.extend([make_argument("axis", args["axis"]), make_argument("axis_w", args["axis_w"])])
+        ops.append(deferred)
+        gemm = OperatorDef(type="rnn_internal_fc_weight_gradient", input=[xs, dys, grad_w, grad_b],
+                           output=[grad_w, grad_b])
+        if o.HasField("device_option"):
+            gemm.device_option.CopyFrom(o.device_option)
+        after.append(gemm)
+        drop.update((dw, db))
+        rows += [xs, dys]
+    if not after:
+        return nets
+    ops = [o for o in ops if not (o.type == "Sum" and len(o.input) == 2 and o.input[1] in drop)]
+    weights = NetDef(name=f"{back.name or 'backward_step'}_weight_gradients", op=after,
+                     external_input=[n for o in after for n in o.input])
+    return nets._replace(backward=add_external_inputs(with_ops(back, ops), rows), weight_gradients=weights)
+
+
+def apply_backward_links(nets: StepNets, rec: Recurrence) -> StepNets:
+    if not rec.links:
+        return nets
+    return nets._replace(backward=with_ops(nets.backward, [_links_op(rec), *nets.backward.op]))
+
+
+BACKWARD: tuple[Rewrite, ...] = (save_lstm_activations, per_step_parameter_gradients, accumulate_state_gradients,
+                                 defer_fc_weight_gradients, apply_backward_links)

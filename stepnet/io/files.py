@@ -1,0 +1,97 @@
+"""Opening the files a user or a model names: regular files only, checked before anything is read (and the bytes
+of the .npz archives stepnet writes: `npz_bytes`).
+
+A path may name a FIFO (opening it blocks until a writer comes), a character device (/dev/zero never ends), a
+directory or a socket; stepnet refuses them all, and a file larger than what the reader can take, before it
+reads a byte. Every file stepnet reads (models, minidb files, .npy/.npz feeds, images) is opened here.
+"""
+from __future__ import annotations
+
+import os
+import stat
+from typing import BinaryIO
+
+from ..core.errors import FileFormatError
+
+PROTOBUF_LIMIT = 2**31 - 1  # protobuf parses no message of 2 GiB or more
+
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def describe_size(n: int) -> str:
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} bytes"
+
+
+def _kind(mode: int) -> str:
+    return next((text for test, text in _KINDS if test(mode)), "not a regular file")
+
+
+def _over(path, what: str, size: str, limit: int) -> FileFormatError:
+    why = " (protobuf parses no message of 2 GiB or more)" if limit == PROTOBUF_LIMIT else ""
+    return FileFormatError(f"{path}: {what} is {size}, over the limit of {describe_size(limit)}{why}")
+
+
+def open_fd(path, what: str = "file", limit: int | None = None, missing: str = "") -> tuple[int, int]:
+    """(descriptor, size) of a regular file opened for reading; FileFormatError naming path and `what` for a
+    missing file (plus `missing`, a hint), anything that is not a regular file, or one over `limit` bytes."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise FileFormatError(f"{path}: no such file{missing}") from None
+    except OSError as e:
+        if e.errno == getattr(os, "ENXIO", None):  # a socket, or a FIFO nobody writes to on some systems
+            raise FileFormatError(f"{path}: {what} is not a regular file; stepnet reads only regular files") from None
+        raise FileFormatError(f"{path}: cannot read {what} ({e.strerror})") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise FileFormatError(f"{path}: {what} is not a regular file ({_kind(st.st_mode)}); stepnet reads "
+                                  "only regular files")
+        if limit is not None and st.st_size > limit:
+            exact = f" ({st.st_size} bytes)" if st.st_size >= 1024 else ""
+            raise _over(path, what, describe_size(st.st_size) + exact, limit)
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st.st_size
+
+
+def open_regular(path, what: str = "file", limit: int | None = None, missing: str = "") -> BinaryIO:
+    """A regular file opened for reading in binary (open_fd's checks), for readers that stream or map it."""
+    fd, _ = open_fd(path, what, limit, missing)
+    return os.fdopen(fd, "rb")
+
+
+def read_regular(path, what: str = "file", limit: int | None = None, missing: str = "") -> bytes:
+    """The bytes of a regular file (open_fd's checks). Never reads more than `limit` bytes, even from a file
+    that grows while it is read or that reports size 0 (as /proc files do)."""
+    fd, size = open_fd(path, what, limit, missing)
+    with os.fdopen(fd, "rb") as f:
+        try:
+            data = f.read() if limit is None else f.read(limit + 1)
+        except OSError as e:
+            raise FileFormatError(f"{path}: cannot read {what} ({e.strerror})") from None
+    if limit is not None and len(data) > limit:
+        raise _over(path, what, "larger than it said when opened", limit)
+    return data
+
+
+def npz_bytes(arrays) -> bytes:
+    """An .npz archive of {name: array} as np.savez writes it, for any names: np.savez(file, **arrays) takes a
+    blob named `file` for its own parameter (a TypeError) and one named `allow_pickle` as a flag (the blob lost)."""
+    import io
+    import zipfile
+
+    import numpy as np
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED, allowZip64=True) as z:
+        for name, value in arrays.items():
+            with z.open(f"{name}.npy", "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, np.asanyarray(value), allow_pickle=True)
+    return buf.getvalue()

@@ -1,0 +1,87 @@
+"""Images in and out of blobs (Pillow, the optional `image` extra): uint8 N×H×W×C arrays in a named
+channel layout (rgb, bgr, rgba, bgra, gray)."""
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+
+from ..core.errors import ArgumentError, FileFormatError, StepnetError, did_you_mean
+from .files import open_regular
+
+SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".ppm", ".pgm", ".tif", ".tiff"}
+LAYOUTS = {"rgb": "RGB", "bgr": "RGB", "rgba": "RGBA", "bgra": "RGBA", "gray": "L"}
+
+
+def is_image_path(text: str) -> bool:
+    return Path(text.rsplit(":", 1)[0] if ":" in text else text).suffix.lower() in SUFFIXES
+
+
+def split_layout(text: str, default: str = "rgb") -> tuple[str, str]:
+    """'photo.png:bgra' -> ('photo.png', 'bgra'); 'photo.png' -> ('photo.png', default)."""
+    path, sep, layout = text.rpartition(":")
+    if sep and layout.lower() in LAYOUTS:
+        return path, layout.lower()
+    if sep and Path(path).suffix.lower() in SUFFIXES:
+        raise ArgumentError(f"image layout {layout!r} is not one of {', '.join(LAYOUTS)}"
+                            f"{did_you_mean(layout.lower(), LAYOUTS)}")
+    return text, default
+
+
+def _pil():
+    try:
+        from PIL import Image
+    except ImportError:
+        raise StepnetError("reading and writing images needs Pillow: pip install 'stepnet[image]'") from None
+    return Image
+
+
+def read_image(path, layout: str = "rgb") -> np.ndarray:
+    """The image as a uint8 array 1×H×W×C in the given channel layout."""
+    Image = _pil()
+    path = Path(path)
+    if not path.exists() and not path.is_symlink():
+        raise FileFormatError(f"{path}: no such image file")
+    with open_regular(path, "the image") as f:
+        try:
+            with Image.open(f) as im:
+                im.load()
+                arr = np.asarray(im.convert(LAYOUTS[layout]))
+        except Exception as e:  # noqa: BLE001 - Pillow meeting a bad file raises OSError, ValueError, SyntaxError, ...
+            raise FileFormatError(f"{path}: not an image Pillow can read ({type(e).__name__}: {e})") from None
+    if arr.ndim == 2:
+        arr = arr[:, :, None]
+    if layout in ("bgr", "bgra"):
+        arr = arr[:, :, [2, 1, 0, *([3] if layout == "bgra" else [])]]
+    return np.ascontiguousarray(arr[None])
+
+
+def image_bytes(array, layout: str = "rgb", fmt: str = "PNG") -> bytes:
+    """Encode a (1×)H×W×C blob (uint8, or float clipped to [0, 255]) as an image file's bytes."""
+    Image = _pil()
+    arr = np.asarray(array)
+    if arr.ndim == 4:
+        if arr.shape[0] != 1:
+            raise ArgumentError(f"an image blob must hold one image, got a batch of {arr.shape[0]} {arr.shape}")
+        arr = arr[0]
+    want = {"gray": 1, "rgb": 3, "bgr": 3, "rgba": 4, "bgra": 4}[layout]
+    if arr.ndim != 3 or arr.shape[2] != want:
+        raise ArgumentError(f"blob of shape {arr.shape} is not an H×W×{want} image for layout {layout!r}; "
+                            "images are saved from N×H×W×C (NHWC) blobs")
+    if arr.dtype != np.uint8:
+        arr = np.clip(np.rint(arr), 0, 255).astype(np.uint8)
+    if layout in ("bgr", "bgra"):
+        arr = arr[:, :, [2, 1, 0, *([3] if layout == "bgra" else [])]]
+    mode = LAYOUTS[layout]
+    buf = io.BytesIO()
+    Image.fromarray(np.ascontiguousarray(arr[:, :, 0] if mode == "L" else arr), mode).save(buf, format=fmt)
+    return buf.getvalue()
+
+
+def format_of(path) -> str:
+    suffix = Path(path).suffix.lower()
+    if suffix not in SUFFIXES:
+        raise ArgumentError(f"{path}: unknown image type {suffix!r}; use one of {', '.join(sorted(SUFFIXES))}")
+    return {".jpg": "JPEG", ".jpeg": "JPEG", ".tif": "TIFF", ".tiff": "TIFF", ".pgm": "PPM"}.get(
+        suffix, suffix[1:].upper())

@@ -1,0 +1,117 @@
+"""Static shape and dtype inference over a net, from each op record's shape function.
+
+A shape function takes the input TensorSpecs and the op's parsed arguments (the same keywords as its kernel)
+and returns the output TensorSpecs (a shorter list leaves the rest unknown). It is called only when every
+input's shape is known, so it can compute freely; it raises ShapeError/ArgumentError for inputs that cannot
+work together, and inference reports that error, with the op named, before anything runs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..core.errors import ShapeError, StepnetError
+from ..runtime.executor import check_arity, op_label, parse_args
+from ..core.limits import check_specs
+from ..io.int8 import Int8Tensor
+from ..ops import REGISTRY
+
+SMALL_VALUE = 64  # constant int tensors up to this size carry their values (shape inputs, sizes)
+
+
+@dataclass(frozen=True, eq=False)
+class TensorSpec:
+    """What is known of a blob before running: shape (a tuple; None for an unknown shape, a None entry for an
+    unknown dim), dtype, for small integer constants the value (so shape inputs can be followed), and for an
+    Int8Tensor its quantization (scale, zero_point) (None for every other value)."""
+    shape: tuple | None
+    dtype: Any = None
+    value: Any = None
+    quant: tuple | None = None
+
+    @classmethod
+    def of(cls, array) -> "TensorSpec":
+        if isinstance(array, Int8Tensor):
+            return cls(array.shape, array.dtype, None, (array.scale, array.zero_point))
+        arr = np.asarray(array) if not hasattr(array, "shape") else array
+        value = None
+        if arr.size <= SMALL_VALUE and arr.dtype.kind in "iub":
+            value = np.array(arr.get() if hasattr(arr, "get") else arr)
+        return cls(tuple(arr.shape), np.dtype(arr.dtype), value)
+
+    def __str__(self):
+        shape = "?" if self.shape is None else str(tuple("?" if d is None else d for d in self.shape))
+        quant = "" if self.quant is None else f" scale {self.quant[0]:g} zero_point {self.quant[1]}"
+        return f"{shape} {self.dtype if self.dtype is not None else '?'}{quant}"  # like executor.describe
+
+
+UNKNOWN = TensorSpec(None)
+
+
+def spec(shape, dtype=np.float32, value=None) -> TensorSpec:
+    """Convenience for shape functions: TensorSpec(tuple(shape), np.dtype(dtype))."""
+    return TensorSpec(tuple(int(d) for d in shape), np.dtype(dtype), value)
+
+
+def same_as(i: int = 0, n: int = 1):
+    """A shape function: n outputs shaped and typed like input i."""
+    def shape(specs, **_):
+        return [specs[i]] * n
+    return shape
+
+
+def infer_op(schema, opdef, specs: list[TensorSpec], args: dict, label: str) -> list[TensorSpec]:
+    """Output specs of one op (unknown where the record has no shape function or inputs are unknown)."""
+    if schema.shape is None or any(s.shape is None or None in s.shape for s in specs):
+        return [UNKNOWN] * len(opdef.output)
+    try:
+        outs = list(schema.shape(specs, **args))
+    except StepnetError as e:
+        raise type(e)(f"{label}: {e}{_inputs_text(opdef, specs)}") from None
+    except Exception as e:  # noqa: BLE001 - a shape function meeting values it cannot handle: the inputs' fault
+        raise ShapeError(f"{label}: static shape inference failed ({type(e).__name__}: {e}); the op's arguments "
+                         f"or input shapes are out of range{_inputs_text(opdef, specs)}") from None
+    outs = outs[:len(opdef.output)]
+    return [o if isinstance(o, TensorSpec) else UNKNOWN for o in outs] + [UNKNOWN] * (len(opdef.output) - len(outs))
+
+
+def _inputs_text(opdef, specs) -> str:
+    shapes = ", ".join(f"{n} {s}" for n, s in zip(opdef.input, specs))
+    return f" [inputs: {shapes}]"
+
+
+def infer_net(netdef, known: dict[str, TensorSpec] | None = None, strict: bool = False,
+              max_blob_bytes: int | None = None) -> dict[str, TensorSpec]:
+    """Specs of every blob of netdef, given specs of its inputs (by name). Raises on a static mismatch, and
+    with max_blob_bytes on an output whose known shape and dtype would take more (ResourceError)."""
+    import warnings
+
+    specs = dict(known or {})
+    for index, opdef in enumerate(netdef.op):
+        label = op_label(netdef.name, index, opdef)
+        schema = REGISTRY.get(opdef.type)
+        check_arity(schema, opdef, label)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            args = parse_args(schema, opdef, label, strict)
+        if schema.random:
+            args["rng"] = None
+        ins = [specs.get(name, UNKNOWN) for name in opdef.input]
+        outs = infer_op(schema, opdef, ins, args, label)
+        if max_blob_bytes is not None:
+            check_specs(max_blob_bytes, opdef.output, outs, label)
+        for name, s in zip(opdef.output, outs):
+            specs[name] = s
+    return specs
+
+
+def specs_of_workspace(ws, names) -> dict[str, TensorSpec]:
+    """Specs of the named blobs that hold arrays in a workspace."""
+    out = {}
+    for name in names:
+        blob = ws.find(name)
+        if blob is not None and hasattr(blob.value, "shape"):
+            out[name] = TensorSpec.of(blob.value)
+    return out

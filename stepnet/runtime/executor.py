@@ -1,0 +1,368 @@
+"""Bind a NetDef once (registry lookup, arity, arguments, in-place rules, devices, blob bindings), then
+run it as a flat loop that only moves arrays."""
+from __future__ import annotations
+
+import functools
+import warnings
+
+import numpy as np
+
+from ..core import backend
+from ..core.errors import (
+    ArgumentError, ArityError, DeviceError, DTypeError, MissingBlobError, NetError, OpError, ResourceError,
+    StepnetError, StepnetWarning, did_you_mean)
+from ..graph.view import Graph
+from ..core.limits import check_blob
+from ..io.int8 import Int8Tensor
+from ..ops.registry import REGISTRY
+from ..ops.registry import ANY_INPLACE, KNOWN_HINTS, REQUIRED, read_arg
+from ..io.validate import MAX_DEPTH, NET_IN_ARG, too_deep_text
+
+
+def describe(value) -> str:
+    """'(2, 3) float32' for arrays, a short type name otherwise."""
+    if value is None:
+        return "<empty>"
+    if isinstance(value, Int8Tensor):
+        return f"{value.shape} {value.dtype} Int8 (scale {value.scale:g}, zero point {value.zero_point})"
+    shape = getattr(value, "shape", None)
+    if shape is not None:
+        dev = backend.device_of(value)
+        where = "" if dev is None or dev.is_cpu else f" on {dev}"
+        return f"{tuple(shape)} {value.dtype}{where}"
+    return type(value).__name__
+
+
+def op_label(net_name: str, index: int, opdef) -> str:
+    name = f" '{opdef.name}'" if opdef.name else ""
+    return f"net {net_name!r}, op #{index} ({opdef.type}{name})"
+
+
+def device_option(opdef, netdef):
+    """The DeviceOption an op runs with: its own, else its net's, else None (the CPU). Nothing is copied into
+    the OperatorDef: binding a net never changes the message the caller holds."""
+    if opdef.HasField("device_option"):
+        return opdef.device_option
+    return netdef.device_option if netdef.HasField("device_option") else None
+
+
+class OpContext:
+    """What a context op (one that runs sub-nets or keeps per-op state) sees beyond its arrays. device_option
+    is the op's effective DeviceOption (its own or its net's; None for the CPU default)."""
+    __slots__ = ("net", "workspace", "opdef", "index", "inputs", "outputs", "device", "device_option", "state",
+                 "label", "args")
+
+    def __init__(self, net, workspace, opdef, index, inputs, outputs, device, device_option, label, args):
+        self.net, self.workspace, self.opdef, self.index = net, workspace, opdef, index
+        self.inputs, self.outputs, self.device, self.label, self.args = inputs, outputs, device, label, args
+        self.device_option = device_option
+        self.state = {}
+
+    def bind(self, netdef, workspace=None, local=()):
+        """A sub-net of this op: `netdef` bound once in `workspace` (default: the op's) with this net's
+        strictness (Workspace.bind); run it with `.run()`."""
+        return (workspace or self.workspace).bind(netdef, local, self.net.strict, self.net.level + NET_IN_ARG)
+
+
+class BoundOp:
+    __slots__ = ("schema", "opdef", "index", "inputs", "outputs", "call", "device", "label", "plain")
+
+    def __init__(self, schema, opdef, index, inputs, outputs, call, device, label, plain=None):
+        self.schema, self.opdef, self.index = schema, opdef, index
+        self.inputs, self.outputs, self.call, self.device, self.label = inputs, outputs, call, device, label
+        self.plain = call if plain is None else plain   # the call without observers (what compiled forms use)
+
+
+class Specialized:
+    """A bound op's call for a record with `specialize` (hot CPU ops): bind once, check once per input
+    signature. The first call with a new signature (shape and dtype of every input) asks the record's
+    specialize(*inputs, **args), which does every check that depends only on those and returns the kernel
+    without them; later calls of that signature go straight to it. Non-numpy inputs take the kernel."""
+    __slots__ = ("call", "specialize", "signature", "fast")
+
+    def __init__(self, call, specialize):
+        self.call, self.specialize, self.signature, self.fast = call, specialize, None, None
+
+    def __call__(self, *values):
+        sig = []
+        for v in values:
+            if type(v) is not np.ndarray:
+                return self.call(*values)
+            sig.append((v.shape, v.dtype))
+        sig = tuple(sig)
+        if sig != self.signature:
+            self.signature, self.fast = None, None
+            self.fast = self.specialize(*values) or self.call     # raises as the kernel would on bad inputs
+            self.signature = sig
+        return self.fast(*values)
+
+
+def parse_args(schema, opdef, label: str, strict: bool, level: int = 0) -> dict:
+    """Declared arguments with defaults filled; undeclared ones warn (error when strict) unless known hints.
+    `level`: the nesting level of the op's net (nets given as text in arguments are nested below it)."""
+    values = {}
+    seen = set()
+    for argument in opdef.arg:
+        name = argument.name
+        if name in seen:
+            raise ArgumentError(f"{label}: argument {name!r} is given twice")
+        seen.add(name)
+        spec = schema.args.get(name)
+        if spec is not None:
+            values[name] = read_arg(spec.kind, argument, label, level)
+        elif name not in KNOWN_HINTS:
+            declared = ", ".join(sorted(schema.args)) or "none"
+            msg = (f"{label}: argument {name!r} is not used by {opdef.type} and is ignored"
+                   f"{did_you_mean(name, schema.args)} (its arguments: {declared})")
+            if strict:
+                raise ArgumentError(msg)
+            warnings.warn(msg, StepnetWarning, stacklevel=4)
+    for name, spec in schema.args.items():
+        if name not in values:
+            if spec.default is REQUIRED:
+                raise ArgumentError(f"{label}: required argument {name!r} is missing")
+            values[name] = spec.default
+    return values
+
+
+def check_arity(schema, opdef, label: str) -> None:
+    for which, got in (("inputs", len(opdef.input)), ("outputs", len(opdef.output))):
+        lo, hi = getattr(schema, which)
+        if not lo <= got <= hi:
+            raise ArityError(f"{label}: {opdef.type} takes {schema.arity_text(which)} {which}, got {got} "
+                             f"({', '.join(getattr(opdef, which[:-1])) or 'none'})")
+
+
+def check_inplace(schema, opdef, label: str) -> None:
+    ins, outs = list(opdef.input), list(opdef.output)
+    for i, o in schema.enforce_inplace:
+        if i < len(ins) and o < len(outs) and ins[i] != outs[o]:
+            raise ArgumentError(f"{label}: {opdef.type} must write input {i} ({ins[i]!r}) in place, "
+                                f"but output {o} is {outs[o]!r}")
+    if schema.allow_inplace == ANY_INPLACE:
+        return
+    allowed = schema.allow_inplace | schema.enforce_inplace
+    for o, out in enumerate(outs):
+        for i, inp in enumerate(ins):
+            if inp == out and (i, o) not in allowed:
+                raise ArgumentError(f"{label}: {opdef.type} cannot write output {o} in place over input {i} "
+                                    f"({out!r}); give the output another name")
+
+
+class Net:
+    """A NetDef bound to a workspace: every op resolved once; run() is a flat loop. `level`: how deep the net
+    is nested in messages (a net in an op's argument is NET_IN_ARG levels below the op's net), at most
+    MAX_DEPTH in all, as protobuf's parser allows in one file."""
+
+    def __init__(self, netdef, workspace, *, strict: bool | None = None, level: int = 0):
+        if level > MAX_DEPTH:
+            raise NetError(f"net {netdef.name!r}: {too_deep_text(level)}")
+        self.level = level
+        self.netdef = netdef
+        self.name = netdef.name
+        self.workspace = workspace
+        self.strict = workspace.strict if strict is None else strict
+        self.check_nan = workspace.check_nan
+        self._check_sources()
+        self.ops = [self._bind(i, opdef) for i, opdef in enumerate(netdef.op)]
+        self.mixed_devices = any(not b.device.is_cpu for b in self.ops)
+        self.compiler = None   # a top-level net run many times runs compiled once its inputs' signature holds
+        if level == 0:
+            from ..compiled.program import StepCompiler  # (import cycle: the compiled nets build on this module)
+            self.compiler = StepCompiler(workspace.compile_steps, main=True)
+
+    def _check_sources(self) -> None:
+        """Caffe2's NetBase checks: with external inputs declared, every op input needs a source; declared
+        external outputs must be produced (always)."""
+        nd = self.netdef
+        graph = Graph.of(nd)
+        if nd.external_input:
+            declared = set(nd.external_input)
+            for name, i in graph.read_before_written().items():
+                if name not in declared:
+                    raise NetError(f"{op_label(self.name, i, nd.op[i])}: source for input {name!r} is unknown: it "
+                                   "is neither an external_input of the net nor an output of an earlier op")
+        missing = [o for o in nd.external_output if o not in graph.final]
+        if missing:
+            raise NetError(f"net {self.name!r}: external_output {', '.join(map(repr, missing))} is produced by no op")
+
+    def _bind(self, index: int, opdef) -> BoundOp:
+        ws = self.workspace
+        label = op_label(self.name, index, opdef)
+        do = device_option(opdef, self.netdef)
+        if do is not None and do.node_name:
+            raise NetError(f"{label}: device_option.node_name is {do.node_name!r}; it must be "
+                           "empty at execution time (it is a partitioning hint): clear it to run the net here")
+        try:
+            schema = REGISTRY.get(opdef.type)
+        except StepnetError as e:
+            raise type(e)(f"{label}: {e}") from None
+        check_arity(schema, opdef, label)
+        check_inplace(schema, opdef, label)
+        args = parse_args(schema, opdef, label, self.strict, self.level)
+        inputs = []
+        for name in opdef.input:
+            blob = ws.find(name)
+            if blob is None:
+                raise MissingBlobError(f"{label}: input blob {name!r} does not exist"
+                                       f"{did_you_mean(name, ws.blobs())}; run the net that makes it first, "
+                                       "or feed it")
+            inputs.append(blob)
+        outputs = [ws.create_blob(name) for name in opdef.output]
+        device = backend.resolve(do, ws.gpu)
+        xp = backend.array_module(device)
+        kernel = schema.gpu_kernel if (schema.gpu_kernel and not device.is_cpu) else schema.kernel
+        if schema.fused_kernel is not None and device.is_cpu:
+            from ..compiled.jit_forms import enabled  # (import cycle: the compiled step nets build on this module)
+            kernel = schema.fused_kernel if enabled(ws) else kernel
+        if schema.inplace_kernel and opdef.input and opdef.output and opdef.output[0] == opdef.input[0]:
+            kernel = schema.inplace_kernel  # Caffe2 writes such an op's result into input 0's buffer
+        if schema.random:
+            args["rng"] = (np.random.default_rng(do.random_seed)
+                           if do is not None and do.HasField("random_seed") else ws.rng)
+        if schema.context:
+            ctx = OpContext(self, ws, opdef, index, inputs, outputs, device, do, label, args)
+            call = functools.partial(kernel, ctx, xp, **args)
+        else:
+            call = functools.partial(kernel, xp, **args)
+        if schema.alloc is not None:
+            call = _alloc_checked(call, functools.partial(schema.alloc, **args), ws.limits.max_blob_bytes, label,
+                                  list(opdef.output))
+        specialize = (schema.specialize if kernel is schema.kernel else    # a fused kernel may carry its own
+                      getattr(kernel, "specialize", None) if kernel is schema.fused_kernel else None)
+        if specialize is not None and device.is_cpu and schema.alloc is None and not schema.context \
+                and not schema.random:
+            call = Specialized(call, functools.partial(specialize, **args))
+        plain = call
+        if ws.profiler is not None:   # opt-in timing, chosen once here: nets without a profiler run unchanged
+            call = ws.profiler.timed(call, self.name, index, opdef.type)
+        return BoundOp(schema, opdef, index, inputs, outputs, call, device, label, plain)
+
+    # ----------------------------------------------------------------------------- running
+    def run(self) -> None:
+        """Run every op once; a top-level net holds BLAS at the workspace's `threads` meanwhile."""
+        limit = self.workspace.blas_threads() if self.level == 0 and self.workspace.threads is not None else None
+        if limit is None:
+            self._run()
+            return
+        with limit:
+            self._run()
+
+    def _run(self) -> None:
+        compiler = self.compiler
+        if compiler is None:
+            self.run_ops()
+        elif not (compiler.start(self) and compiler.run(self)):
+            compiler.interpret(self)
+
+    def run_ops(self, trace: list | None = None) -> None:
+        """The flat loop: per bound op, read its input blobs, call it, store its results. trace: a list to get
+        each op's (input values, output values) as the op saw and left them (what a compiled program is built
+        from: a blob written again later holds another op's value at the end)."""
+        check, check_nan = self.mixed_devices, self.check_nan
+        for bop in self.ops:
+            values = [b.value for b in bop.inputs]
+            if check:
+                _check_devices(bop, values)
+            try:
+                result = bop.call(*values)
+            except Exception as e:  # noqa: BLE001 - any kernel failure becomes an error naming the op
+                error = _failure(bop, values, e)
+                if error is e:
+                    raise
+                raise error from e
+            if result is not None:
+                outs = bop.outputs
+                if len(outs) == 1 and type(result) is not tuple and type(result) is not list:
+                    blob = outs[0]
+                    if type(result) is np.ndarray and not blob.view:
+                        blob.value = result          # the common case of _store, inline
+                    else:
+                        _store(blob, result)
+                else:
+                    for blob, value in zip(outs, result):
+                        if value is not None:
+                            _store(blob, value)
+            if check_nan:
+                _check_finite(bop)
+            if trace is not None:
+                trace.append((values, [b.value for b in bop.outputs]))
+
+
+def _alloc_checked(call, alloc, limit: int, label: str, outputs: list[str]):
+    """call, preceded by the check of what the op's record says it will allocate against the blob limit."""
+    def checked(*values):
+        for i, shape, dtype in alloc(*values):
+            check_blob(limit, outputs[i], shape, dtype, label)
+        return call(*values)
+    return checked
+
+
+def _store(blob, value) -> None:
+    """An op's result into its output blob: plain arrays as they are, write-through for views (Blob.set)."""
+    if type(value) is not np.ndarray:
+        value = _as_value(value)
+    if blob.view:
+        blob.set(value)
+    else:
+        blob.value = value
+
+
+def _failure(bop, values, e: Exception) -> StepnetError:
+    """The error to raise for a kernel's exception: named after the op, with its inputs described."""
+    if isinstance(e, StepnetError):
+        if str(e).startswith("net "):
+            return e
+        return type(e)(f"{bop.label}: {e}{_inputs_text(bop, values)}")
+    return _kernel_failure(bop, values, e)
+
+
+def _as_value(value):
+    """Arrays and strings are stored as they are; numpy/Python scalars become 0-d arrays."""
+    if isinstance(value, (np.generic, int, float, bool)):
+        return np.asarray(value)
+    return value
+
+
+def _inputs_text(bop, values) -> str:
+    if not values:
+        return ""
+    parts = [f"{name} {describe(v)}" for name, v in zip(bop.opdef.input, values)]
+    int8 = [repr(name) for name, v in zip(bop.opdef.input, values) if isinstance(v, Int8Tensor)]
+    hint = "" if not int8 or bop.schema.family.startswith("int8") else (
+        f"; {', '.join(int8)} {'is an Int8 tensor' if len(int8) == 1 else 'are Int8 tensors'}: dequantize first "
+        "(Int8Dequantize)")
+    return f" [inputs: {', '.join(parts)}]{hint}"
+
+
+def _kernel_failure(bop, values, e) -> StepnetError:
+    for name, v in zip(bop.opdef.input, values):
+        if v is None:
+            return MissingBlobError(f"{bop.label}: input {name!r} holds no value (never written or fed)")
+        if isinstance(e, AttributeError) and getattr(e, "obj", None) is v and not hasattr(v, "shape"):
+            return DTypeError(f"{bop.label}: input {name!r} is a {type(v).__name__}, not a tensor, and "
+                              f"{bop.opdef.type} reads a tensor there{_inputs_text(bop, values)}")
+    if isinstance(e, MemoryError) or (isinstance(e, ValueError) and "array is too big" in str(e)):
+        return ResourceError(f"{bop.label}: an array of impossible size was asked for ({type(e).__name__}: "
+                             f"{e}); check the op's size arguments{_inputs_text(bop, values)}")
+    return OpError(f"{bop.label} failed: {type(e).__name__}: {e}{_inputs_text(bop, values)}")
+
+
+def _check_devices(bop, values) -> None:
+    if bop.schema.devices == "any":
+        return
+    host_ok = bop.schema.host_inputs
+    for i, (name, v) in enumerate(zip(bop.opdef.input, values)):
+        dev = backend.device_of(v)
+        if dev is None or dev == bop.device or (dev.is_cpu and (i in host_ok or v.size <= 1)):
+            continue
+        raise DeviceError(f"{bop.label}: input {name!r} is on {dev} but the op runs on {bop.device}; "
+                          f"copy it first (CopyCPUToGPU / CopyGPUToCPU)")
+
+
+def _check_finite(bop) -> None:
+    for blob in bop.outputs:
+        v = blob.value
+        if not backend.all_finite(v):  # a floating array of any backend (numpy, CuPy, emulated)
+            bad = "NaN" if backend.any_nan(v) else "Inf"
+            raise OpError(f"{bop.label} produced {bad} in output {blob.name!r} ({describe(v)})")

@@ -1,0 +1,271 @@
+"""Workspace: named blobs with Caffe2's parent-chain binding rules, and the nets created in it."""
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import numpy as np
+
+from ..core import backend
+from ..core.errors import MissingBlobError, NetError, did_you_mean
+from ..core.limits import Limits
+from ..io.int8 import Int8Tensor
+
+
+class Blob:
+    """A mutable holder. `view` marks a value that is a window into a larger tensor (a link internal or an
+    alias output): an op writing a same-sized result into such a blob writes through into that tensor."""
+    __slots__ = ("name", "value", "view")
+
+    def __init__(self, name: str, value: Any = None):
+        self.name = name
+        self.value = value
+        self.view = False
+
+    def set(self, value) -> None:
+        """Store an op's result, writing through a view when the element count and dtype match (Caffe2's
+        Resize-keeps-the-buffer rule, which is how link/alias views receive step results)."""
+        if self.view:
+            cur = self.value
+            if (cur is not None and getattr(value, "size", -1) == cur.size and value.dtype == cur.dtype
+                    and type(value) is type(cur)):
+                if value is not cur:
+                    if cur.shape != value.shape:
+                        cur = cur.reshape(value.shape)
+                    cur[...] = value
+                    self.value = cur
+                return
+            self.view = False
+        self.value = value
+
+    def set_view(self, value) -> None:
+        """Point this blob at a view of another tensor (link internals, aliases)."""
+        self.value = value
+        self.view = True
+
+    def __repr__(self):
+        v = self.value
+        what = "empty" if v is None else f"{type(v).__name__}{getattr(v, 'shape', '')}"
+        return f"Blob({self.name!r}, {what}{', view' if self.view else ''})"
+
+
+def _numba_installed() -> bool:
+    from ..compiled.jit_forms import installed  # (import cycle: the compiled step nets build on the executor)
+    return installed()
+
+
+class Workspace:
+    """Blobs and nets. A child workspace sees its parent's blobs: lookups go local first, then up the
+    chain; creating a blob that exists anywhere in the chain binds to that existing blob (§2). `limits` says
+    what its models may read, write and allocate (default Limits(): paths under the working directory of now,
+    blobs up to a quarter of the memory); child workspaces inherit their parent's. compile_steps=False runs
+    RecurrentNetwork step nets, and plain nets run many times, op by op (the reference path); fused_cells=False
+    keeps the LSTM/GRU cells, Softmax, FC of one row and the one-hot FC weight gradient in numpy, True asks for
+    their numba forms (the `fast` extra), None (default) uses them when numba is installed."""
+
+    def __init__(self, parent: "Workspace | None" = None, *, seed: int | None = None, gpu: str | None = None,
+                 strict: bool | None = None, check_nan: bool | None = None, limits: Limits | None = None,
+                 profiler=None, reporter=None, compile_steps: bool | None = None, threads: int | None = None,
+                 fused_cells: bool | None = None):
+        self.parent = parent
+        if limits is None and parent is not None:
+            self.limits = parent.limits
+        else:
+            self.limits = (limits if limits is not None else Limits()).resolved()
+        self._blobs: dict[str, Blob] = {}
+        self._nets: dict[str, Any] = {}
+        root = parent is None
+        self.gpu = gpu if gpu is not None else ("auto" if root else parent.gpu)
+        self.strict = bool(strict) if strict is not None else (False if root else parent.strict)
+        self.check_nan = bool(check_nan) if check_nan is not None else (False if root else parent.check_nan)
+        # step nets and plain nets run many times run compiled (stepnet.compiled) unless False (op by op: the reference)
+        self.compile_steps = (bool(compile_steps) if compile_steps is not None
+                              else (True if root else parent.compile_steps))
+        # numba's fused kernels (cells, Softmax, one-row FC, one-hot FC gradient; the fast extra); None: if installed
+        if fused_cells and not _numba_installed():
+            raise ValueError("fused_cells=True needs numba: pip install 'stepnet[fast]'")
+        self.fused_cells = fused_cells if fused_cells is not None or root else parent.fused_cells
+        if threads is not None and (type(threads) is not int or threads < 1):
+            raise ValueError(f"threads must be a positive int, got {threads!r}")
+        self.threads = threads if threads is not None or root else parent.threads
+        self._blas = None if root or threads is not None else parent._blas   # BlasThreads, made when first used
+        self.rng = np.random.default_rng(seed) if (root or seed is not None) else parent.rng
+        # opt-in observers, inherited: a profile.Profiler times every op of nets bound here; a reporter
+        # (name, value) -> bool takes the scalars Print ops print (True: it showed them)
+        self.profiler = profiler if (root or profiler is not None) else parent.profiler
+        self.reporter = reporter if (root or reporter is not None) else parent.reporter
+
+    def blas_threads(self):
+        """A context manager holding numpy's BLAS at this workspace's `threads` while a top-level net runs
+        (threadpoolctl; about 8 µs to enter and leave), or None when `threads` is None (BLAS as the process has it)."""
+        if self.threads is None:
+            return None
+        if self._blas is None:
+            from threadpoolctl import ThreadpoolController
+
+            controller = ThreadpoolController()
+            self._blas = lambda: controller.limit(limits=self.threads, user_api="blas")
+        return self._blas()
+
+    # ----------------------------------------------------------------------------- blobs
+    def find(self, name: str) -> Blob | None:
+        ws = self
+        while ws is not None:
+            blob = ws._blobs.get(name)
+            if blob is not None:
+                return blob
+            ws = ws.parent
+        return None
+
+    def get_blob(self, name: str) -> Blob:
+        blob = self.find(name)
+        if blob is None:
+            raise MissingBlobError(f"blob {name!r} does not exist{did_you_mean(name, self.blobs())}")
+        return blob
+
+    def create_blob(self, name: str) -> Blob:
+        """The blob of that name anywhere in the chain, else a new local one (Caffe2's CreateBlob)."""
+        blob = self.find(name)
+        if blob is None:
+            blob = self._blobs[name] = Blob(name)
+        return blob
+
+    def create_local_blob(self, name: str) -> Blob:
+        blob = self._blobs.get(name)
+        if blob is None:
+            blob = self._blobs[name] = Blob(name)
+        return blob
+
+    def local_blob(self, name: str) -> Blob | None:
+        """The blob of that name in this workspace itself (not an ancestor's), or None."""
+        return self._blobs.get(name)
+
+    def has(self, name: str) -> bool:
+        return self.find(name) is not None
+
+    def local_blobs(self) -> list[str]:
+        return sorted(self._blobs)
+
+    def blobs(self) -> list[str]:
+        """Names of every blob visible from here (this workspace and its ancestors)."""
+        names: set[str] = set()
+        ws = self
+        while ws is not None:
+            names.update(ws._blobs)
+            ws = ws.parent
+        return sorted(names)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.blobs())
+
+    def __contains__(self, name: str) -> bool:
+        return self.has(name)
+
+    def feed(self, name: str, value, device_option=None) -> None:
+        """Store a copy of value (dtype kept; str/bytes become string blobs; TensorProto converted; an
+        Int8Tensor is stored as an Int8Tensor)."""
+        if type(value) is np.ndarray and device_option is None:   # the common case, without the dispatch below
+            blob = self.create_blob(name)
+            blob.value = value.copy(order="K")
+            blob.view = False
+            return
+        from ..io.proto import TensorProto, tensor_to_array
+
+        if isinstance(value, TensorProto):
+            value = tensor_to_array(value)
+        if isinstance(value, (str, bytes)):
+            stored = value
+        elif isinstance(value, Int8Tensor):
+            stored = value.copy(None if device_option is None else backend.resolve(device_option, self.gpu))
+        else:
+            stored = np.array(backend.to_host(value), copy=True)
+            if device_option is not None:
+                device = backend.resolve(device_option, self.gpu)
+                if not device.is_cpu:
+                    stored = backend.to_device(stored, device)
+        blob = self.create_blob(name)
+        blob.value = stored
+        blob.view = False
+
+    def fetch(self, name: str):
+        """A host numpy copy of a tensor blob (strings as they are; an Int8Tensor as an Int8Tensor whose data is a
+        host copy; other objects described)."""
+        blob = self.get_blob(name)
+        v = blob.value
+        if type(v) is np.ndarray:                 # a host tensor: the common case
+            return v.copy(order="K")
+        if v is None:
+            raise MissingBlobError(f"blob {name!r} exists but holds no value yet (never written or fed)")
+        if isinstance(v, (str, bytes)):
+            return v
+        if isinstance(v, Int8Tensor):
+            return v.copy()
+        host = backend.to_host(v)
+        if isinstance(host, np.ndarray):
+            return np.array(host, copy=True)
+        return f"<blob {name!r}: a {type(v).__name__}, not a tensor>"
+
+    # ----------------------------------------------------------------------------- nets
+    def create_net(self, netdef, overwrite: bool = False, input_blobs=()):
+        """Bind netdef in this workspace (inputs must exist) and keep it under its name."""
+        from .executor import Net
+
+        for name in input_blobs:
+            self.create_blob(name)
+        name = netdef.name
+        if name in self._nets and not overwrite:
+            raise NetError(f"a net named {name!r} already exists in this workspace; pass overwrite=True to replace it")
+        net = Net(netdef, self)
+        self._nets[name] = net
+        return net
+
+    def bind(self, netdef, local=(), strict: bool | None = None, level: int = 0):
+        """The sub-net primitive: `netdef` bound in this workspace once and kept under its name (Caffe2's
+        CreateNet); every later call with the same NetDef object returns that binding, and another NetDef of the
+        same name replaces it. `local` names blobs to create in this workspace even when an ancestor has one
+        of that name (per-step values). Plans, RecurrentNetwork and control-flow ops run their nets through
+        this, so a workspace is the one place bound nets are kept. `level`: the net's nesting depth (Net)."""
+        net = self._nets.get(netdef.name)
+        if net is not None and net.netdef is netdef:
+            return net
+        from .executor import Net
+
+        for name in local:
+            self.create_local_blob(name)
+        net = self._nets[netdef.name] = Net(netdef, self, strict=strict, level=level)
+        return net
+
+    def net(self, name: str):
+        try:
+            return self._nets[name]
+        except KeyError:
+            raise NetError(f"no net named {name!r} has been created{did_you_mean(name, self._nets)}") from None
+
+    def nets(self) -> list[str]:
+        return sorted(self._nets)
+
+    def run_net(self, name, iterations: int = 1) -> None:
+        net = self.net(name if isinstance(name, str) else name.name)
+        for _ in range(iterations):
+            net.run()
+
+    def run_net_once(self, netdef) -> None:
+        from .executor import Net
+
+        Net(netdef, self).run()
+
+    def run_operator_once(self, opdef) -> None:
+        from ..io.proto import NetDef
+
+        netdef = NetDef(name=opdef.type or "op")
+        netdef.op.add().CopyFrom(opdef)
+        self.run_net_once(netdef)
+
+    def run_plan(self, plan, **options) -> None:
+        from .plan import run_plan
+
+        limit = self.blas_threads()   # a plan's nets sit one level down: hold BLAS here, once for the whole plan
+        if limit is None:
+            run_plan(plan, self, **options)
+        else:
+            with limit:
+                run_plan(plan, self, **options)
