@@ -59,15 +59,15 @@ def main() -> None:
     assert compiler.program is not None, "the predict net did not compile"
     rnn = next(b for b in net.ops if b.opdef.type == "RecurrentNetwork")
     fwd = rnn.call.args[0].state["forward"]
-    replay, rnn_inputs = fwd.replay, [b.value for b in rnn.inputs]
+    replay, rnn_inputs = fwd.loop.replay, [b.value for b in rnn.inputs]
     step_net = replay.steps[0][1]
     x = np.eye(V, dtype=np.float32)[3].reshape(1, 1, V)
     rows = [("net", "net.run() (compiled)", best(net.run, args.calls)),
             ("net", "signature check (StepCompiler.start)", best(lambda: compiler.start(net), args.calls))]
     rows += [("net entry", label, best(fn, args.calls)) for label, fn in entries(compiler.program, net)]
     rows += [("RecurrentNetwork", "replay (whole op)", best(lambda: replay.run(rnn_inputs, checked=True), args.calls)),
-             ("RecurrentNetwork", "step routine (one timestep)", best(fwd.compiler.routine(step_net), args.calls))]
-    rows += [("step entry", label, best(fn, args.calls)) for label, fn in entries(fwd.compiler.program, step_net)]
+             ("RecurrentNetwork", "step routine (one timestep)", best(fwd.loop.compiler.routine(step_net), args.calls))]
+    rows += [("step entry", label, best(fn, args.calls)) for label, fn in entries(fwd.loop.compiler.program, step_net)]
     rows += [("loop", "ws.feed of one input (×3 a character)", best(lambda: ws.feed("input_blob", x), args.calls)),
              ("loop", "ws.fetch of one output (×3 a character)", best(lambda: ws.fetch("softmax"), args.calls))]
     table = ["| where | piece | µs |", "|---|---|---|"] + [f"| {w} | {what} | {t:.2f} |" for w, what, t in rows]

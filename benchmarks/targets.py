@@ -223,7 +223,7 @@ def rows(args):
 
 
 def cells_of(fused: bool | None) -> str:
-    from stepnet.compiled.jit_forms import installed
+    from stepnet.kernels.jit import installed
 
     if fused is False or not installed():
         return "numpy (fused_cells off)" if fused is False else "numpy (numba not installed)"

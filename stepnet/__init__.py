@@ -2,13 +2,14 @@
 from . import ops as _ops  # noqa: F401  (registers every operator)
 from .core.errors import StepnetError, StepnetWarning
 from .runtime.executor import Net
-from .io.int8 import Int8Tensor
+from .core.int8 import Int8Tensor
+from .core.version import VERSION
 from .core.limits import Limits
 from .io.proto import (
     Argument, NetDef, OperatorDef, PlanDef, TensorProto, array_to_tensor, load, make_argument, save, tensor_to_array)
 from .runtime.workspace import Blob, Workspace
 
-__version__ = "0.1.0"
+__version__ = VERSION
 
 __all__ = ["Argument", "Blob", "Int8Tensor", "Limits", "Net", "NetDef", "OperatorDef", "PlanDef", "StepnetError",
            "StepnetWarning", "TensorProto", "Workspace", "array_to_tensor", "load", "make_argument", "save",

@@ -8,9 +8,10 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from .core import backend
-from .io.int8 import Int8Tensor
+from .core.int8 import Int8Tensor
 from .io.proto import DeviceOption, NetDef, OperatorDef, make_argument, to_text
-from .passes.shapes import TensorSpec, infer_net
+from .core.spec import TensorSpec
+from .passes.shapes import infer_net
 from .runtime.workspace import Workspace
 
 # The emulated device stands in for CUDA on machines without a GPU; with CuPy and a GPU, "cuda" runs too.

@@ -182,7 +182,7 @@ def test_python_api_picks_nets_and_outputs(trained):
 
 def test_int8_blobs_go_to_npz_only():
     from stepnet.core.errors import ArgumentError
-    from stepnet.io.int8 import Int8Tensor
+    from stepnet.core.int8 import Int8Tensor
 
     q = Int8Tensor(np.array([1, 2, 3], np.uint8), 0.5, 1)
     with pytest.raises(ArgumentError, match="'q' is an Int8 tensor.*--format npz"):
@@ -191,7 +191,7 @@ def test_int8_blobs_go_to_npz_only():
 
 def test_int8_npz_holds_real_values(tmp_path):
     from stepnet.export.predict import Export, write_npz
-    from stepnet.io.int8 import Int8Tensor
+    from stepnet.core.int8 import Int8Tensor
 
     path = write_npz(Export(None, None, {"q": Int8Tensor(np.array([1, 3], np.uint8), 0.5, 1)}, []), tmp_path / "q.npz")
     assert np.load(path)["q"].tolist() == [0.0, 1.0]

@@ -26,7 +26,8 @@ from stepnet.cli.tools import describe_net, unsupported_ops  # noqa: E402
 from stepnet.core.errors import StepnetError  # noqa: E402
 from stepnet.io.feeds import parse_feed  # noqa: E402
 from stepnet.graph.view import walk  # noqa: E402
-from stepnet.passes.shapes import TensorSpec, infer_net  # noqa: E402
+from stepnet.core.spec import TensorSpec  # noqa: E402
+from stepnet.passes.shapes import infer_net  # noqa: E402
 
 FUZZ = settings(max_examples=int(os.environ.get("STEPNET_FUZZ_EXAMPLES", 60)), deadline=None, derandomize=True,
                 database=None, suppress_health_check=list(HealthCheck), print_blob=True)

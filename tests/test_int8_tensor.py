@@ -1,4 +1,4 @@
-"""The Int8Tensor value (stepnet/io/int8.py): made, fed, fetched, saved and loaded in Caffe2's Int8TensorCPU form,
+"""The Int8Tensor value (stepnet/core/int8.py): made, fed, fetched, saved and loaded in Caffe2's Int8TensorCPU form,
 printed, and described for static inference."""
 import numpy as np
 import pytest
@@ -8,10 +8,10 @@ from stepnet.core import backend
 from stepnet.io import checkpoints, minidb
 from stepnet.cli.run import format_blob, save_npz
 from stepnet.core.errors import ArgumentError, DTypeError, FileFormatError, StepnetError
-from stepnet.io.int8 import Int8Tensor
+from stepnet.core.int8 import Int8Tensor
 from stepnet.ops.util import format_tensor
 from stepnet.io.proto import BlobProto, DataType, DeviceOption, NetDef
-from stepnet.passes.shapes import TensorSpec
+from stepnet.core.spec import TensorSpec
 from stepnet.testing import make_op, run_op
 
 CODES = np.array([[0, 3, 127], [128, 200, 255]], np.uint8)

@@ -15,7 +15,8 @@ import stepnet
 from stepnet import NetDef, Workspace
 from stepnet.core.errors import ArgumentError, DTypeError, ShapeError, StepnetError
 from stepnet.ops import REGISTRY
-from stepnet.passes.shapes import TensorSpec, infer_net, spec
+from stepnet.core.spec import TensorSpec, spec
+from stepnet.passes.shapes import infer_net
 from stepnet.testing import DEVICES, make_op, run_op
 
 GLOW = Path(__file__).resolve().parent / "data" / "glow"

@@ -9,7 +9,8 @@ import pytest
 from stepnet.core.errors import ArgumentError, ShapeError
 from stepnet.ops import REGISTRY
 from stepnet.io.proto import NetDef
-from stepnet.passes.shapes import TensorSpec, infer_net, spec
+from stepnet.core.spec import TensorSpec, spec
+from stepnet.passes.shapes import infer_net
 from stepnet.testing import make_op, run_op
 from stepnet.runtime.workspace import Workspace
 

@@ -136,7 +136,7 @@ def test_parameters_of_nets_nested_in_if_are_shaped():
 
 
 def proto_bool():
-    from stepnet.passes.shapes import spec
+    from stepnet.core.spec import spec
     return spec((), np.bool_)
 
 

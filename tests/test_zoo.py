@@ -17,7 +17,7 @@ from stepnet.io import proto
 from stepnet.cli.run import main
 from stepnet.core.errors import ArgumentError, DTypeError, ShapeError
 from stepnet.ops import REGISTRY
-from stepnet.passes.shapes import spec
+from stepnet.core.spec import spec
 from stepnet.build.synth import synth_init, write_init
 from stepnet.testing import make_op
 from stepnet.runtime.workspace import Workspace

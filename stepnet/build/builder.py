@@ -13,7 +13,7 @@ import contextlib
 import warnings
 
 from ..core.errors import ArgumentError, StepnetError, did_you_mean
-from ..runtime.executor import check_arity, check_inplace, parse_args
+from ..ops.binding import check_arity, check_inplace, parse_args
 from ..graph.view import Graph
 from ..ops import REGISTRY
 from ..io.proto import DeviceOption, NetDef, OperatorDef, make_argument, to_text

@@ -102,7 +102,8 @@ class ModelBuilder:
             return
         import numpy as np
 
-        from ..passes.shapes import TensorSpec, infer_net, spec
+        from ..core.spec import TensorSpec, spec
+        from ..passes.shapes import infer_net
         known = {name: s if isinstance(s, TensorSpec) else spec(s) for name, s in shapes.items()}
         known = infer_net(self.net.proto(), {**infer_net(self.init_net.proto(), {}), **known})
         for loss in losses:

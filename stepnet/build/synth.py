@@ -18,10 +18,11 @@ from ..io import proto
 from . import synth_widths as sw
 from .synth_rules import RULES, Fill, Site, he
 from ..core.errors import ArgumentError, StepnetError, did_you_mean
-from ..runtime.executor import check_arity, op_label, parse_args
+from ..ops.binding import check_arity, op_label, parse_args
 from ..graph.view import Graph, nested_nets
 from ..ops import REGISTRY
-from ..passes.shapes import UNKNOWN, TensorSpec, infer_op, spec
+from ..core.spec import UNKNOWN, TensorSpec, spec
+from ..passes.shapes import infer_op
 from ..runtime.workspace import Workspace
 
 LAYERS = {"Conv", "Conv1D", "Conv2D", "Conv3D", "ConvTranspose", "FC", "FCTransposed"}

@@ -49,7 +49,7 @@ def _inputs(specs) -> dict:
 
 
 def _spec(shape, dtype):
-    from ..passes.shapes import spec
+    from ..core.spec import spec
     return spec(shape, dtype)
 
 

@@ -18,7 +18,7 @@ from ..core.errors import ArgumentError, MissingBlobError, StepnetError, Stepnet
 from ..graph.view import Graph
 from ..dist.launch import per_rank
 from ..core.limits import add_limit_flags, limits_of
-from ..io.int8 import Int8Tensor
+from ..core.int8 import Int8Tensor
 from .metrics import MetricsWriter
 from ..runtime.plan import training_loops
 from ..runtime.profile import Profiler
@@ -27,6 +27,7 @@ from .tools import (  # noqa: F401 - re-exported
     add_tool_parsers, cmd_convert, cmd_inspect, cmd_ops, cmd_synth_init, describe_net, op_table, unsupported_ops)
 from .onnx import add_parser as add_onnx_parser, run_in_onnxruntime
 from ..runtime.workspace import Workspace
+from ..kernels import jit
 
 # --------------------------------------------------------------------------------------------- output
 def format_blob(name: str, value, count: int = 6) -> str:
@@ -51,9 +52,7 @@ def save_npz(path: Path, arrays: dict) -> None:
 def _fused_cells(text: str) -> str:
     if text not in ("auto", "on", "off"):
         raise argparse.ArgumentTypeError(f"--fused-cells is auto, on or off, got {text!r}")
-    from ..compiled.jit_forms import installed
-
-    if text == "on" and not installed():
+    if text == "on" and not jit.installed():
         raise argparse.ArgumentTypeError("--fused-cells on needs numba: pip install 'stepnet[fast]'")
     return text
 

@@ -70,7 +70,8 @@ def cmd_inspect(a) -> int:
 
 def print_shapes(nets, a) -> None:
     """Infer every blob's shape (init net first when given) and print them; mismatches raise before running."""
-    from ..passes.shapes import infer_net, spec
+    from ..core.spec import spec
+    from ..passes.shapes import infer_net
 
     given = {d.name: spec(d.shape, d.dtype or "float32") for d in map(parse_dims, a.input)}
     limit = limits_of(a).max_blob_bytes
@@ -133,7 +134,7 @@ def cmd_ops(a) -> int:
 
 
 def cmd_synth_init(a) -> int:
-    from ..passes.shapes import spec
+    from ..core.spec import spec
     from ..build.synth import synth_init
 
     inputs = {d.name: spec(d.shape, d.dtype or "float32") for d in map(parse_dims, a.input)}

@@ -283,7 +283,8 @@ def BenchmarkNet(name, warmup_runs: int, main_runs: int, run_individual: bool = 
 def InferShapesAndTypes(nets, blob_dimensions=None) -> tuple:
     """({blob: dims}, {blob: TensorProto data type}) of the nets' blobs, from the current workspace's blobs or
     from blob_dimensions ({name: dims}, float32)."""
-    from ..passes.shapes import infer_net, spec, specs_of_workspace
+    from ..core.spec import spec
+    from ..passes.shapes import infer_net, specs_of_workspace
     from ..io.tensors import data_type_of
     protos = [n.Proto() if hasattr(n, "Proto") else n for n in nets]
     if blob_dimensions is None:

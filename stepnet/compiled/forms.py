@@ -1,23 +1,25 @@
-"""The compiled forms of step-net ops: `make(bop, ins, outs) -> Fast | None`, called once per input-shape
-signature with the arrays of an interpreted timestep (`ins`: the op's inputs, `outs`: its outputs' values
-after that step). Everything that depends only on shapes, dtypes and arguments is settled there; the returned
-`fn(ins, outs)` only computes, writing every output array in place (out=), with the same numpy operations in
-the same order as the op's kernel, so results are bit-identical. None: no compiled form for these inputs
-(the net then runs op by op)."""
+"""The compiled forms of ops: `make(bop, ins, outs) -> Fast | None`, called once per input-shape signature with
+the arrays of an interpreted timestep or run (`ins`: the op's inputs, `outs`: its outputs' values after it).
+Everything that depends only on shapes, dtypes and arguments is settled there; the returned `fn(ins, outs)`
+only computes, writing every output array in place (out=) with the arithmetic the op's kernel calls
+(stepnet.kernels), so the two runners agree by construction. None: no compiled form for these inputs (the
+net then runs op by op). `MAKERS` is the compiled package's own table of them; what it needs to know of an op
+beyond that (shapes_from_inputs, context="structure") is in the op's record."""
 from __future__ import annotations
 
 import math
+from typing import Callable, NamedTuple
 
 import numpy as np
 
 from ..core.errors import ShapeError
-from ..ops import REGISTRY, gru, lstm, recurrent, rnn_internal, sums
+from ..kernels.activations import sigmoid as sigmoid_into
 from ..ops import shape as shape_ops
-from ..ops import math as math_ops
+from ..ops.registry import REGISTRY
 from ..ops.rnn_internal import _link_error
-from .jit_forms import FUSED
 from .cell_forms import (
-    Fast, bound_args, same_floats, shaped, gru_unit, gru_unit_gradient, lstm_unit, lstm_unit_gradient)
+    Fast, bound_args, gru_unit, gru_unit_gradient, lstm_unit, lstm_unit_gradient, same_floats, shaped)
+from .jit_forms import FUSED
 from .products import fc, fc_gradient_deferred
 
 
@@ -66,14 +68,7 @@ def sigmoid(bop, ins, outs):
     e, d = np.empty(shape, x.dtype), np.empty(shape, x.dtype)
 
     def run(ins, outs):
-        x, out = ins[0], shaped(outs[0], shape)
-        np.abs(x, out=e)
-        np.negative(e, out=e)
-        np.exp(e, out=e)
-        np.add(1, e, out=d)
-        np.minimum(x, 0, out=e)
-        np.exp(e, out=e)
-        np.divide(e, d, out=out)
+        sigmoid_into(np, ins[0], shaped(outs[0], shape), e, d)
     return Fast(run)
 
 
@@ -248,81 +243,74 @@ def generic(bop, ins, outs):
     return Fast(_generic_fn(bop), rebind=_generic_fn)
 
 
-# Ops whose output shapes and dtypes follow from their inputs' shapes and dtypes (never from values): the
-# generic form may run them. Others (Gather, Slice with tensor bounds, ...) leave the net interpreted.
-SHAPE_DETERMINED = frozenset((
-    "Add", "Sub", "Mul", "Div", "Sigmoid", "Tanh", "Relu", "Softsign", "Exp", "Log", "Abs", "Negative", "Scale",
-    "Copy", "CopyFromCPUInput", "EnsureCPUOutput", "Alias", "Cast", "GT", "GE", "LT", "LE", "EQ", "Not", "And", "Or",
-    "Split", "Concat", "Transpose", "ExpandDims", "Squeeze", "FCTransposed", "MatMul", "BatchMatMul",
-    "SigmoidGradient", "TanhGradient", "ReluGradient", "MulGradient", "AddGradient", "SumReduceLike",
-    "FCGradient", "FCTransposedGradient", "GRUUnit", "GRUUnitGradient", "SumInt", "WeightedSum",
-    "ElementwiseLinear", "LayerNorm", "Softmax", "LSTMUnit", "LSTMUnitGradient",
-    "rnn_internal_accumulate_gradient_input",
-))
-# Context ops among them read only their own op's structure (output count, net, device) from the context.
-CONTEXT_SAFE = frozenset(("Split", "SigmoidGradient", "CopyFromCPUInput", "EnsureCPUOutput"))
-
 def recurrent_network(bop, ins, outs):
     """RecurrentNetwork in a plain net: the op itself without the executor's dispatch (its replay of a
     compiled run, or the full run), setting its output blobs (aliases of the states) as it does interpreted.
     Only where its last run ran its step net compiled."""
     ctx = bop.plain.args[0]
     fwd = ctx.state.get("forward")
-    if fwd is None or fwd.replay is None:
+    if fwd is None or not fwd.rerunnable:
         return None
 
     def run(ins, blobs):
-        replay = fwd.replay    # its inputs have the signature of the run it was made from: the net checked them
-        if replay is None or not replay.run(ins, checked=True):
+        if not fwd.rerun(ins, checked=True):   # (the net checked that its inputs have the run's signature)
             fwd.run(ctx, np, ins)
     return Fast(run, blobs=True)
 
 
-SPECIALIZED = {   # type -> (the kernel it specializes, its maker); a record whose kernel was replaced gets none
-    "FC": (math_ops.fc, fc), "Sum": (sums.sum_, sum_),
-    "rnn_internal_apply_links": (rnn_internal.apply_links, apply_links),
-    "rnn_internal_fc_gradient_deferred": (rnn_internal.fc_gradient_deferred, fc_gradient_deferred),
-    "rnn_internal_accumulate_gradient_input": (rnn_internal.accumulate_gradient_input, accumulate_gradient_input),
-    "LSTMUnit": (lstm.lstm_unit, lstm_unit(saving=False)),
-    "rnn_internal_lstm_unit": (lstm.lstm_unit_saving, lstm_unit(saving=True)),
-    "LSTMUnitGradient": (lstm.lstm_unit_gradient, lstm_unit_gradient(saved=False)),
-    "rnn_internal_lstm_unit_gradient": (lstm.lstm_unit_gradient_saved, lstm_unit_gradient(saved=True)),
-    "Mul": (REGISTRY.get("Mul").kernel, mul), "Sigmoid": (REGISTRY.get("Sigmoid").kernel, sigmoid),
-    "Split": (shape_ops.split, split), "Concat": (shape_ops.concat, concat),
-    "MulGradient": (REGISTRY.get("MulGradient").kernel, mul_gradient),
-    "SigmoidGradient": (REGISTRY.get("SigmoidGradient").kernel, sigmoid_gradient),
-    "GRUUnit": (gru.gru_unit, gru_unit), "GRUUnitGradient": (gru.gru_unit_gradient, gru_unit_gradient),
-    "Softmax": (math_ops.softmax, None),   # the fused row kernel (fused.FUSED), else the generic form
-    "RecurrentNetwork": (recurrent.recurrent_network, recurrent_network),   # plain nets only (MAIN_ONLY)
+class Maker(NamedTuple):
+    """An op type's compiled form. blobs: the form sets its output blobs itself (link views, aliases); main_only:
+    only in a plain net's program (RecurrentNetwork: its rerun trusts the net's own signature check, and one
+    bound op serves the net)."""
+    make: Callable | None
+    blobs: bool = False
+    main_only: bool = False
+
+
+MAKERS = {    # type -> its form, for the kernel the type registered (a record whose kernel was replaced has none)
+    "FC": Maker(fc), "Sum": Maker(sum_), "Mul": Maker(mul), "Sigmoid": Maker(sigmoid),
+    "rnn_internal_apply_links": Maker(apply_links, blobs=True),
+    "rnn_internal_fc_gradient_deferred": Maker(fc_gradient_deferred),
+    "rnn_internal_accumulate_gradient_input": Maker(accumulate_gradient_input),
+    "LSTMUnit": Maker(lstm_unit(saving=False)), "rnn_internal_lstm_unit": Maker(lstm_unit(saving=True)),
+    "LSTMUnitGradient": Maker(lstm_unit_gradient(saved=False)),
+    "rnn_internal_lstm_unit_gradient": Maker(lstm_unit_gradient(saved=True)),
+    "Split": Maker(split), "Concat": Maker(concat), "MulGradient": Maker(mul_gradient),
+    "SigmoidGradient": Maker(sigmoid_gradient), "GRUUnit": Maker(gru_unit), "GRUUnitGradient": Maker(gru_unit_gradient),
+    "Softmax": Maker(None),   # the jitted row kernel (jit_forms.FUSED), else the generic form
+    "RecurrentNetwork": Maker(recurrent_network, blobs=True, main_only=True),
 }
 
 
-BLOB_FORMS = frozenset(("rnn_internal_apply_links", "RecurrentNetwork"))   # forms that set their output blobs
-MAIN_ONLY = frozenset(("RecurrentNetwork",))                                 # forms for plain nets only
+def sets_blobs(bop) -> bool:
+    """Whether the op's form sets its output blobs itself (its outputs need not hold arrays)."""
+    maker = MAKERS.get(bop.opdef.type)
+    return maker is not None and maker.blobs
+
+
+def _generic_ok(schema) -> bool:
+    return schema.shapes_from_inputs and not schema.random and schema.context in (False, "structure")
 
 
 def has_form(bop) -> bool:
     """Whether the op may have a compiled form (for some arrays)."""
     t = bop.opdef.type
-    return t in SPECIALIZED or t in FUSED or t in SHAPE_DETERMINED
+    return t in MAKERS or t in FUSED or _generic_ok(bop.schema)
 
 
 def compiled_form(bop, ins, outs, fused: bool = False, main: bool = False) -> Fast | None:
-    """The op's compiled form for these arrays, or None; with `fused`, a cell op's fused form where it has one.
-    main: for a plain net's program (RecurrentNetwork's form is only there: its replay trusts that the net's
-    own signature check covers its inputs, and one bound op serves the net)."""
-    if bop.opdef.type in MAIN_ONLY and not main:
+    """The op's compiled form for these arrays, or None; with `fused`, its jitted form where it has one. main:
+    for a plain net's program (see Maker.main_only)."""
+    t, schema = bop.opdef.type, bop.schema
+    maker = MAKERS.get(t)
+    if maker is not None and maker.main_only and not main:
         return None
-    kernel, make = SPECIALIZED.get(bop.opdef.type, (None, None))
-    if fused and bop.opdef.type in FUSED and bop.schema.kernel is kernel:
-        fast = FUSED[bop.opdef.type](bop, ins, outs)
+    own = (maker is not None or t in FUSED) and schema.kernel is REGISTRY.registered(t).kernel
+    if fused and own and t in FUSED:
+        fast = FUSED[t](bop, ins, outs)
         if fast is not None:
             return fast
-    fast = make(bop, ins, outs) if make is not None and bop.schema.kernel is kernel else None
+    fast = maker.make(bop, ins, outs) if own and maker is not None and maker.make is not None else None
     if fast is not None:
         return fast
-    schema = bop.schema
-    if bop.opdef.type in SHAPE_DETERMINED and not schema.random and (not schema.context or
-                                                                      bop.opdef.type in CONTEXT_SAFE):
-        return generic(bop, ins, outs)
-    return None
+    return generic(bop, ins, outs) if _generic_ok(schema) else None

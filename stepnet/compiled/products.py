@@ -9,6 +9,7 @@ import math
 import numpy as np
 
 from ..core.errors import ShapeError
+from ..kernels import jit
 from ..kernels.fc import blocks_form, fastest, kernel_form, w_first_form
 from ..kernels.fc import forms as fc_forms
 from ..kernels.onehot import ONE_HOT_ROWS, gather_fc
@@ -70,9 +71,7 @@ def _fc_sizes(bop, ins, outs) -> tuple | None:
 def fc_row(bop, ins, outs):
     """FC of one float32 row with the fused kernels (the FC fused kernel's arithmetic: numba's fc_row, the
     product and the bias in one pass over W), straight into the output; with the Sum after it, fc_row_sum."""
-    from .jit_forms import kernels
-
-    compiled, sizes = kernels(), _fc_sizes(bop, ins, outs)
+    compiled, sizes = jit.load(), _fc_sizes(bop, ins, outs)
     if compiled is None or sizes is None or sizes[0] != 1 or ins[0].dtype != np.float32 or outs[0].dtype != np.float32:
         return None
     _, k, n = sizes
@@ -118,9 +117,7 @@ def _with_sum(fc_bop, sum_bop, ins, outs, ys, product):
     product as the FC form computes it, then one numba pass (no fast-math: the same float32 additions in the
     same order as the two ops) writes y = product + b and s = y + z. None unless float32, a Sum of two inputs,
     one of them y and the other of y's size, no partial overlap between y, z and s, and numba's kernels load."""
-    from .jit_forms import kernels
-
-    compiled = kernels()
+    compiled = jit.load()
     pair = None if compiled is None else _sum_pair(fc_bop, sum_bop, ins, outs, ys[0] * ys[1])
     if pair is None:
         return None

@@ -32,9 +32,8 @@ import sys
 
 import numpy as np
 
-from ..runtime.executor import _failure
-from .jit_forms import enabled
-from .forms import BLOB_FORMS, compiled_form, has_form
+from ..ops.binding import failure as _failure
+from .forms import compiled_form, has_form, sets_blobs
 
 _BUFFER, _VIEW, _INPLACE, _LINKS = "buffer", "view", "in place", "links"
 
@@ -161,7 +160,7 @@ class Program:
         Sum; not under --profile, which times every op)."""
         if net.check_nan or net.mixed_devices:
             return None
-        fused, profiled = enabled(net.workspace), net.workspace.profiler is not None   # --profile: op by op
+        fused, profiled = net.workspace.jit_kernels(), net.workspace.profiler is not None   # --profile: op by op
         ops, views, buffers, taken = [], set(), {}, set()
         outer = ({id(b) for b in external_blobs(net)},) if main else None
         for i, bop in enumerate(net.ops):
@@ -171,7 +170,7 @@ class Program:
             if any(type(v) is not np.ndarray for v in ins):
                 return None
             fast = compiled_form(bop, ins, outs, fused, main) if all(type(v) is np.ndarray for v in outs) or \
-                bop.opdef.type in BLOB_FORMS else None
+                sets_blobs(bop) else None
             if fast is None:
                 return None
             if fast.blobs:

@@ -110,16 +110,6 @@ def parse_size(text: str) -> int:
     return int(float(number) * unit) if "." in number else int(number) * unit
 
 
-def check_tensor_proto(limit: int, blob: str, proto, where: str) -> None:
-    """Refuse a BlobProto whose tensor's dims say it takes more than limit bytes, before it is assembled (each
-    chunk's dims are the whole tensor's); dims and types that cannot be read are left to the loader."""
-    from ..io.tensors import NUMPY_OF
-
-    dtype = NUMPY_OF.get(proto.tensor.data_type)
-    if proto.HasField("tensor") and dtype is not None and all(d >= 0 for d in proto.tensor.dims):
-        check_blob(limit, blob, proto.tensor.dims, dtype, where)
-
-
 def check_specs(limit: int, names, specs, where: str) -> None:
     """Static form of the blob limit: refuse any inferred output (a TensorSpec) whose shape and dtype are
     known and take more than limit bytes."""

@@ -213,7 +213,7 @@ def _setup_fills(plan: PlanDef, max_blob_bytes: int | None = None) -> dict:
 
 def fill_op(name: str, value) -> OperatorDef:
     """A GivenTensor*Fill op writing `value` (an array, or strings) to `name` with its shape."""
-    from ..io.int8 import Int8Tensor
+    from ..core.int8 import Int8Tensor
 
     if isinstance(value, Int8Tensor):
         raise ArgumentError(f"blob {name!r} is an Int8 tensor, which export-predict does not write as a fill; "
@@ -279,7 +279,7 @@ def write_npz(result: Export, out) -> Path:
 
 def _plain(value) -> np.ndarray:
     """value as an array np.load reads without pickles: strings as unicode, Int8 tensors as their real values."""
-    from ..io.int8 import Int8Tensor
+    from ..core.int8 import Int8Tensor
 
     arr = value.dequantize() if isinstance(value, Int8Tensor) else np.asarray(value)
     if arr.dtype == object:

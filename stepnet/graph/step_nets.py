@@ -171,15 +171,19 @@ def accumulate_state_gradients(nets: StepNets, rec: Recurrence) -> StepNets:
     return nets._replace(backward=add_external_inputs(back, names))
 
 
-def _fc_gradient_args(o: OperatorDef, label: str) -> dict:
-    """An FCGradient's arguments as its record declares them (types checked, defaults filled) and its arity
-    checked: the rewrite reads them before the op itself would run."""
-    from ..runtime.executor import check_arity, parse_args
-    from ..ops import REGISTRY
-
-    schema = REGISTRY.get("FCGradient")
-    check_arity(schema, o, label)
-    return parse_args(schema, o, label, strict=False)
+def _axis_args(o: OperatorDef) -> list | None:
+    """The axis / axis_w Arguments of an FCGradient that can be deferred: three inputs, and each of those
+    arguments (when given) a plain integer. Anything else is left as it is, for the op's own binding to report
+    (naming its net and index)."""
+    if len(o.input) != 3:
+        return None
+    kept = []
+    for a in o.arg:
+        if a.name in ("axis", "axis_w"):
+            if {field.name for field, _ in a.ListFields()} != {"name", "i"}:
+                return None
+            kept.append(a)
+    return kept
 
 
 def defer_fc_weight_gradients(nets: StepNets, rec: Recurrence) -> StepNets:
@@ -196,7 +200,10 @@ def defer_fc_weight_gradients(nets: StepNets, rec: Recurrence) -> StepNets:
         if dw not in tmp_to_grad or db not in tmp_to_grad or graph.uses(dw) != 2 or graph.uses(db) != 2:
             ops.append(o)
             continue
-        args = _fc_gradient_args(o, f"backward step net {back.name!r}, the FCGradient writing {o.output[2]!r}")
+        axes = _axis_args(o)
+        if axes is None:
+            ops.append(o)
+            continue
         grad_w, grad_b = tmp_to_grad[dw], tmp_to_grad[db]
         xs, dys = grad_w + "_rnn_x", grad_w + "_rnn_dy"
         x, w, dy = o.input
@@ -205,7 +212,7 @@ def defer_fc_weight_gradients(nets: StepNets, rec: Recurrence) -> StepNets:
         deferred.input[:] = [rec.timestep, rec.sequence, x, w, dy, xs, dys]
         deferred.output[:] = [o.output[2], xs, dys]
         del deferred.arg[:]
-        deferred.arg.extend([make_argument("axis", args["axis"]), make_argument("axis_w", args["axis_w"])])
+        deferred.arg.extend(axes)
         ops.append(deferred)
         gemm = OperatorDef(type="rnn_internal_fc_weight_gradient", input=[xs, dys, grad_w, grad_b],
                            output=[grad_w, grad_b])

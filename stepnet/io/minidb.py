@@ -21,10 +21,10 @@ from .blobs import (  # noqa: F401 - re-exported
     BlobType, blob_name_of_key, blob_protos, chunk_length, device_detail_of, parse_blob_proto, register_blob_type,
     serialize_blob, tensor_blob_protos)
 from ..core.errors import FileFormatError, MissingBlobError
-from ..core.limits import check_tensor_proto
 from .files import open_regular
 from .proto import TensorProtos, atomic_write
-from .tensors import array_to_tensor, tensor_to_array
+from . import int8_blob  # noqa: F401 - registers the Int8TensorCPU blob type
+from .tensors import array_to_tensor, check_tensor_proto, tensor_to_array
 from .validate import check_strings
 
 HEADER = struct.Struct("<ii")

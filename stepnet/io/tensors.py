@@ -7,6 +7,7 @@ import numpy as np
 
 from ..caffe2_pb2 import TensorProto
 from ..core.errors import ArgumentError, FileFormatError
+from ..core.limits import check_blob
 
 DataType = TensorProto.DataType
 
@@ -179,3 +180,11 @@ def join_chunks(chunks) -> np.ndarray:
     for begin, end, arr in arrays:
         out[begin:end] = arr
     return out.reshape(tuple(first.dims))
+
+
+def check_tensor_proto(limit: int, blob: str, proto, where: str) -> None:
+    """Refuse a BlobProto whose tensor's dims say it takes more than limit bytes, before it is assembled (each
+    chunk's dims are the whole tensor's); dims and types that cannot be read are left to the loader."""
+    dtype = NUMPY_OF.get(proto.tensor.data_type)
+    if proto.HasField("tensor") and dtype is not None and all(d >= 0 for d in proto.tensor.dims):
+        check_blob(limit, blob, proto.tensor.dims, dtype, where)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.errors import ArgumentError, DTypeError, ShapeError
+from ..kernels.activations import sigmoid
 from .base import check_float, fold, like, not_in_place, out_spec, single_gradient
 from .registry import SHOULD_NOT_DO_GRADIENT, Arg, op
 
@@ -22,9 +23,8 @@ NUMERIC_KINDS = "fiu"
 
 
 def _sigmoid(xp, x):
-    """1 / (1 + exp(-x)) computed through exp(-|x|), which never overflows."""
-    e = xp.exp(-xp.abs(x))
-    return xp.where(x >= 0, 1 / (1 + e), e / (1 + e))
+    """1 / (1 + exp(-x)), stable for any x (kernels.activations.sigmoid, the one formula)."""
+    return sigmoid(xp, x)
 
 
 # --------------------------------------------------------------------------------------------- gradients
@@ -82,6 +82,7 @@ def _unary(type_, fn, inplace=((0, 0),), kinds=FLOAT_KINDS, doc=""):
 
     kernel.__name__ = kernel.__qualname__ = type_.lower()
     op(type_, inputs=1, outputs=1, inplace=inplace, shape=shape, gradient=_GRADIENTS[type_], doc=doc,
+       shapes_from_inputs=True,
        aliases=_ALIASES.get(type_, ()))(kernel)
 
 

@@ -36,7 +36,7 @@ def _register(type_, names, fn, args=None, inplace=((1, 0),), doc=""):
             return fn(xp, *ins, **kw)
 
     kernel.__name__ = kernel.__qualname__ = type_.lower()
-    op(type_, inputs=len(names), outputs=1, args=args, inplace=inplace, shape=shape,
+    op(type_, inputs=len(names), outputs=1, args=args, inplace=inplace, shape=shape, shapes_from_inputs=True,
        doc=f"{', '.join(names)} -> dX: {doc}")(kernel)
 
 
@@ -155,7 +155,8 @@ def _sigmoid_grad_shape(specs):
     return [like(specs[0])]
 
 
-@op("SigmoidGradient", inputs=2, outputs=1, inplace=[(0, 0), (1, 0)], context=True, shape=_sigmoid_grad_shape)
+@op("SigmoidGradient", inputs=2, outputs=1, inplace=[(0, 0), (1, 0)], context="structure", shape=_sigmoid_grad_shape,
+    shapes_from_inputs=True)
 def sigmoid_gradient(ctx, xp, first, second):
     """Y, dY (or the mid-2018 dY, Y: sigmoid_gradient_order tells them apart by the net) -> dY * Y * (1 - Y)."""
     _check_same("SigmoidGradient", ["input 0", "input 1"], [first, second])

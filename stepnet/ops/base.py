@@ -14,7 +14,7 @@ import numpy as np
 
 from ..core.errors import ArgumentError, DTypeError, GradientError
 from ..io.proto import OperatorDef, argument_value, make_argument
-from ..passes.shapes import SMALL_VALUE, TensorSpec
+from ..core.spec import SMALL_VALUE, TensorSpec
 
 
 # --------------------------------------------------------------------------------------------- static specs

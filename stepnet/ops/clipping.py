@@ -10,7 +10,7 @@ EnsureCPUOutput, Sum, Pow, Max, Div and a Mul of the learning rate.
 from __future__ import annotations
 
 from ..core.errors import ArgumentError, ShapeError
-from ..passes.shapes import spec
+from ..core.spec import spec
 from .base import check_float, like, size_of
 from .optim import check_scalar, const
 from .registry import SHOULD_NOT_DO_GRADIENT, op

@@ -19,8 +19,9 @@ from ..core import backend
 from ..io import minidb
 from ..dist import world
 from ..core.errors import ArgumentError, DTypeError, FileFormatError, MissingBlobError, ShapeError, did_you_mean
-from ..core.limits import blob_bytes, check_tensor_proto, over_limit
-from ..passes.shapes import spec
+from ..core.limits import blob_bytes, over_limit
+from ..io.tensors import check_tensor_proto
+from ..core.spec import spec
 from .registry import NO_GRADIENT, SHOULD_NOT_DO_GRADIENT, Arg, op
 from ..io.dbreader import DBReader, check_db_type
 from .util import Mutex

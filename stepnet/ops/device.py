@@ -4,7 +4,7 @@ gradient is the copy the other way, EnsureCPUOutput stops the gradient, the othe
 from __future__ import annotations
 
 from ..core import backend
-from ..passes.shapes import same_as
+from ..core.spec import same_as
 from .base import GradientSlice
 from .registry import NO_GRADIENT, op
 
@@ -38,13 +38,14 @@ def copy_gpu_to_cpu(ctx, xp, x):
     return _copy_to(x, backend.CPU_DEVICE)
 
 
-@op("CopyFromCPUInput", context=True, devices="any", shape=same_as(0))
+@op("CopyFromCPUInput", context="structure", devices="any", shape=same_as(0), shapes_from_inputs=True)
 def copy_from_cpu_input(ctx, xp, x):
     """Copy a host input onto the op's device (whatever it is). Caffe2 registers no gradient for it."""
     return _copy_to(x, ctx.device)
 
 
-@op("EnsureCPUOutput", context=True, devices="any", shape=same_as(0), gradient=NO_GRADIENT)
+@op("EnsureCPUOutput", context="structure", devices="any", shape=same_as(0), gradient=NO_GRADIENT,
+    shapes_from_inputs=True)
 def ensure_cpu_output(ctx, xp, x):
     """A host copy of the input, wherever it lives. No gradient flows back through it (Caffe2's
     NO_GRADIENT)."""

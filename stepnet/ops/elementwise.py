@@ -173,7 +173,7 @@ def _register_binary(type_, fn, allowed, inplace, doc, gradient, what="A and B",
 
     kernel.__name__ = kernel.__qualname__ = type_.lower()
     op(type_, inputs=2, outputs=1, args=dict(BROADCAST_ARGS), inplace=inplace, shape=shape, gradient=gradient,
-       doc=doc)(kernel)
+       doc=doc, shapes_from_inputs=True)(kernel)
 
 
 def _divide(xp, a, b):
@@ -217,7 +217,7 @@ def _not_shape(specs):
     return [out_spec(specs[0].shape, np.bool_, fold(not_, specs))]
 
 
-@op("Not", inputs=1, outputs=1, inplace=(), shape=_not_shape, gradient=SHOULD_NOT_DO_GRADIENT)
+@op("Not", inputs=1, outputs=1, inplace=(), shape=_not_shape, gradient=SHOULD_NOT_DO_GRADIENT, shapes_from_inputs=True)
 def not_(xp, x):
     """Elementwise logical negation of a bool tensor."""
     check_dtypes((x,), BOOL, "the input of Not")
@@ -347,7 +347,8 @@ def _sum_reduce_like_shape(specs, broadcast=False, **args):
 # `broadcast` is accepted and ignored: the 2017-18 gradient of a broadcast Add copied all of Add's arguments
 # onto its SumReduceLike, and Caffe2 ignores arguments an op does not read.
 @op("SumReduceLike", inputs=2, outputs=1, inplace=(),
-    args={"axis": -1, "axis_str": "", "order": "NCHW", "broadcast": False}, shape=_sum_reduce_like_shape)
+    args={"axis": -1, "axis_str": "", "order": "NCHW", "broadcast": False}, shape=_sum_reduce_like_shape,
+    shapes_from_inputs=True)
 def sum_reduce_like(xp, a, b, axis=-1, axis_str="", order="NCHW", broadcast=False):
     """A, B -> A summed down to B's shape, B placed in A by the legacy broadcast rule (the legacy gradient
     helper of broadcast Add/Sub/Mul)."""

@@ -60,7 +60,7 @@ def _register_arith_gradient(type_):
 
     kernel.__name__ = kernel.__qualname__ = type_.lower()
     op(type_, inputs=3, outputs=2, args=dict(BROADCAST_ARGS), inplace=[(0, 0), (0, 1)],
-       shape=_arith_grad_shape(type_),
+       shape=_arith_grad_shape(type_), shapes_from_inputs=True,
        doc=f"dC, A, B -> dA, dB for {type_[:-8]}: the derivatives summed back to A's and B's shapes "
            "(legacy broadcast=1/axis or numpy broadcasting, as the forward op).")(kernel)
 

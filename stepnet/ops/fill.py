@@ -16,7 +16,7 @@ import numpy as np
 from ..core import backend
 from ..core.errors import ArgumentError, DTypeError, ShapeError
 from ..io.proto import NUMPY_OF, DataType
-from ..passes.shapes import SMALL_VALUE, TensorSpec
+from ..core.spec import SMALL_VALUE, TensorSpec
 from .base import fold, out_spec, size_of, value_dependent
 from .registry import NO_GRADIENT, Arg, op
 

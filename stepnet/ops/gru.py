@@ -5,9 +5,11 @@ sigmoid are shared with the LSTM ops in rnn.py.
 """
 from __future__ import annotations
 
-from ..passes.shapes import TensorSpec
+from ..core.spec import TensorSpec
+from ..kernels import gru as cell
+from ..kernels.seq_rows import past_end
+from .lstm import NOT_IN_PLACE, _cell_dims, _check_cell, _check_steps, _unpack, fused
 from .registry import op
-from .lstm import NOT_IN_PLACE, _cell_dims, _check_cell, _check_steps, _past_end, _sigmoid, _unpack, fused
 
 GRU_HEAD = ("hidden_t_prev", "gates")
 GRU_GRAD_TAIL = ("hidden_t", "hidden_t_grad")
@@ -48,7 +50,8 @@ def gru_unit_gradient_maker(g) -> None:
 
 @op("GRUUnit", inputs=(3, 4), outputs=1, args=GRU_ARGS, inplace=NOT_IN_PLACE, host_inputs=(2, 3),
     gradient=gru_unit_gradient_maker, shape=_gru_shape,
-    fused=lambda k: fused("gru_step", k, _gru_dims(False), lambda n, d: [(1, n, d)], _GRU_PARAMS))
+    fused=lambda k: fused(cell.jit_step, k, _gru_dims(False), lambda n, d: [(1, n, d)], _GRU_PARAMS),
+    shapes_from_inputs=True)
 def gru_unit(xp, *inputs, drop_states=False, sequence_lengths=True, forget_bias=0.0):
     """One GRU step: h = h_prev·σ(u) + tanh(o)·(1 − σ(u)) -> hidden_t.
 
@@ -59,15 +62,8 @@ def gru_unit(xp, *inputs, drop_states=False, sequence_lengths=True, forget_bias=
     """
     (h_prev, gates), seq, timestep, _ = _unpack(inputs, sequence_lengths, GRU_HEAD)
     n, d = _cell_dims(GRU_STATES[:1], (h_prev,), gates, 3, "reset, update, output", seq, timestep)
-    u = _sigmoid(xp, gates[..., d:2 * d])
-    out = xp.tanh(gates[..., 2 * d:])
-    h = h_prev - out                          # h_prev·u + out·(1 − u) = out + u·(h_prev − out)
-    h *= u
-    h += out
-    ended = _past_end(xp, seq, timestep, n)
-    if ended is not None:
-        h = ended.patch(xp, h, None if drop_states else h_prev)
-    return h
+    h, u, o = (xp.empty(h_prev.shape, h_prev.dtype) for _ in range(3))
+    return cell.forward(xp, h_prev, gates, drop_states, past_end(xp, seq, timestep, n), h, u, o)
 
 
 def _gru_grad_shape(specs, drop_states, sequence_lengths, forget_bias=0.0):
@@ -80,7 +76,8 @@ def _gru_grad_shape(specs, drop_states, sequence_lengths, forget_bias=0.0):
 
 @op("GRUUnitGradient", inputs=(5, 6), outputs=2, args=GRU_ARGS, inplace=NOT_IN_PLACE, host_inputs=(2, 3),
     shape=_gru_grad_shape,
-    fused=lambda k: fused("gru_grad_step", k, _gru_dims(True), lambda n, d: [(1, n, d), (1, n, 3 * d)], _GRU_PARAMS))
+    fused=lambda k: fused(cell.jit_grad_step, k, _gru_dims(True), lambda n, d: [(1, n, d), (1, n, 3 * d)],
+                          _GRU_PARAMS), shapes_from_inputs=True)
 def gru_unit_gradient(xp, *inputs, drop_states=False, sequence_lengths=True, forget_bias=0.0):
     """Gradients of GRUUnit -> (hidden_t_prev_grad, gates_grad).
 
@@ -90,23 +87,7 @@ def gru_unit_gradient(xp, *inputs, drop_states=False, sequence_lengths=True, for
     """
     (h_prev, gates), seq, timestep, (h, dh) = _unpack(inputs, sequence_lengths, GRU_HEAD, GRU_GRAD_TAIL)
     n, d = _cell_dims(GRU_STATES, (h_prev, h, dh), gates, 3, "reset, update, output", seq, timestep)
-    one, zero = gates.dtype.type(1), gates.dtype.type(0)
-    u = _sigmoid(xp, gates[..., d:2 * d])
-    out = xp.tanh(gates[..., 2 * d:])
-    dgates = xp.empty_like(gates)
-    dgates[..., :d] = zero
-    block = dgates[..., d:2 * d]              # du = dH·(h_prev − out)·u·(1 − u)
-    xp.subtract(h_prev, out, out=block)
-    block *= dh
-    block *= u
-    block *= one - u
-    block = dgates[..., 2 * d:]               # do = dH·(1 − u)·(1 − out²)
-    xp.multiply(out, out, out=block)
-    xp.subtract(one, block, out=block)
-    block *= one - u
-    block *= dh
-    dh_prev = dh * u
-    ended = _past_end(xp, seq, timestep, n)
-    if ended is None:
-        return dh_prev, dgates
-    return ended.patch(xp, dh_prev, None if drop_states else dh), ended.patch(xp, dgates)
+    dh_prev, dgates = xp.empty(h_prev.shape, h_prev.dtype), xp.empty(gates.shape, gates.dtype)
+    u, o, omu = (xp.empty(h_prev.shape, h_prev.dtype) for _ in range(3))
+    return cell.backward(xp, h_prev, gates, dh, drop_states, past_end(xp, seq, timestep, n), dh_prev, dgates,
+                         u, o, omu)

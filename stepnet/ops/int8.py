@@ -7,7 +7,7 @@ Int8Quantize rounds x / Y_scale half to even in float32 and clamps zero_point + 
 Int8Dequantize gives (q - zero_point) * scale in float32. The ops that move codes keep their input's
 quantization, and (as in Caffe2) their Y_scale / Y_zero_point arguments must repeat it. The shape rules are
 those of the float ops (layout.py, shape.py), whose kernels run on the codes. Values are Int8Tensors
-(stepnet/io/int8.py); no Int8 op has a gradient (int8_base.INT8_GRADIENT).
+(stepnet/core/int8.py); no Int8 op has a gradient (int8_base.INT8_GRADIENT).
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import math
 import numpy as np
 
 from ..core.errors import ArgumentError, DTypeError, ShapeError
-from ..io.int8 import Int8Tensor, dequantize, quantize_uint8
+from ..core.int8 import Int8Tensor, dequantize, quantize_uint8
 from .base import canonical_axis, on_device, out_spec
 from .int8_base import INT8_GRADIENT, QUANT_ARGS, int8_input, int8_spec, output_quant, plain, quant_of, same_quant
 from .layout import flatten, reshape, transpose

@@ -17,8 +17,8 @@ import math
 import numpy as np
 
 from ..core.errors import ArgumentError, DTypeError
-from ..io.int8 import Int8Tensor
-from ..passes.shapes import TensorSpec
+from ..core.int8 import Int8Tensor
+from ..core.spec import TensorSpec
 from .registry import GRADIENT_NOT_IMPLEMENTED
 
 U8_MAX = 255

@@ -21,7 +21,7 @@ import math
 import numpy as np
 
 from ..core.errors import ArityError, ShapeError
-from ..io.int8 import Int8Tensor
+from ..core.int8 import Int8Tensor
 from .int8_base import (
     INT8_GRADIENT, QUANT_ARGS, activation_range, check_nhwc, int8_input, int8_spec, output_quant,
     requantization_scale, requantize, wrap_int32)

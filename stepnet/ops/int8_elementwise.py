@@ -20,7 +20,7 @@ import math
 import numpy as np
 
 from ..core.errors import ArgumentError, ArityError, ShapeError
-from ..io.int8 import Int8Tensor
+from ..core.int8 import Int8Tensor
 from .int8_base import (
     INT8_GRADIENT, QUANT_ARGS, U8_MAX, activation_range, add_multipliers, add_quantize, int8_input, int8_spec,
     output_quant, positive_scale, same_quant)

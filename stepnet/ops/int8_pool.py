@@ -26,7 +26,7 @@ import math
 import numpy as np
 
 from ..core.errors import ArgumentError, ShapeError
-from ..io.int8 import Int8Tensor
+from ..core.int8 import Int8Tensor
 from .image import nearest_index
 from .int8_base import (
     INT8_GRADIENT, QUANT_ARGS, activation_range, avgpool_quantize, check_nhwc, int8_input, int8_spec, output_quant,

@@ -142,7 +142,7 @@ def _transpose_gradient(g):
 
 
 @op("Transpose", inputs=1, outputs=1, inplace=NOT_IN_PLACE, args={"axes": Arg("ints", None)},
-    shape=lambda s, *, axes: [_permuted(s[0], axes)], gradient=_transpose_gradient)
+    shape=lambda s, *, axes: [_permuted(s[0], axes)], gradient=_transpose_gradient, shapes_from_inputs=True)
 def transpose(xp, x, axes):
     """Permute dimensions by `axes` (default: reversed)."""
     return xp.transpose(x, _permutation(x.ndim, axes)).copy()
@@ -181,7 +181,8 @@ def _expanded(shape, dims) -> list[int]:
 
 @op("Squeeze", inputs=1, outputs=1, inplace=IN_PLACE_0, args={"dims": Arg("ints")},
     gradient=single_gradient("ExpandDims", ["GO0"]),
-    shape=folding(lambda s, *, dims: [out_spec(_squeezed(s[0].shape, dims), s[0].dtype)], lambda: squeeze))
+    shape=folding(lambda s, *, dims: [out_spec(_squeezed(s[0].shape, dims), s[0].dtype)], lambda: squeeze),
+    shapes_from_inputs=True)
 def squeeze(xp, x, dims):
     """Remove the listed size-1 dimensions."""
     return xp.reshape(x, _squeezed(x.shape, dims)).copy()
@@ -190,7 +191,7 @@ def squeeze(xp, x, dims):
 @op("ExpandDims", inputs=1, outputs=1, inplace=IN_PLACE_0, args={"dims": Arg("ints")},
     gradient=single_gradient("Squeeze", ["GO0"]),
     shape=folding(lambda s, *, dims: [out_spec(_expanded(s[0].shape, dims), s[0].dtype)],
-                  lambda: expand_dims))
+                  lambda: expand_dims), shapes_from_inputs=True)
 def expand_dims(xp, x, dims):
     """Insert size-1 dimensions at the listed positions (as seen in the output)."""
     return xp.reshape(x, _expanded(x.shape, dims)).copy()
@@ -202,7 +203,7 @@ def _identity(specs):
 
 
 @op("Copy", inputs=1, outputs=1, inplace=NOT_IN_PLACE, shape=_identity,
-    gradient=single_gradient("CopyOnDeviceLike", ["GO0", "I0"]))
+    gradient=single_gradient("CopyOnDeviceLike", ["GO0", "I0"]), shapes_from_inputs=True)
 def copy_op(xp, x):
     """A deep copy on the op's device."""
     return xp.copy(x)
@@ -212,7 +213,8 @@ def _alias_gradient(g):
     g.set_dense(0, g.GO(0))
 
 
-@op("Alias", inputs=1, outputs=1, inplace=NOT_IN_PLACE, shape=_identity, gradient=_alias_gradient)
+@op("Alias", inputs=1, outputs=1, inplace=NOT_IN_PLACE, shape=_identity, gradient=_alias_gradient,
+    shapes_from_inputs=True)
 def alias_op(xp, x):
     """Y is X: the same storage, so writes through either are seen by both."""
     return x

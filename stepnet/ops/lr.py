@@ -32,7 +32,7 @@ import numpy as np
 
 from ..core import backend
 from ..core.errors import ArgumentError, DTypeError, ShapeError, did_you_mean
-from ..passes.shapes import spec
+from ..core.spec import spec
 from .registry import NO_GRADIENT, Arg, op
 
 MAX_SUB_POLICIES = 8  # composite sub-policies whose arguments are declared (sub_policy_0_ .. sub_policy_7_)

@@ -14,7 +14,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.errors import ArityError, DTypeError, ShapeError
-from ..passes.shapes import TensorSpec
+from ..core.spec import TensorSpec
+from ..kernels import jit
+from ..kernels import lstm as cell
+from ..kernels.seq_rows import past_end
 from .base import check_float
 from .registry import NO_GRADIENT, op
 
@@ -111,133 +114,37 @@ def _cell_dims(names, states, gates, n_gates: int, order: str, seq, timestep,
     return n, d
 
 
-# --------------------------------------------------------------------------------------------- math
-
-def _sigmoid_(xp, s):
-    """s := sigmoid(2s) in place, as 0.5·tanh(s) + 0.5: tanh never overflows and is fast (no exp)."""
-    xp.tanh(s, out=s)
-    s *= s.dtype.type(0.5)
-    s += s.dtype.type(0.5)
-    return s
-
-
-def _sigmoid(xp, x):
-    """A fresh sigmoid(x), stable for any x."""
-    return _sigmoid_(xp, x * x.dtype.type(0.5))
+def _forward(xp, inputs, forget_bias, drop_states, sequence_lengths, saving: bool):
+    """LSTMUnit (and, saving, its saved-activation form): the checks, new outputs, kernels.lstm.forward."""
+    (h_prev, c_prev, gates), seq, timestep, _ = _unpack(inputs, sequence_lengths, LSTM_HEAD)
+    n, d = _cell_dims(LSTM_STATES[:2], (c_prev, h_prev), gates, 4, "i, f, o, g", seq, timestep)
+    dt = c_prev.dtype
+    h, c = xp.empty((1, n, d), dt), xp.empty((1, n, d), dt)
+    acts, tmp = xp.empty((5 if saving else 4, n, d), dt), xp.empty((n, d), dt)
+    h, c = cell.forward(xp, gates, h_prev, c_prev, forget_bias, drop_states, past_end(xp, seq, timestep, n), h, c,
+                        acts, tmp, saving)
+    return (h, c, acts) if saving else (h, c)
 
 
-def _timestep(timestep) -> int:
-    return int(timestep.reshape(-1).tolist()[0])
-
-
-class _PastEnd:
-    """The batch rows whose sequence has ended by this timestep (t >= seq_lengths[n]).
-
-    With seq_lengths on the host the rows are found there and patched by index (cost: the ended rows only);
-    with seq_lengths on the device a 1×N×1 mask selects on the device, with no synchronisation.
-    """
-    __slots__ = ("index", "valid")
-
-    def __init__(self, index=None, valid=None):
-        self.index, self.valid = index, valid
-
-    def patch(self, xp, out, other=None):
-        """out (a fresh array of the kernel's) with the ended rows taken from other, or zeroed."""
-        if self.index is not None:
-            out[:, self.index] = 0 if other is None else other[:, self.index]
-            return out
-        return xp.where(self.valid, out, out.dtype.type(0) if other is None else other)
-
-
-def _past_end(xp, seq, timestep, n: int) -> _PastEnd | None:
-    """The rows past their length at this timestep, or None when there are none (always without seq)."""
-    if seq is None:
-        return None
-    t = _timestep(timestep)
-    if type(seq) is np.ndarray:               # a host array: decide here, skip the common all-valid step
-        ended = np.flatnonzero(seq.reshape(-1) <= t)
-        return _PastEnd(index=xp.asarray(ended)) if ended.size else None
-    return _PastEnd(valid=xp.asarray(seq).reshape(1, n, 1) > t)
-
-
-def _lstm_activations(xp, gates, n: int, d: int, forget_bias: float, extra: int = 0):
-    """acts, (4 + extra)×N×D: σ(i), σ(f + forget_bias), σ(o), tanh(g), then `extra` blocks left for the caller.
-    Block-major, so that every later element-wise pass (tanh most of all) runs on contiguous memory."""
-    half = gates.dtype.type(0.5)
-    blocks = gates.reshape(n, 4, d).transpose(1, 0, 2)
-    acts = xp.empty((4 + extra, n, d), gates.dtype)
-    sig = acts[:3]
-    xp.multiply(blocks[:3], half, out=sig)               # sigmoid(x) = 0.5·tanh(x/2) + 0.5
-    if forget_bias:
-        sig[1] += gates.dtype.type(forget_bias) * half
-    _sigmoid_(xp, sig)
-    xp.tanh(blocks[3], out=acts[3])
-    return acts
-
-
-def _lstm_forward(xp, acts, c_prev, tanh_c=None):
-    """(h, c) of the valid rows, shaped like c_prev, from the activations; tanh(c) goes into tanh_c (N×D)
-    when one is given."""
-    c = acts[0] * acts[3]
-    c += acts[1] * c_prev.reshape(c.shape)
-    if tanh_c is None:
-        h = xp.tanh(c)
-        h *= acts[2]
+def _backward(xp, inputs, forget_bias, drop_states, sequence_lengths, saved: bool):
+    """LSTMUnitGradient (saved: reading the saved activations, 5×N×D, instead of the gates): the checks, new
+    outputs and scratch, kernels.lstm.backward."""
+    (h_prev, c_prev, gates), seq, timestep, (h, c, dh, dc) = _unpack(
+        inputs, sequence_lengths, LSTM_HEAD, LSTM_GRAD_TAIL)
+    if saved:
+        n, d = _cell_dims(LSTM_STATES, (c_prev, h_prev, h, c, dh, dc), gates, 5, "i, f, o, g, tanh(c)", seq,
+                          timestep, block_major=True)
+        acts, tanh_c = gates, gates[4]
     else:
-        xp.tanh(c, out=tanh_c)
-        h = tanh_c * acts[2]
-    return h.reshape(c_prev.shape), c.reshape(c_prev.shape)
-
-
-def _lstm_masked(xp, h, c, h_prev, c_prev, seq, timestep, n: int, drop_states: bool):
-    """(h, c) with the rows past their length carrying h_prev, c_prev through (or zeroed with drop_states)."""
-    ended = _past_end(xp, seq, timestep, n)
-    if ended is not None:
-        h = ended.patch(xp, h, None if drop_states else h_prev)
-        c = ended.patch(xp, c, None if drop_states else c_prev)
-    return h, c
-
-
-def _lstm_backward(xp, acts, tanh_c, c_prev, dh, dc):
-    """(dc_prev, dgates) of the valid rows, from the activations (≥ 4×N×D) and tanh(c): dc = dC + dH·o·
-    (1 − tanh²c), dc_prev = dc·f, and the gate gradients (1×N×4D) through the activations."""
-    one = acts.dtype.type(1)
-    _, n, d = acts.shape
-    i, f, o, g = acts[0], acts[1], acts[2], acts[3]
-    tanh_c, c_prev, dh, dc = (x.reshape(n, d) for x in (tanh_c, c_prev, dh, dc))
-    dc_total = tanh_c * tanh_c
-    xp.subtract(one, dc_total, out=dc_total)
-    dc_total *= o
-    dc_total *= dh
-    dc_total += dc
-    blocks = xp.empty((4, n, d), acts.dtype)
-    xp.multiply(dc_total, g, out=blocks[0])                # di = dc·g·σ'(i)
-    xp.multiply(dc_total, c_prev, out=blocks[1])           # df = dc·c_prev·σ'(f)
-    xp.multiply(dh, tanh_c, out=blocks[2])                 # do = dH·tanh(c)·σ'(o)
-    dsig = xp.subtract(one, acts[:3])         # σ' = σ(1 − σ) for the three sigmoid blocks at once
-    dsig *= acts[:3]
-    blocks[:3] *= dsig
-    dg = blocks[3]                            # dg = dc·i·(1 − g²)
-    xp.multiply(g, g, out=dg)
-    xp.subtract(one, dg, out=dg)
-    dg *= i
-    dg *= dc_total
-    dgates = xp.empty((1, n, 4, d), acts.dtype)
-    dgates[0] = blocks.transpose(1, 0, 2)
-    return (dc_total * f).reshape(1, n, d), dgates.reshape(1, n, 4 * d)
-
-
-def _lstm_grad_masked(xp, dc_prev, dgates, h_prev, dh, dc, seq, timestep, n: int, drop_states: bool):
-    """(dh_prev, dc_prev, dgates): dh_prev = 0 on valid rows (h_prev reaches the cell only through the gates'
-    FC); rows past their length get zero gate gradients and pass dH, dC through (0 with drop_states)."""
-    dh_prev = xp.zeros_like(h_prev)
-    ended = _past_end(xp, seq, timestep, n)
-    if ended is None:
-        return dh_prev, dc_prev, dgates
-    dgates = ended.patch(xp, dgates)
-    if drop_states:
-        return dh_prev, ended.patch(xp, dc_prev), dgates
-    return ended.patch(xp, dh_prev, dh), ended.patch(xp, dc_prev, dc), dgates
+        n, d = _cell_dims(LSTM_STATES, (c_prev, h_prev, h, c, dh, dc), gates, 4, "i, f, o, g", seq, timestep)
+        acts = xp.empty((4, n, d), gates.dtype)
+        cell.gate_activations(xp, gates, n, d, forget_bias, acts)
+        tanh_c = xp.tanh(c.reshape(n, d))
+    dt = c_prev.dtype
+    dh_prev, dc_prev, dgates = xp.empty((1, n, d), dt), xp.empty((1, n, d), dt), xp.empty((1, n, 4 * d), dt)
+    scratch = xp.empty((n, d), dt), xp.empty((4, n, d), dt), xp.empty((3, n, d), dt)
+    return cell.backward(xp, acts, tanh_c, c_prev, dh, dc, drop_states, past_end(xp, seq, timestep, n), dh_prev,
+                         dc_prev, dgates, *scratch)
 
 
 # --------------------------------------------------------------------------------------------- LSTMUnit
@@ -258,18 +165,16 @@ def lstm_unit_gradient_maker(g) -> None:
     g.op("LSTMUnitGradient", ins, [g.GI(0), g.GI(1), g.GI(2)])
 
 
-def fused(step: str, regular, dims, outputs, argnames: tuple, *flags):
+def fused(step, regular, dims, outputs, argnames: tuple, *flags):
     """The fused_kernel of a cell op record: regular's checks (dims(inputs, args) -> (N, D, dtype)), then the
-    fused arithmetic (stepnet.compiled.jit_forms: `step`, outputs(N, D) -> their shapes) for float32 host arrays;
-    otherwise the regular kernel."""
+    jitted arithmetic (`step`: kernels.lstm.jit_step and the like; outputs(N, D) -> their shapes) for float32
+    host arrays; otherwise the regular kernel."""
     def kernel(xp, *inputs, **args):
-        from ..compiled import jit_forms as cells
-
         n, d, dtype = dims(inputs, args)
-        params = [args[a] for a in argnames]
-        run = cells.interpreted(getattr(cells, step), xp, dtype, *flags, *params, n, d)
-        if run is None:
+        k = jit.load()
+        if k is None or xp is not np or dtype != jit.F32:
             return regular(xp, *inputs, **args)
+        run = step(k, *flags, *(args[a] for a in argnames), n, d)[0]
         outs = [np.empty(shape, dtype) for shape in outputs(n, d)]
         run(list(inputs), outs)
         return tuple(outs) if len(outs) > 1 else outs[0]
@@ -297,7 +202,8 @@ def _lstm_grad_outputs(n: int, d: int) -> list:
 
 @op("LSTMUnit", inputs=(4, 5), outputs=2, args=LSTM_ARGS, inplace=NOT_IN_PLACE, host_inputs=(3, 4),
     gradient=lstm_unit_gradient_maker, shape=_lstm_shape,
-    fused=lambda k: fused("lstm_step", k, _lstm_dims(False), lambda n, d: [(1, n, d)] * 2, _LSTM_PARAMS, False))
+    fused=lambda k: fused(cell.jit_step, k, _lstm_dims(False), lambda n, d: [(1, n, d)] * 2, _LSTM_PARAMS, False),
+    shapes_from_inputs=True)
 def lstm_unit(xp, *inputs, forget_bias=0.0, drop_states=False, sequence_lengths=True):
     """One LSTM step: c = σ(f+forget_bias)·c_prev + σ(i)·tanh(g), h = σ(o)·tanh(c) -> (hidden_t, cell_t).
 
@@ -305,10 +211,7 @@ def lstm_unit(xp, *inputs, forget_bias=0.0, drop_states=False, sequence_lengths=
     omitted when sequence_lengths=0), timestep (int32, 1 element). Rows with t >= seq_lengths[n] copy the
     previous state, or become 0 with drop_states.
     """
-    (h_prev, c_prev, gates), seq, timestep, _ = _unpack(inputs, sequence_lengths, LSTM_HEAD)
-    n, d = _cell_dims(LSTM_STATES[:2], (c_prev, h_prev), gates, 4, "i, f, o, g", seq, timestep)
-    h, c = _lstm_forward(xp, _lstm_activations(xp, gates, n, d, forget_bias), c_prev)
-    return _lstm_masked(xp, h, c, h_prev, c_prev, seq, timestep, n, drop_states)
+    return _forward(xp, inputs, forget_bias, drop_states, sequence_lengths, saving=False)
 
 
 def _grad_specs(specs, sequence_lengths, n_gates: int, order: str, block_major: bool = False):
@@ -328,7 +231,8 @@ def _lstm_grad_shape(specs, forget_bias, drop_states, sequence_lengths):
 
 @op("LSTMUnitGradient", inputs=(8, 9), outputs=3, args=LSTM_ARGS, inplace=NOT_IN_PLACE, host_inputs=(3, 4),
     shape=_lstm_grad_shape,
-    fused=lambda k: fused("lstm_grad_step", k, _lstm_dims(True), _lstm_grad_outputs, _LSTM_PARAMS, False))
+    fused=lambda k: fused(cell.jit_grad_step, k, _lstm_dims(True), _lstm_grad_outputs, _LSTM_PARAMS, False),
+    shapes_from_inputs=True)
 def lstm_unit_gradient(xp, *inputs, forget_bias=0.0, drop_states=False, sequence_lengths=True):
     """Gradients of LSTMUnit -> (hidden_t_prev_grad, cell_t_prev_grad, gates_grad).
 
@@ -336,12 +240,7 @@ def lstm_unit_gradient(xp, *inputs, forget_bias=0.0, drop_states=False, sequence
     activations, and dh_prev = 0, since h_prev reaches the cell only through the gates' FC. Invalid rows:
     zero gate gradients, and dh_prev = dH, dc_prev = dC (or both 0 with drop_states).
     """
-    (h_prev, c_prev, gates), seq, timestep, (h, c, dh, dc) = _unpack(
-        inputs, sequence_lengths, LSTM_HEAD, LSTM_GRAD_TAIL)
-    n, d = _cell_dims(LSTM_STATES, (c_prev, h_prev, h, c, dh, dc), gates, 4, "i, f, o, g", seq, timestep)
-    acts = _lstm_activations(xp, gates, n, d, forget_bias)
-    dc_prev, dgates = _lstm_backward(xp, acts, xp.tanh(c), c_prev, dh, dc)
-    return _lstm_grad_masked(xp, dc_prev, dgates, h_prev, dh, dc, seq, timestep, n, drop_states)
+    return _backward(xp, inputs, forget_bias, drop_states, sequence_lengths, saved=False)
 
 
 # --------------------------------------------------------------------------------------------- saved forms
@@ -358,16 +257,11 @@ def _saved_shape(specs, forget_bias, drop_states, sequence_lengths):
 
 @op("rnn_internal_lstm_unit", inputs=(4, 5), outputs=3, args=LSTM_ARGS, inplace=NOT_IN_PLACE,
     host_inputs=(3, 4), gradient=NO_GRADIENT, shape=_saved_shape,
-    fused=lambda k: fused("lstm_step", k, _lstm_dims(False), lambda n, d: [(1, n, d)] * 2 + [(5, n, d)],
+    fused=lambda k: fused(cell.jit_step, k, _lstm_dims(False), lambda n, d: [(1, n, d)] * 2 + [(5, n, d)],
                           _LSTM_PARAMS, True))
 def lstm_unit_saving(xp, *inputs, forget_bias=0.0, drop_states=False, sequence_lengths=True):
     """LSTMUnit that also outputs [σ(i), σ(f + forget_bias), σ(o), tanh(g), tanh(c)] (5×N×D) for its gradient."""
-    (h_prev, c_prev, gates), seq, timestep, _ = _unpack(inputs, sequence_lengths, LSTM_HEAD)
-    n, d = _cell_dims(LSTM_STATES[:2], (c_prev, h_prev), gates, 4, "i, f, o, g", seq, timestep)
-    acts = _lstm_activations(xp, gates, n, d, forget_bias, extra=1)
-    h, c = _lstm_forward(xp, acts, c_prev, tanh_c=acts[4])
-    h, c = _lstm_masked(xp, h, c, h_prev, c_prev, seq, timestep, n, drop_states)
-    return h, c, acts
+    return _forward(xp, inputs, forget_bias, drop_states, sequence_lengths, saving=True)
 
 
 def _saved_grad_shape(specs, forget_bias, drop_states, sequence_lengths):
@@ -377,13 +271,8 @@ def _saved_grad_shape(specs, forget_bias, drop_states, sequence_lengths):
 
 @op("rnn_internal_lstm_unit_gradient", inputs=(8, 9), outputs=3, args=LSTM_ARGS, inplace=NOT_IN_PLACE,
     host_inputs=(3, 4), gradient=NO_GRADIENT, shape=_saved_grad_shape,
-    fused=lambda k: fused("lstm_grad_step", k, _lstm_dims(True, 5, "i, f, o, g, tanh(c)", block_major=True),
+    fused=lambda k: fused(cell.jit_grad_step, k, _lstm_dims(True, 5, "i, f, o, g, tanh(c)", block_major=True),
                           _lstm_grad_outputs, _LSTM_PARAMS, True))
 def lstm_unit_gradient_saved(xp, *inputs, forget_bias=0.0, drop_states=False, sequence_lengths=True):
     """LSTMUnitGradient reading rnn_internal_lstm_unit's saved activations (input 2) instead of the gates."""
-    (h_prev, c_prev, acts), seq, timestep, (h, c, dh, dc) = _unpack(
-        inputs, sequence_lengths, LSTM_HEAD, LSTM_GRAD_TAIL)
-    n, d = _cell_dims(LSTM_STATES, (c_prev, h_prev, h, c, dh, dc), acts, 5, "i, f, o, g, tanh(c)", seq,
-                      timestep, block_major=True)
-    dc_prev, dgates = _lstm_backward(xp, acts, acts[4], c_prev, dh, dc)
-    return _lstm_grad_masked(xp, dc_prev, dgates, h_prev, dh, dc, seq, timestep, n, drop_states)
+    return _backward(xp, inputs, forget_bias, drop_states, sequence_lengths, saved=True)

@@ -16,6 +16,7 @@ from ..core.errors import ArgumentError, GradientError, ShapeError
 from ..kernels.fc import fc_into
 from .base import check_float, like, out_spec, size_of
 from .registry import op
+from ..kernels import jit
 
 
 # --------------------------------------------------------------------------------------------- helpers
@@ -112,11 +113,9 @@ def _fused_fc(regular):
         return regular(xp, X, W, b, axis, axis_w, float16_compute) if fast is None else fast(X, W, b)
 
     def specialize(X, W, b, axis=1, axis_w=1, float16_compute=False):
-        from ..compiled.jit_forms import kernels  # (import cycle: the compiled step nets build on the ops)
-
         out_shape = fc_shape(X, W, b, axis, axis_w, False)
         M, K, _ = view2d_shape(X.shape, axis)
-        compiled, N = kernels(), out_shape[-1]
+        compiled, N = jit.load(), out_shape[-1]
         if compiled is None or M != 1 or float16_compute or not X.dtype == W.dtype == b.dtype == np.float32:
             return plain(X, W, b, axis, axis_w, float16_compute)
         row, w2, x1 = compiled.fc_row, (N, K), (K,)
@@ -140,7 +139,7 @@ def fc(xp, X, W, b, axis=1, axis_w=1, float16_compute=False):
 
 
 @op("FCTransposed", inputs=3, args={"axis": 1, "axis_w": 1, "float16_compute": False}, inplace=(),
-    shape=_fc_shape(True), gradient=_fc_gradient, specialize=_fc_specialize(True))
+    shape=_fc_shape(True), gradient=_fc_gradient, specialize=_fc_specialize(True), shapes_from_inputs=True)
 def fc_transposed(xp, X, W, b, axis=1, axis_w=1, float16_compute=False):
     """FC with a pre-transposed weight: Y = X·W + b, W viewed as K x N at axis_w."""
     return _fc(xp, X, W, b, axis, axis_w, transposed=True)
@@ -207,7 +206,7 @@ def _matmul_gradient(g):
 
 
 @op("MatMul", inputs=(2, 3), args={"axis_a": 1, "axis_b": 1, "trans_a": 0, "trans_b": 0}, inplace=(),
-    shape=_matmul_shape, gradient=_matmul_gradient)
+    shape=_matmul_shape, gradient=_matmul_gradient, shapes_from_inputs=True)
 def matmul(xp, A, B, like=None, axis_a=1, axis_b=1, trans_a=0, trans_b=0):
     """Y = op(A)·op(B) on the 2-D views of A (at axis_a) and B (at axis_b), op = transpose when trans_*.
 
@@ -278,7 +277,7 @@ def _batch_matmul_gradient(g):
 
 
 @op("BatchMatMul", inputs=2, args={"trans_a": 0, "trans_b": 0, "broadcast": 0, "use_scratch": 0}, inplace=(),
-    shape=_batch_matmul_shape, gradient=_batch_matmul_gradient)
+    shape=_batch_matmul_shape, gradient=_batch_matmul_gradient, shapes_from_inputs=True)
 def batch_matmul(xp, A, B, trans_a=0, trans_b=0, broadcast=0, use_scratch=0):
     """Y[i] = op(A[i])·op(B[i]) over the leading (batch) dims; op transposes the last two dims when trans_*.
 
@@ -332,11 +331,9 @@ def _fused_softmax(regular):
         return regular(xp, X, axis=axis) if fast is None else fast(X)
 
     def specialize(X, axis=1):
-        from ..compiled.jit_forms import kernels  # (import cycle: the compiled step nets build on the ops)
-
         check_float("Softmax", X=X)
         m, k, _ = view2d_shape(X.shape, axis)
-        compiled = kernels()
+        compiled = jit.load()
         if compiled is None or X.dtype != np.float32 or not m * k:
             return None
         softmax_rows, shape = compiled.softmax_rows, X.shape
@@ -352,7 +349,7 @@ def _fused_softmax(regular):
 
 
 @op("Softmax", args={"axis": 1}, inplace=(), shape=_softmax_shape, gradient=_softmax_gradient,
-    specialize=_softmax_specialize, fused=_fused_softmax)
+    specialize=_softmax_specialize, fused=_fused_softmax, shapes_from_inputs=True)
 def softmax(xp, X, axis=1):
     """Softmax over each row of X's 2-D view at axis (all trailing dims together), shifted by the row max."""
     check_float("Softmax", X=X)

@@ -13,6 +13,7 @@ from .base import check_float, like, out_spec, size_of
 from ..kernels.onehot import scatter_weight_grad
 from .math import canonical_axis, view2d, view2d_shape
 from .registry import op
+from ..kernels import jit
 
 _FC_ARGS = {"axis": 1, "axis_w": 1, "float16_compute": False}
 
@@ -53,12 +54,10 @@ def _one_hot_fc_gradient(regular, op_type, transposed):
     """FCGradient's fused_kernel: regular, but the weight gradient of one-hot rows of X as a scatter-add
     (stepnet.kernels.onehot; numba's, with Workspace.fused_cells)."""
     def kernel(xp, X, W, dY, axis=1, axis_w=1, float16_compute=False):
-        from ..compiled.jit_forms import kernels  # (import cycle: the compiled step nets build on the ops)
-
         M, K, N = fc_grad_dims(op_type, X, W, dY, axis, axis_w, transposed)
         if xp is np and type(dY) is np.ndarray and M:
             G = dY.reshape(M, N)
-            dWt = scatter_weight_grad(X.reshape(M, K), G, kernels())
+            dWt = scatter_weight_grad(X.reshape(M, K), G, jit.load())
             if dWt is not None:
                 dW, W2 = (dWt, W.reshape(K, N).T) if transposed else (dWt.T.copy(), W.reshape(N, K))
                 return dW.reshape(W.shape), G.sum(axis=0), np.matmul(G, W2).reshape(X.shape)
@@ -77,7 +76,7 @@ def _fc_gradient_shape(op_type, transposed):
 
 @op("FCGradient", inputs=3, outputs=(2, 3), args=_FC_ARGS, inplace=(),
     shape=_fc_gradient_shape("FCGradient", False),
-    fused=lambda k: _one_hot_fc_gradient(k, "FCGradient", False))
+    fused=lambda k: _one_hot_fc_gradient(k, "FCGradient", False), shapes_from_inputs=True)
 def fc_gradient(xp, X, W, dY, axis=1, axis_w=1, float16_compute=False):
     """(X, W, dY) -> (dW = dYᵀ·X, db = Σ_rows dY, dX = dY·W) on the 2-D views of FC; dX is optional."""
     return _fc_gradient(xp, "FCGradient", X, W, dY, axis, axis_w, False)
@@ -85,7 +84,7 @@ def fc_gradient(xp, X, W, dY, axis=1, axis_w=1, float16_compute=False):
 
 @op("FCTransposedGradient", inputs=3, outputs=(2, 3), args=_FC_ARGS, inplace=(),
     shape=_fc_gradient_shape("FCTransposedGradient", True),
-    fused=lambda k: _one_hot_fc_gradient(k, "FCTransposedGradient", True))
+    fused=lambda k: _one_hot_fc_gradient(k, "FCTransposedGradient", True), shapes_from_inputs=True)
 def fc_transposed_gradient(xp, X, W, dY, axis=1, axis_w=1, float16_compute=False):
     """(X, W, dY) -> (dW = Xᵀ·dY, db = Σ_rows dY, dX = dY·Wᵀ) for FCTransposed's K x N weight."""
     return _fc_gradient(xp, "FCTransposedGradient", X, W, dY, axis, axis_w, True)
@@ -108,11 +107,9 @@ def _softmax_gradient_shape(specs, axis=1):
 def _fused_softmax_gradient(regular):
     """SoftmaxGradient's fused_kernel: one numba pass per row for float32 host arrays (Workspace.fused_cells)."""
     def kernel(xp, Y, dY, axis=1):
-        from ..compiled.jit_forms import rows  # (import cycle: the compiled step nets build on the ops)
-
         _check_softmax_grad(Y, dY, axis)
         m, k, _ = view2d_shape(tuple(Y.shape), axis)
-        dX = rows("softmax_grad_rows", Y.reshape(m, k), dY.reshape(m, k)) if m * k else None
+        dX = jit.rows("softmax_grad_rows", Y.reshape(m, k), dY.reshape(m, k)) if m * k else None
         return regular(xp, Y, dY, axis=axis) if dX is None else dX.reshape(Y.shape)
     kernel.__doc__ = "SoftmaxGradient with one fused float32 pass per row (Workspace.fused_cells)."
     return kernel

@@ -186,7 +186,7 @@ def _layer_norm_gradient(g):
 
 
 @op("LayerNorm", inputs=(1, 3), outputs=3, inplace=[], shape=_ln_shape, gradient=_layer_norm_gradient,
-    args={"axis": 1, "epsilon": 1e-5, "elementwise_affine": False})
+    args={"axis": 1, "epsilon": 1e-5, "elementwise_affine": False}, shapes_from_inputs=True)
 def layer_norm(xp, x, *affine_params, axis, epsilon, elementwise_affine):
     """Normalise each row of x flattened at `axis`: Y = (x − mean)/std with std = sqrt(var + epsilon).
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..core import backend
 from ..core.errors import ArgumentError, ArityError, DTypeError, ShapeError
-from ..passes.shapes import TensorSpec
+from ..core.spec import TensorSpec
 from .base import size_of
 from .fill import FILL_ARGS, fill_shape, fill_spec, float32_alloc, float32_shape
 from .registry import NO_GRADIENT, Arg, op

@@ -11,24 +11,24 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..core.errors import ArgumentError, MissingBlobError, ShapeError, StepnetError
+from ..core import backend
+from ..core.errors import ArgumentError, ShapeError, StepnetError
 from ..graph.step_nets import FORWARD, Link, Recurrence, StepNets, run
 from ..io.proto import NetDef, parse_text
 from ..io.validate import NET_IN_ARG, decode_text
-from ..runtime.workspace import Workspace
 from .registry import NO_GRADIENT, Arg, op
 
 
 class StepWorkspaces:
     """The `step_workspaces` blob: per-timestep workspaces and the workspace of blobs shared by all steps."""
 
-    def __init__(self, shared: Workspace):
+    def __init__(self, shared):
         self.shared = shared
-        self.steps: list[Workspace] = []
+        self.steps: list = []
 
-    def step(self, t: int) -> Workspace:
+    def step(self, t: int):
         while len(self.steps) <= t:
-            self.steps.append(Workspace(parent=self.shared))
+            self.steps.append(self.shared.child())
         return self.steps[t]
 
     def __repr__(self):
@@ -82,16 +82,7 @@ def _distinct_names(step_net: NetDef, backward: NetDef | None) -> None:
                             "keeps its nets by name (as Caffe2's does), so they need different names")
 
 
-def missing_step_input(e: MissingBlobError, timestep: str) -> MissingBlobError:
-    """A step net's missing input, reported with the timestep blob's name: a step net reading another timestep
-    name than the op's `timestep` argument is the usual cause (Caffe2 fails the same way: "Encountered a
-    non-existing input blob")."""
-    return MissingBlobError(f"{e}. The step net's inputs must be op inputs, link internals, blobs made by "
-                            f"earlier step ops, or the timestep blob, which argument 'timestep' names "
-                            f"{timestep!r}")
-
-
-def _init_state(ws: Workspace, name: str, init, T: int, N: int):
+def _init_state(ws, name: str, init, T: int, N: int):
     """The (T + L) x N x D state tensor with its first L rows from the initial value (spec §3.5)."""
     if init.ndim not in (1, 2, 3):
         raise ShapeError(f"initial value of recurrent state {name!r} has rank {init.ndim} {tuple(init.shape)}; "
@@ -113,7 +104,6 @@ def _init_state(ws: Workspace, name: str, init, T: int, N: int):
 def _empty_like(like, shape):
     out = np.zeros(shape, dtype=like.dtype)
     if type(like) is not np.ndarray:  # a device array: allocate on its device
-        from ..core import backend
         out = backend.to_device(out, backend.device_of(like))
     return out
 
@@ -128,11 +118,6 @@ def _zeroed(xp, blob, like):
     blob.value = xp.zeros_like(like)
     blob.view = False
     return blob.value
-
-
-def _timesteps(T: int) -> np.ndarray:
-    """One run's timestep values: row t (a view, t:t+1) is timestep t's int32 [t], one allocation per run."""
-    return np.arange(T, dtype=np.int32)
 
 
 # ------------------------------------------------------------------------------------------- forward op
@@ -168,18 +153,12 @@ class _Forward:
         self.forward_only = backward is None
         rec = Recurrence(self.timestep, tuple(links), tuple(self.recompute))
         nets = run(FORWARD, StepNets(a["step_net"], backward), rec)
-        self.step_net, self.local = nets.step, nets.local
         self.num_workspaces = max(1, a["num_workspaces"])
-        from ..compiled.program import StepCompiler
-
-        self.compiler = StepCompiler(ctx.workspace.compile_steps)
-        self.replay: _Replay | None = None
+        self.loop = ctx.step_loop(nets.step, nets.local, self.timestep)
 
     def run(self, ctx, xp, inputs):
-        if self.replay is not None:
-            if self.replay.run(inputs):
-                return
-            self.replay = None
+        if self.loop.rerun(inputs):      # the last run again, its checks and lookups done (compiled only)
+            return
         ws = ctx.workspace
         x0 = inputs[0]
         if x0.ndim < 2:
@@ -190,29 +169,11 @@ class _Forward:
         scratch_blob = ctx.outputs[-1]
         scratch = scratch_blob.value
         if not isinstance(scratch, StepWorkspaces):
-            scratch = scratch_blob.value = StepWorkspaces(Workspace(parent=ws))
+            scratch = scratch_blob.value = StepWorkspaces(ws.child())
         for name in self.recompute:
             scratch.shared.create_local_blob(name)
         k = self.num_workspaces if self.forward_only else None
-        net, local, strict, level = self.step_net, self.local, ctx.net.strict, ctx.net.level + NET_IN_ARG
-        compiler, fast, timesteps, steps = self.compiler, False, _timesteps(T), []
-        for t in range(T):
-            step_ws = scratch.step(t if k is None else t % k)
-            step_ws.create_blob(self.timestep).value = timesteps[t:t + 1]
-            try:
-                bound = step_ws.bind(net, local, strict, level)   # once per step workspace (ctx.bind's primitive)
-            except MissingBlobError as e:
-                raise missing_step_input(e, self.timestep) from None
-            steps.append((step_ws.find(self.timestep), bound))
-            if t == 0:
-                fast = compiler.start(bound)
-            if fast:
-                compiler.run(bound)
-            elif t == 0:
-                compiler.interpret(bound)         # op by op, and compiled from its arrays when due
-                fast = compiler.program is not None
-            else:
-                bound.run()
+        self.loop.run([scratch.step(t if k is None else t % k) for t in range(T)], range(T))
         for src, dst, offset in self.aliases:
             state = ws.find(src).value
             start = offset if offset >= 0 else state.shape[0] + offset
@@ -220,91 +181,32 @@ class _Forward:
                 raise ArgumentError(f"alias {dst!r}: offset {offset} is outside recurrent state {src!r} with "
                                     f"{state.shape[0]} rows")
             ws.create_blob(dst).set_view(state[start:])
-        self.replay = _Replay.of(self, ctx, inputs, steps) if fast and T else None
+        if T:
+            self._keep(ctx, inputs)
 
-
-class _Replay:
-    """A forward run whose timesteps all ran compiled, kept to run again for inputs of the same signature (type,
-    shape and dtype of every input): its checks passed and its lookups done (the state tensors, the step
-    workspaces with their bound nets and timestep blobs, the alias views), a run copies the initial states in,
-    runs the compiled timesteps and points the aliases at the states. `run` returns False, having changed
-    nothing, when it does not apply (another signature, a state blob given another value, a step net whose
-    compiled program no longer matches); the op then runs in full."""
-    __slots__ = ("signature", "states", "scratch", "steps", "aliases", "compiler", "T", "covered", "routines",
-                 "timesteps")
-
-    def __init__(self, signature, states, scratch, steps, aliases, compiler, T, covered, timesteps):
-        self.signature, self.states, self.scratch, self.steps = signature, states, scratch, steps
-        self.aliases, self.compiler, self.T, self.covered = aliases, compiler, T, covered
-        self.routines = None   # each timestep's compiled routine, looked up on the first run
-        self.timesteps = timesteps   # each timestep's [t], kept when no step op writes the timestep blob
-
-    @classmethod
-    def of(cls, fwd: "_Forward", ctx, inputs, steps) -> "_Replay | None":
-        """covered: whether every blob the step net reads before writing it is an input of the op, a state
-        tensor or the timestep, so that the op's signature and the state arrays decide the step net's: then
-        a run skips the compiler's own signature check (StepCompiler.start) and only begins its program."""
-        from ..compiled.program import external_blobs
-
-        if any(type(x) is not np.ndarray for x in inputs):
-            return None
-        ws, scratch_blob, states = ctx.workspace, ctx.outputs[-1], []
-        for name, r in zip(fwd.states, fwd.init_ids):
+    def _keep(self, ctx, inputs) -> None:
+        """What a rerun needs (StepLoop.keep): each state's first rows and the shape an initial value takes
+        there, the alias views, the step-workspaces blob."""
+        ws, states = ctx.workspace, []
+        for name, r in zip(self.states, self.init_ids):
             blob = ws.find(name)
             state, init = blob.value, inputs[r]
             L = init.shape[0] if init.ndim == 3 else 1
             rows = state[:L]
             shape = None if init.shape == rows.shape else (L, *state.shape[1:]) if init.ndim >= 2 else (1, 1, -1)
             states.append((blob, state, rows, shape, r))
-        aliases = []
-        for _, dst, _ in fwd.aliases:
-            blob = ws.find(dst)
-            aliases.append((blob, blob.value))
-        known = {id(b) for b in (*ctx.inputs, *(s[0] for s in states), *(blob for blob, _ in steps))}
-        covered = all(id(b) in known for _, bound in steps for b in external_blobs(bound))
-        written = {id(b) for _, bound in steps for bop in bound.ops for b in bop.outputs}
-        T = inputs[0].shape[0]
-        fixed = _timesteps(T) if not any(id(blob) in written for blob, _ in steps) else None
-        return cls(tuple((x.shape, x.dtype) for x in inputs), tuple(states), (scratch_blob, scratch_blob.value),
-                   tuple(steps), tuple(aliases), fwd.compiler, T, covered,
-                   None if fixed is None else tuple(fixed[t:t + 1] for t in range(T)))
+        aliases = [(blob, blob.value) for blob in (ws.find(dst) for _, dst, _ in self.aliases)]
+        scratch = ctx.outputs[-1]
+        self.loop.keep(inputs, [*ctx.inputs, *(s[0] for s in states)], states, aliases, (scratch, scratch.value))
 
-    def run(self, inputs, checked: bool = False) -> bool:
-        """checked: the caller knows the inputs have this signature (a compiled plain net's own check)."""
-        if not checked:
-            if len(inputs) != len(self.signature):
-                return False
-            for x, (shape, dtype) in zip(inputs, self.signature):
-                if type(x) is not np.ndarray or x.shape != shape or x.dtype != dtype:
-                    return False
-        scratch_blob, scratch = self.scratch
-        if scratch_blob.value is not scratch:
-            return False
-        for blob, state, _, _, _ in self.states:
-            if blob.value is not state:
-                return False
-        compiler, timesteps = self.compiler, self.timesteps
-        if timesteps is None:
-            whole = _timesteps(self.T)
-            timesteps = [whole[t:t + 1] for t in range(self.T)]
-        blob, bound = self.steps[0]
-        if self.covered:
-            compiler.program.begin(bound)
-        else:
-            blob.value = timesteps[0]
-            if not compiler.start(bound):     # the step net's own inputs changed: run in full (and recompile)
-                return False
-        for _, _, rows, shape, r in self.states:
-            rows[...] = inputs[r] if shape is None else inputs[r].reshape(shape)
-        if self.routines is None:
-            self.routines = tuple((blob, compiler.routine(bound)) for blob, bound in self.steps)
-        for (blob, routine), timestep in zip(self.routines, timesteps):
-            blob.value = timestep
-            routine()
-        for blob, view in self.aliases:
-            if blob.value is not view or not blob.view:
-                blob.set_view(view)
-        return True
+    def rerun(self, inputs, checked: bool = False) -> bool:
+        """The last run again for inputs of its signature (checked: the caller checked them), where it ran
+        compiled; False, having changed nothing, otherwise (then `run`)."""
+        return self.loop.rerun(inputs, checked)
+
+    @property
+    def rerunnable(self) -> bool:
+        return self.loop.replay is not None
 
 
 def _recurrent_network_gradient(g):

@@ -4,13 +4,10 @@ gradient tensors, runs it from T-1 down to 0, then runs the net of FC weight gra
 loop, and returns the gradients of the initial states."""
 from __future__ import annotations
 
-from ..compiled import StepCompiler
 from ..core.errors import ArgumentError, MissingBlobError, ShapeError
 from ..graph.step_nets import ACTIVATIONS, BACKWARD, Link, ParamGradient, Recurrence, StepNets, run
-from .recurrent import (
-    RNN_ARGS, StepWorkspaces, _backward_net, _distinct_names, _links, _timesteps, _zeroed, missing_step_input)
+from .recurrent import RNN_ARGS, StepWorkspaces, _backward_net, _distinct_names, _links, _zeroed
 from .registry import op
-from ..io.validate import NET_IN_ARG
 
 
 class _Backward:
@@ -67,7 +64,7 @@ class _Backward:
         self.net, self.weight_gradients, self.saved = nets.backward, nets.weight_gradients, nets.local
         self.produced = [name for o in self.net.op for name in o.output]
         self.input_grad = r(opdef.input[G] + "_grad")
-        self.compiler = StepCompiler(ctx.workspace.compile_steps)
+        self.loop = ctx.step_loop(self.net, (), self.timestep)
 
     def run(self, ctx, xp, inputs):
         ws = ctx.workspace
@@ -109,24 +106,7 @@ class _Backward:
         for name in self.produced:  # backward-only temporaries (link internals included) are shared by all steps
             if first.find(name) is None:
                 scratch.shared.create_local_blob(name)
-        net, strict, level = self.net, ctx.net.strict, ctx.net.level + NET_IN_ARG
-        compiler, fast, timesteps = self.compiler, False, _timesteps(T)
-        for t in range(T - 1, -1, -1):
-            step_ws = scratch.steps[t]
-            step_ws.create_blob(self.timestep).value = timesteps[t:t + 1]
-            try:
-                bound = step_ws.bind(net, (), strict, level)
-            except MissingBlobError as e:
-                raise missing_step_input(e, self.timestep) from None
-            if t == T - 1:
-                fast = compiler.start(bound)
-            if fast:
-                compiler.run(bound)
-            elif t == T - 1:
-                compiler.interpret(bound)         # op by op, and compiled from its arrays when due
-                fast = compiler.program is not None
-            else:
-                bound.run()
+        self.loop.run(scratch.steps[:T], range(T - 1, -1, -1))
         if self.weight_gradients is not None:
             ctx.bind(self.weight_gradients, scratch.shared).run()
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..core import backend
 from ..core.errors import DTypeError, ShapeError
-from ..passes.shapes import TensorSpec
+from ..core.spec import TensorSpec
 from .base import like, out_spec, size_of
 from .reduce import REDUCE_ARGS, check_dtype, check_lengths_range, front_back_shape, max_3d_shape, reduce_shape
 from .registry import op

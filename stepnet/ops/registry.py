@@ -72,7 +72,8 @@ class OpSchema:
     args: dict[str, Arg]
     allow_inplace: Any = ANY_INPLACE          # "any", or a frozenset of (input, output) pairs
     enforce_inplace: frozenset = frozenset()  # pairs that must be in place
-    context: bool = False
+    context: bool | str = False               # True: called with the op's context; "structure": reads only its own op's
+                                              # structure there (output count, net, device), never other blobs
     random: bool = False
     devices: str = "same"                     # "any": inputs may live on another device (copy ops)
     host_inputs: frozenset = frozenset()      # inputs Caffe2 keeps on the CPU even for GPU ops (shapes, sizes)
@@ -83,6 +84,8 @@ class OpSchema:
     alloc: Callable | None = None             # alloc(*inputs, **args) -> [(output, shape, dtype)] it will allocate
     specialize: Callable | None = None        # specialize(*inputs, **args) -> fast(*inputs) for that input signature
     fused_kernel: Callable | None = None      # the kernel with numba's fused arithmetic (Workspace.fused_cells)
+    shapes_from_inputs: bool = False          # output shapes and dtypes follow from the inputs' shapes and dtypes,
+                                              # never from their values (what the compiled runner may buffer)
     doc: str = ""
     family: str = ""
 
@@ -105,21 +108,25 @@ class Registry:
 
     def __init__(self):
         self._ops: dict[str, OpSchema] = {}
+        self._registered: dict[str, OpSchema] = {}   # each record as registered, whatever a test hook patched
         self._frozen = False
 
     def op(self, type_: str, **record) -> Callable[[Callable], Callable]:
         """Decorator registering kernel under type_ with its full record: inputs=1, outputs=1 (a count or a
         (min, max) pair, None = unbounded), args, inplace, enforce_inplace, context, random, devices,
-        host_inputs, gradient, shape, alloc, doc, aliases, inplace_kernel, specialize, fused. Raises once the
-        registry is frozen. specialize (for hot CPU ops) is called once per input signature (the shape and dtype
-        of every input) with that call's inputs and the arguments, does every check that depends only on them
-        and returns fast(*inputs), the kernel without those checks for inputs of that signature (None: use the
-        kernel). fused(kernel) -> the kernel with numba's fused arithmetic (LSTM/GRU cells, Softmax, FC of one row,
-        the one-hot FC gradient), which the executor binds on the CPU in a workspace whose fused_cells is on
-        (stepnet.compiled.jit_forms); a `specialize` attribute on it is its own specialization.
+        host_inputs, gradient, shape, alloc, doc, aliases, inplace_kernel, specialize, fused, shapes_from_inputs.
+        Raises once the registry is frozen. specialize (for hot CPU ops) is called once per input signature (the
+        shape and dtype of every input) with that call's inputs and the arguments, does every check that depends
+        only on them and returns fast(*inputs), the kernel without those checks for inputs of that signature
+        (None: use the kernel). fused(kernel) -> the kernel with numba's fused arithmetic (LSTM/GRU cells,
+        Softmax, FC of one row, the one-hot FC gradient), which the executor binds on the CPU in a workspace
+        whose fused_cells is on (stepnet.kernels.jit); a `specialize` attribute on it is its own specialization.
         alloc (for ops whose output sizes a file dictates, such as fills) is called with the kernel's inputs and
         arguments before the kernel and returns (output index, shape, dtype) of each array the kernel will
-        allocate; the executor refuses any over the workspace's Limits.max_blob_bytes."""
+        allocate; the executor refuses any over the workspace's Limits.max_blob_bytes. shapes_from_inputs: the
+        output shapes and dtypes follow from the inputs' shapes and dtypes (never their values), so the compiled
+        runner may keep the outputs in buffers; context="structure": a context op that reads only its own op's
+        structure from the context."""
         def register(kernel: Callable) -> Callable:
             if self._frozen:
                 raise RuntimeError(f"cannot register operator {type_}: the registry is frozen once stepnet.ops "
@@ -130,7 +137,8 @@ class Registry:
 
     def _add(self, type_, kernel, *, inputs=1, outputs=1, args=None, inplace=ANY_INPLACE, enforce_inplace=(),
              context=False, random=False, devices="same", host_inputs=(), gradient=None, shape=None, alloc=None,
-             doc=None, aliases=(), inplace_kernel=None, specialize=None, fused=None) -> tuple[str, ...]:
+             doc=None, aliases=(), inplace_kernel=None, specialize=None, fused=None,
+             shapes_from_inputs=False) -> tuple[str, ...]:
         allow = inplace if inplace == ANY_INPLACE else frozenset(inplace)
         schema = OpSchema(
             type=type_, kernel=kernel, inputs=_range(inputs), outputs=_range(outputs),
@@ -138,7 +146,7 @@ class Registry:
             enforce_inplace=frozenset(enforce_inplace), context=context, random=random, devices=devices,
             host_inputs=frozenset(host_inputs), inplace_kernel=inplace_kernel,
             gradient=gradient, shape=shape, alloc=alloc, specialize=specialize,
-            fused_kernel=None if fused is None else fused(kernel),
+            fused_kernel=None if fused is None else fused(kernel), shapes_from_inputs=shapes_from_inputs,
             doc=(doc or kernel.__doc__ or "").strip(),
             family=kernel.__module__.rsplit(".", 1)[-1])
         names = (type_, *aliases)
@@ -146,7 +154,8 @@ class Registry:
             if name in self._ops:
                 raise ValueError(f"operator {name} registered twice")
         for name in names:
-            self._ops[name] = schema if name == type_ else dataclasses.replace(schema, type=name)
+            record = schema if name == type_ else dataclasses.replace(schema, type=name)
+            self._ops[name] = self._registered[name] = record
         return names
 
     def freeze(self) -> None:
@@ -181,13 +190,18 @@ class Registry:
             yield self._ops[type_]
         finally:
             for name in names:
-                del self._ops[name]
+                del self._ops[name], self._registered[name]
 
     def get(self, type_: str) -> OpSchema:
         try:
             return self._ops[type_]
         except KeyError:
             raise UnknownOpError(f"unknown operator type {type_!r}{did_you_mean(type_, self._ops)}") from None
+
+    def registered(self, type_: str) -> OpSchema:
+        """type_'s record as its module registered it (not as a test hook has patched it): a compiled form
+        written for an op's kernel applies only while the op has that kernel."""
+        return self._registered[type_]
 
     def __contains__(self, type_: str) -> bool:
         return type_ in self._ops

@@ -72,7 +72,7 @@ def _links_of(ctx, externals, offsets, windows) -> tuple:
 
 # ------------------------------------------------------------------------------------------- accumulation
 @op("rnn_internal_accumulate_gradient_input", inputs=3, outputs=1, enforce_inplace=[(2, 0)], host_inputs=(0,),
-    args={"offset": Arg("int")}, gradient=NO_GRADIENT)
+    args={"offset": Arg("int")}, gradient=NO_GRADIENT, shapes_from_inputs=True)
 def accumulate_gradient_input(xp, timestep, og, g, *, offset):
     """g[t + offset] += og[t], in place (g is the state-gradient tensor that links view into)."""
     t = _timestep(timestep)

@@ -5,7 +5,7 @@ import numpy as np
 
 from ..core import backend
 from ..core.errors import DTypeError, ShapeError
-from ..passes.shapes import spec
+from ..core.spec import spec
 from .registry import NO_GRADIENT, op
 
 

@@ -17,7 +17,6 @@ import numpy as np
 
 from ..core.errors import ArgumentError, GradientError, NetError
 from ..io.proto import OperatorDef, make_argument
-from ..runtime.workspace import Blob, Workspace
 from .base import GradientSlice, on_device
 from .control import NOT_IN_PLACE, dedupe_gradients, gradient_copy, nested_backward, net_argument, own_net
 from .registry import SHOULD_NOT_DO_GRADIENT, Arg, op
@@ -27,70 +26,28 @@ INNER_GRAD_COPY = "/_DO_OPERATOR_INNER_GRAD_COPY_"
 
 
 # ------------------------------------------------------------------------------------------- workspace stack
-class ScopeWorkspace(Workspace):
-    """A Do op's workspace. It has no parent chain: it sees its own blobs and the outer blobs bound into it under
-    inner names (Caffe2's forwarded blobs); it shares the outer workspace's device mode, strictness and random
-    generator."""
-
-    def __init__(self, outer: Workspace):
-        super().__init__(None, gpu=outer.gpu, strict=outer.strict, check_nan=outer.check_nan,
-                         profiler=outer.profiler, reporter=outer.reporter)
-        self.rng = outer.rng
-        self.forwarded: dict[str, Blob] = {}   # inner name -> the outer blob it stands for
-        self._copies: dict[str, Blob] = {}     # inner name -> its local copy (copy_external_blobs), kept for reuse
-
-    def forward(self, bindings: dict[str, Blob], replace_local: bool) -> None:
-        """Bind outer blobs under inner names. A local blob of such a name is dropped (a forward Do, Caffe2's
-        pushForwardWorkspace) or kept (a gradient Do reads the copy its forward Do saved)."""
-        stale = False
-        for inner, blob in bindings.items():
-            current = self._blobs.get(inner)
-            if current is blob:
-                continue
-            if inner not in self.forwarded and current is not None and not replace_local:
-                continue
-            stale |= inner in self.forwarded   # bound before to another outer blob: rebind the nets here
-            self._blobs[inner] = self.forwarded[inner] = blob
-        if stale:
-            self._nets.clear()
-
-    def copy_forwarded(self, names) -> None:
-        """Replace the bindings of `names` by local copies of their current values (copy_external_blobs)."""
-        for name in names:
-            outer = self.forwarded.pop(name, None)
-            if outer is None:
-                continue
-            copy = self._copies.setdefault(name, Blob(name))
-            value = outer.value
-            copy.value = value.copy() if hasattr(value, "copy") else value
-            self._blobs[name] = copy
-
-    def has_local(self, name: str) -> bool:
-        return name in self._blobs and name not in self.forwarded
-
-
 class WorkspaceStack:
     """The blob CreateScope makes: the workspaces of the Do ops sharing it. Forward Do ops push (reusing the
     workspaces of earlier runs), gradient Do ops pop, CreateScope empties it and keeps the workspaces."""
 
     def __init__(self):
-        self.workspaces: list[ScopeWorkspace] = []
+        self.workspaces: list = []   # each a runtime ScopeWorkspace (Workspace.scope)
         self.top = -1
 
-    def push_forward(self, outer: Workspace, bindings) -> ScopeWorkspace:
+    def push_forward(self, outer, bindings):
         if self.top == len(self.workspaces) - 1:
-            self.workspaces.append(ScopeWorkspace(outer))
+            self.workspaces.append(outer.scope())
         self.top += 1
         ws = self.workspaces[self.top]
         ws.forward(bindings, replace_local=True)
         return ws
 
-    def reuse_last_forward(self, outer: Workspace, bindings) -> ScopeWorkspace:
+    def reuse_last_forward(self, outer, bindings):
         ws = self.workspaces[self.top]
         ws.forward(bindings, replace_local=True)
         return ws
 
-    def pop_gradient(self, outer: Workspace, bindings) -> ScopeWorkspace | None:
+    def pop_gradient(self, outer, bindings):
         if self.top < 0:
             return None
         ws = self.workspaces[self.top]
@@ -169,7 +126,7 @@ class _DoConfig:
         outer = _outer_names(opdef)
         n_in = len(opdef.input) - 1
         blobs = [*ctx.inputs[:-1], *ctx.outputs[:-1]]
-        self.bindings: dict[str, Blob] = {}
+        self.bindings: dict = {}
         used: dict[str, str] = {}
         for name, k in zip(inner, idx):
             if name in self.bindings:

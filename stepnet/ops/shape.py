@@ -74,7 +74,7 @@ def _concat_gradient(g):
 # `split` is accepted and ignored: Split's gradient is a Concat that carries Split's arguments.
 @op("Concat", inputs=(1, None), outputs=(1, 2), inplace=NOT_IN_PLACE,
     args={"axis": Arg("int", None), "order": Arg("str", None), "add_axis": 0, "split": Arg("ints", None)},
-    shape=folding(_concat_shape, lambda: concat), gradient=_concat_gradient)
+    shape=folding(_concat_shape, lambda: concat), gradient=_concat_gradient, shapes_from_inputs=True)
 def concat(xp, *xs, axis, order, add_axis, split):
     """Join inputs along `axis` (or stack them on a new axis with add_axis=1); also the int32 sizes along
     it."""
@@ -142,9 +142,9 @@ def _split_gradient(g):
     g.op("Concat", [g.GO(i) for i in range(g.n_outputs)], [gi, f"_{gi}_dims"])
 
 
-@op("Split", inputs=(1, 2), outputs=(1, None), inplace=NOT_IN_PLACE, context=True, host_inputs=(1,),
+@op("Split", inputs=(1, 2), outputs=(1, None), inplace=NOT_IN_PLACE, context="structure", host_inputs=(1,),
     args={"split": Arg("ints", None), "axis": Arg("int", None), "order": Arg("str", None), "add_axis": 0},
-    shape=_split_shape, gradient=_split_gradient)
+    shape=_split_shape, gradient=_split_gradient, shapes_from_inputs=True)
 def split(ctx, xp, x, *split_input, split, axis, order, add_axis):
     """Cut X along `axis` into parts of the sizes in `split` (argument or int32 input), equal parts otherwise;
     with add_axis=1 each part is one slice with the axis removed (the gradient of a stacking Concat)."""

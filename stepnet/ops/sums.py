@@ -83,7 +83,7 @@ def sum_(xp, *inputs):
     return _sum(xp, "Sum", inputs, _SUM_DTYPES)
 
 
-@op("SumInt", inputs=(1, None), inplace=[(0, 0)], shape=_sum_shape("SumInt", _INT_DTYPES))
+@op("SumInt", inputs=(1, None), inplace=[(0, 0)], shape=_sum_shape("SumInt", _INT_DTYPES), shapes_from_inputs=True)
 def sum_int(xp, *inputs):
     """Sum for integer tensors."""
     return _sum(xp, "SumInt", inputs, _INT_DTYPES)
@@ -137,7 +137,7 @@ def _weighted_sum_into(xp, *inputs, grad_on_w=False):
 
 
 @op("WeightedSum", inputs=(2, None), args={"grad_on_w": False}, inplace=[(0, 0)], shape=_weighted_sum_shape,
-    gradient=_weighted_sum_gradient, inplace_kernel=_weighted_sum_into)
+    gradient=_weighted_sum_gradient, inplace_kernel=_weighted_sum_into, shapes_from_inputs=True)
 def weighted_sum(xp, *inputs, grad_on_w=False):
     """Y = Σ w_i·X_i over pairs X0, w0, X1, w1, ...; each w_i holds one number, each X_i as many elements as
     X0 (Caffe2 compares sizes, not shapes). grad_on_w only tells the gradient to also produce dw_i."""
@@ -161,7 +161,8 @@ def _scale_gradient(g):
     g.op("Scale", [g.GO(0)], [g.GI(0)])
 
 
-@op("Scale", args={"scale": 1.0}, inplace=[(0, 0)], shape=_scale_shape, gradient=_scale_gradient)
+@op("Scale", args={"scale": 1.0}, inplace=[(0, 0)], shape=_scale_shape, gradient=_scale_gradient,
+    shapes_from_inputs=True)
 def scale(xp, X, scale=1.0):
     """Y = scale · X."""
     check_float("Scale", X=X)
@@ -188,7 +189,7 @@ def _elementwise_linear_gradient(g):
 
 
 @op("ElementwiseLinear", inputs=3, args={"axis": 1}, inplace=(), shape=_elementwise_linear_shape,
-    gradient=_elementwise_linear_gradient)
+    gradient=_elementwise_linear_gradient, shapes_from_inputs=True)
 def elementwise_linear(xp, X, a, b, axis=1):
     """Y = X ⊙ a + b on X's 2-D view N x D at axis, with a and b 1-D of length D (per-column scale and
     shift)."""
@@ -259,7 +260,7 @@ def _cast_gradient(g):
 
 
 @op("Cast", args={"to": Arg("any"), "from_type": Arg("any", None)}, inplace=(), shape=_cast_shape,
-    gradient=_cast_gradient)
+    gradient=_cast_gradient, shapes_from_inputs=True)
 def cast(xp, X, to, from_type=None):
     """Elementwise static_cast to the type `to` (number, or name such as "float", "INT64"); a cast to bool is
     x != 0. `from_type` names the source type for the gradient only (it is checked, not used)."""

@@ -14,8 +14,8 @@ import numpy as np
 
 from ..core import backend
 from ..core.errors import ArgumentError, DTypeError, MissingBlobError, OpError, ShapeError, StepnetWarning
-from ..io.int8 import Int8Tensor
-from ..passes.shapes import TensorSpec
+from ..core.int8 import Int8Tensor
+from ..core.spec import TensorSpec
 from .base import like, out_spec, size_of
 from .registry import NO_GRADIENT, SHOULD_NOT_DO_GRADIENT, op
 

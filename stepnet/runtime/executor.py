@@ -3,47 +3,19 @@ run it as a flat loop that only moves arrays."""
 from __future__ import annotations
 
 import functools
-import warnings
 
 import numpy as np
 
 from ..core import backend
-from ..core.errors import (
-    ArgumentError, ArityError, DeviceError, DTypeError, MissingBlobError, NetError, OpError, ResourceError,
-    StepnetError, StepnetWarning, did_you_mean)
-from ..graph.view import Graph
+from ..core.errors import DeviceError, MissingBlobError, NetError, OpError, StepnetError, did_you_mean
 from ..core.limits import check_blob
-from ..io.int8 import Int8Tensor
-from ..ops.registry import REGISTRY
-from ..ops.registry import ANY_INPLACE, KNOWN_HINTS, REQUIRED, read_arg
+from ..graph.view import Graph
 from ..io.validate import MAX_DEPTH, NET_IN_ARG, too_deep_text
-
-
-def describe(value) -> str:
-    """'(2, 3) float32' for arrays, a short type name otherwise."""
-    if value is None:
-        return "<empty>"
-    if isinstance(value, Int8Tensor):
-        return f"{value.shape} {value.dtype} Int8 (scale {value.scale:g}, zero point {value.zero_point})"
-    shape = getattr(value, "shape", None)
-    if shape is not None:
-        dev = backend.device_of(value)
-        where = "" if dev is None or dev.is_cpu else f" on {dev}"
-        return f"{tuple(shape)} {value.dtype}{where}"
-    return type(value).__name__
-
-
-def op_label(net_name: str, index: int, opdef) -> str:
-    name = f" '{opdef.name}'" if opdef.name else ""
-    return f"net {net_name!r}, op #{index} ({opdef.type}{name})"
-
-
-def device_option(opdef, netdef):
-    """The DeviceOption an op runs with: its own, else its net's, else None (the CPU). Nothing is copied into
-    the OperatorDef: binding a net never changes the message the caller holds."""
-    if opdef.HasField("device_option"):
-        return opdef.device_option
-    return netdef.device_option if netdef.HasField("device_option") else None
+from ..ops.binding import (check_arity, check_inplace, describe, device_option, failure, op_label,
+                           parse_args)
+from ..ops.registry import REGISTRY
+from ..compiled.program import StepCompiler
+from .steps import StepLoop
 
 
 class OpContext:
@@ -62,6 +34,12 @@ class OpContext:
         """A sub-net of this op: `netdef` bound once in `workspace` (default: the op's) with this net's
         strictness (Workspace.bind); run it with `.run()`."""
         return (workspace or self.workspace).bind(netdef, local, self.net.strict, self.net.level + NET_IN_ARG)
+
+    def step_loop(self, netdef, local, timestep: str) -> StepLoop:
+        """A step net of this op, to run once per timestep in workspaces the op gives (runtime.steps.StepLoop):
+        op by op or compiled, as the workspace's compile_steps allows."""
+        return StepLoop(netdef, local, timestep, self.net.strict, self.net.level + NET_IN_ARG,
+                        self.workspace.compile_steps)
 
 
 class BoundOp:
@@ -97,58 +75,6 @@ class Specialized:
         return self.fast(*values)
 
 
-def parse_args(schema, opdef, label: str, strict: bool, level: int = 0) -> dict:
-    """Declared arguments with defaults filled; undeclared ones warn (error when strict) unless known hints.
-    `level`: the nesting level of the op's net (nets given as text in arguments are nested below it)."""
-    values = {}
-    seen = set()
-    for argument in opdef.arg:
-        name = argument.name
-        if name in seen:
-            raise ArgumentError(f"{label}: argument {name!r} is given twice")
-        seen.add(name)
-        spec = schema.args.get(name)
-        if spec is not None:
-            values[name] = read_arg(spec.kind, argument, label, level)
-        elif name not in KNOWN_HINTS:
-            declared = ", ".join(sorted(schema.args)) or "none"
-            msg = (f"{label}: argument {name!r} is not used by {opdef.type} and is ignored"
-                   f"{did_you_mean(name, schema.args)} (its arguments: {declared})")
-            if strict:
-                raise ArgumentError(msg)
-            warnings.warn(msg, StepnetWarning, stacklevel=4)
-    for name, spec in schema.args.items():
-        if name not in values:
-            if spec.default is REQUIRED:
-                raise ArgumentError(f"{label}: required argument {name!r} is missing")
-            values[name] = spec.default
-    return values
-
-
-def check_arity(schema, opdef, label: str) -> None:
-    for which, got in (("inputs", len(opdef.input)), ("outputs", len(opdef.output))):
-        lo, hi = getattr(schema, which)
-        if not lo <= got <= hi:
-            raise ArityError(f"{label}: {opdef.type} takes {schema.arity_text(which)} {which}, got {got} "
-                             f"({', '.join(getattr(opdef, which[:-1])) or 'none'})")
-
-
-def check_inplace(schema, opdef, label: str) -> None:
-    ins, outs = list(opdef.input), list(opdef.output)
-    for i, o in schema.enforce_inplace:
-        if i < len(ins) and o < len(outs) and ins[i] != outs[o]:
-            raise ArgumentError(f"{label}: {opdef.type} must write input {i} ({ins[i]!r}) in place, "
-                                f"but output {o} is {outs[o]!r}")
-    if schema.allow_inplace == ANY_INPLACE:
-        return
-    allowed = schema.allow_inplace | schema.enforce_inplace
-    for o, out in enumerate(outs):
-        for i, inp in enumerate(ins):
-            if inp == out and (i, o) not in allowed:
-                raise ArgumentError(f"{label}: {opdef.type} cannot write output {o} in place over input {i} "
-                                    f"({out!r}); give the output another name")
-
-
 class Net:
     """A NetDef bound to a workspace: every op resolved once; run() is a flat loop. `level`: how deep the net
     is nested in messages (a net in an op's argument is NET_IN_ARG levels below the op's net), at most
@@ -166,10 +92,8 @@ class Net:
         self._check_sources()
         self.ops = [self._bind(i, opdef) for i, opdef in enumerate(netdef.op)]
         self.mixed_devices = any(not b.device.is_cpu for b in self.ops)
-        self.compiler = None   # a top-level net run many times runs compiled once its inputs' signature holds
-        if level == 0:
-            from ..compiled.program import StepCompiler  # (import cycle: the compiled nets build on this module)
-            self.compiler = StepCompiler(workspace.compile_steps, main=True)
+        # a top-level net run many times runs compiled once its inputs' signature holds
+        self.compiler = StepCompiler(workspace.compile_steps, main=True) if level == 0 else None
 
     def _check_sources(self) -> None:
         """Caffe2's NetBase checks: with external inputs declared, every op input needs a source; declared
@@ -213,8 +137,7 @@ class Net:
         xp = backend.array_module(device)
         kernel = schema.gpu_kernel if (schema.gpu_kernel and not device.is_cpu) else schema.kernel
         if schema.fused_kernel is not None and device.is_cpu:
-            from ..compiled.jit_forms import enabled  # (import cycle: the compiled step nets build on this module)
-            kernel = schema.fused_kernel if enabled(ws) else kernel
+            kernel = schema.fused_kernel if ws.jit_kernels() else kernel
         if schema.inplace_kernel and opdef.input and opdef.output and opdef.output[0] == opdef.input[0]:
             kernel = schema.inplace_kernel  # Caffe2 writes such an op's result into input 0's buffer
         if schema.random:
@@ -267,7 +190,7 @@ class Net:
             try:
                 result = bop.call(*values)
             except Exception as e:  # noqa: BLE001 - any kernel failure becomes an error naming the op
-                error = _failure(bop, values, e)
+                error = failure(bop, values, e)
                 if error is e:
                     raise
                 raise error from e
@@ -308,44 +231,11 @@ def _store(blob, value) -> None:
         blob.value = value
 
 
-def _failure(bop, values, e: Exception) -> StepnetError:
-    """The error to raise for a kernel's exception: named after the op, with its inputs described."""
-    if isinstance(e, StepnetError):
-        if str(e).startswith("net "):
-            return e
-        return type(e)(f"{bop.label}: {e}{_inputs_text(bop, values)}")
-    return _kernel_failure(bop, values, e)
-
-
 def _as_value(value):
     """Arrays and strings are stored as they are; numpy/Python scalars become 0-d arrays."""
     if isinstance(value, (np.generic, int, float, bool)):
         return np.asarray(value)
     return value
-
-
-def _inputs_text(bop, values) -> str:
-    if not values:
-        return ""
-    parts = [f"{name} {describe(v)}" for name, v in zip(bop.opdef.input, values)]
-    int8 = [repr(name) for name, v in zip(bop.opdef.input, values) if isinstance(v, Int8Tensor)]
-    hint = "" if not int8 or bop.schema.family.startswith("int8") else (
-        f"; {', '.join(int8)} {'is an Int8 tensor' if len(int8) == 1 else 'are Int8 tensors'}: dequantize first "
-        "(Int8Dequantize)")
-    return f" [inputs: {', '.join(parts)}]{hint}"
-
-
-def _kernel_failure(bop, values, e) -> StepnetError:
-    for name, v in zip(bop.opdef.input, values):
-        if v is None:
-            return MissingBlobError(f"{bop.label}: input {name!r} holds no value (never written or fed)")
-        if isinstance(e, AttributeError) and getattr(e, "obj", None) is v and not hasattr(v, "shape"):
-            return DTypeError(f"{bop.label}: input {name!r} is a {type(v).__name__}, not a tensor, and "
-                              f"{bop.opdef.type} reads a tensor there{_inputs_text(bop, values)}")
-    if isinstance(e, MemoryError) or (isinstance(e, ValueError) and "array is too big" in str(e)):
-        return ResourceError(f"{bop.label}: an array of impossible size was asked for ({type(e).__name__}: "
-                             f"{e}); check the op's size arguments{_inputs_text(bop, values)}")
-    return OpError(f"{bop.label} failed: {type(e).__name__}: {e}{_inputs_text(bop, values)}")
 
 
 def _check_devices(bop, values) -> None:

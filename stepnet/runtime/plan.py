@@ -79,8 +79,7 @@ class PlanRun:
         if step.only_once and not has_stop:
             raise PlanError(f"execution step {name!r}: only_once needs should_stop_blob")
         if step.create_workspace:
-            from .workspace import Workspace
-            ws = Workspace(parent=ws)
+            ws = ws.child()
         if has_stop:
             total = 1 if step.only_once else None
         else:

@@ -8,7 +8,8 @@ import numpy as np
 from ..core import backend
 from ..core.errors import MissingBlobError, NetError, did_you_mean
 from ..core.limits import Limits
-from ..io.int8 import Int8Tensor
+from ..core.int8 import Int8Tensor
+from ..kernels import jit
 
 
 class Blob:
@@ -48,11 +49,6 @@ class Blob:
         return f"Blob({self.name!r}, {what}{', view' if self.view else ''})"
 
 
-def _numba_installed() -> bool:
-    from ..compiled.jit_forms import installed  # (import cycle: the compiled step nets build on the executor)
-    return installed()
-
-
 class Workspace:
     """Blobs and nets. A child workspace sees its parent's blobs: lookups go local first, then up the
     chain; creating a blob that exists anywhere in the chain binds to that existing blob (§2). `limits` says
@@ -81,7 +77,7 @@ class Workspace:
         self.compile_steps = (bool(compile_steps) if compile_steps is not None
                               else (True if root else parent.compile_steps))
         # numba's fused kernels (cells, Softmax, one-row FC, one-hot FC gradient; the fast extra); None: if installed
-        if fused_cells and not _numba_installed():
+        if fused_cells and not jit.installed():
             raise ValueError("fused_cells=True needs numba: pip install 'stepnet[fast]'")
         self.fused_cells = fused_cells if fused_cells is not None or root else parent.fused_cells
         if threads is not None and (type(threads) is not int or threads < 1):
@@ -93,6 +89,20 @@ class Workspace:
         # (name, value) -> bool takes the scalars Print ops print (True: it showed them)
         self.profiler = profiler if (root or profiler is not None) else parent.profiler
         self.reporter = reporter if (root or reporter is not None) else parent.reporter
+
+    def jit_kernels(self) -> bool:
+        """Whether ops bound here use numba's jitted arithmetic where they have it (fused_cells; None: when
+        numba is installed)."""
+        return jit.installed() if self.fused_cells is None else bool(self.fused_cells)
+
+    def child(self) -> "Workspace":
+        """A new workspace whose parent is this one (a plan step's create_workspace, RecurrentNetwork's step
+        workspaces)."""
+        return Workspace(parent=self)
+
+    def scope(self) -> "ScopeWorkspace":
+        """A new Do-op workspace over this one (no parent chain; see ScopeWorkspace)."""
+        return ScopeWorkspace(self)
 
     def blas_threads(self):
         """A context manager holding numpy's BLAS at this workspace's `threads` while a top-level net runs
@@ -269,3 +279,45 @@ class Workspace:
         else:
             with limit:
                 run_plan(plan, self, **options)
+
+
+class ScopeWorkspace(Workspace):
+    """A Do op's workspace. It has no parent chain: it sees its own blobs and the outer blobs bound into it under
+    inner names (Caffe2's forwarded blobs); it shares the outer workspace's device mode, strictness and random
+    generator."""
+
+    def __init__(self, outer: Workspace):
+        super().__init__(None, gpu=outer.gpu, strict=outer.strict, check_nan=outer.check_nan,
+                         profiler=outer.profiler, reporter=outer.reporter)
+        self.rng = outer.rng
+        self.forwarded: dict[str, Blob] = {}   # inner name -> the outer blob it stands for
+        self._copies: dict[str, Blob] = {}     # inner name -> its local copy (copy_external_blobs), kept for reuse
+
+    def forward(self, bindings: dict[str, Blob], replace_local: bool) -> None:
+        """Bind outer blobs under inner names. A local blob of such a name is dropped (a forward Do, Caffe2's
+        pushForwardWorkspace) or kept (a gradient Do reads the copy its forward Do saved)."""
+        stale = False
+        for inner, blob in bindings.items():
+            current = self._blobs.get(inner)
+            if current is blob:
+                continue
+            if inner not in self.forwarded and current is not None and not replace_local:
+                continue
+            stale |= inner in self.forwarded   # bound before to another outer blob: rebind the nets here
+            self._blobs[inner] = self.forwarded[inner] = blob
+        if stale:
+            self._nets.clear()
+
+    def copy_forwarded(self, names) -> None:
+        """Replace the bindings of `names` by local copies of their current values (copy_external_blobs)."""
+        for name in names:
+            outer = self.forwarded.pop(name, None)
+            if outer is None:
+                continue
+            copy = self._copies.setdefault(name, Blob(name))
+            value = outer.value
+            copy.value = value.copy() if hasattr(value, "copy") else value
+            self._blobs[name] = copy
+
+    def has_local(self, name: str) -> bool:
+        return name in self._blobs and name not in self.forwarded

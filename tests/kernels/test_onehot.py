@@ -157,14 +157,14 @@ def test_a_non_finite_gradient_spreads_as_in_the_gemm(bad):
 
 @needs_numba
 def test_a_broken_scatter_is_caught(monkeypatch):
-    from stepnet.compiled import jit_forms as fused
+    from stepnet.kernels import jit as fused
 
     rng = np.random.default_rng(8)
     X, _ = one_hot(rng, 100, 10)
     W, dY = rng.standard_normal((6, 10)).astype(F), rng.standard_normal((100, 6)).astype(F)
-    real = fused.kernels()
+    real = fused.load()
     broken = type("Broken", (), {"add_rows": staticmethod(lambda g, idx, k: real.add_rows(g[::-1].copy(), idx, k))})
-    monkeypatch.setattr(fused, "kernels", lambda: broken)
+    monkeypatch.setattr(fused, "load", lambda: broken)
     dW = run_op("FCGradient", [X, W, dY], 3, ws=Workspace(fused_cells=True))[0]
     with pytest.raises(AssertionError):
         np.testing.assert_allclose(dW, _grad_reference(X, dY, False), rtol=2e-5, atol=2e-5)

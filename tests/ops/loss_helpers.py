@@ -7,7 +7,7 @@ import pytest
 from stepnet.passes.gradients import backward_ops
 from stepnet.ops import REGISTRY
 from stepnet.io.proto import NetDef
-from stepnet.passes.shapes import TensorSpec
+from stepnet.core.spec import TensorSpec
 from stepnet.testing import check_gradient, make_op
 
 rng = np.random.default_rng(7)

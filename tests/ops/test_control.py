@@ -9,7 +9,8 @@ from control_nets import host, net, op_on, run, workspace
 from stepnet.core.errors import ArgumentError, DTypeError, MissingBlobError, ShapeError
 from stepnet.ops import REGISTRY
 from stepnet.io.proto import to_text
-from stepnet.passes.shapes import TensorSpec, infer_net
+from stepnet.core.spec import TensorSpec
+from stepnet.passes.shapes import infer_net
 from stepnet.testing import DEVICES, make_op, run_op
 
 X = np.array([[-1.5, 2.0, 0.0], [3.0, -0.5, 1.0]], np.float32)

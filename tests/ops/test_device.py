@@ -11,7 +11,8 @@ from stepnet.passes.gradients import GradientError, GradientSlice, add_gradient_
 from stepnet.ops import REGISTRY
 from stepnet.ops.registry import NO_GRADIENT
 from stepnet.io.proto import DeviceOption, argument_value
-from stepnet.passes.shapes import TensorSpec, infer_net
+from stepnet.core.spec import TensorSpec
+from stepnet.passes.shapes import infer_net
 from stepnet.testing import DEVICES, GPU_MODE, make_op, run_op
 
 rng = np.random.default_rng(3)

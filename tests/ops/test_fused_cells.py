@@ -1,6 +1,6 @@
-"""The fused cell arithmetic (stepnet/compiled/jit_forms.py, numba, the `fast` extra): its tanh against float64 tanh;
-every fused cell op against the per-element float64 references (rnn_cell_reference.py) and against the numpy
-kernels at sizes whose loops vectorize, ended rows and drop_states included; arrays that are not C-contiguous;
+"""The fused cell arithmetic (stepnet/kernels/lstm.py and gru.py jit_step, numba, the `fast` extra): its tanh against
+float64 tanh; every fused cell op against the per-element float64 references (rnn_cell_reference.py) and against the
+numpy kernels at sizes whose loops vectorize, ended rows and drop_states included; arrays that are not C-contiguous;
 NaN propagation; a broken fused kernel caught; fused_cells=True without numba refused (tests/rnn/test_compiled.py:
 interpreted and compiled fused timesteps give the same bits). The numpy path stays the reference (fused_cells=False)."""
 import importlib.util
@@ -37,7 +37,7 @@ def seq_args(seq, fb=0.0, drop=False):
 
 
 def test_tanh_against_float64():
-    from stepnet.kernels import jit as k
+    from stepnet.kernels import jitted as k
 
     x = np.concatenate([np.linspace(-20, 20, 400_001), [0.0, -0.0, 1e-30, -1e-30, 7.9, -7.9, 8.0]]).astype(F)
     out = np.empty_like(x)
@@ -104,14 +104,15 @@ def test_gru_ops_against_numpy_in_float64(n, d):
 def test_arrays_that_are_not_contiguous_give_the_same_bits():
     """Inputs that are strided views are read through contiguous copies; outputs that are not C-contiguous are
     written through scratch: the same bits as contiguous arrays."""
-    from stepnet.compiled import jit_forms as fused
+    from stepnet.kernels import jit as fused
+    from stepnet.kernels import lstm as lstm_cell
 
     rng = np.random.default_rng(3)
     n, d = 4, 16
     ins = lstm_inputs(rng, n, d, [2, 1, 2, 2], t=1)
     strided = [np.repeat(x, 2, axis=-1)[..., ::2] if x.ndim == 3 else x for x in ins]
     assert not strided[2].flags.c_contiguous and np.array_equal(strided[2], ins[2])
-    run, _ = fused.lstm_step(fused.kernels(), True, 1.0, False, True, n, d)
+    run, _ = lstm_cell.jit_step(fused.load(), True, 1.0, False, True, n, d)
     plain = [np.empty((1, n, d), F), np.empty((1, n, d), F), np.empty((5, n, d), F)]
     run(ins, plain)
     wide = [np.empty((1, n, 2 * d), F)[..., ::2], np.empty((1, n, 2 * d), F)[..., ::2], np.empty((5, n, d), F)]
@@ -130,9 +131,9 @@ def test_nan_in_the_gates_reaches_the_outputs():
 
 
 def test_a_broken_fused_kernel_is_caught(monkeypatch):
-    from stepnet.compiled import jit_forms as fused
+    from stepnet.kernels import jit as fused
 
-    k = fused.kernels()
+    k = fused.load()
     real = k.lstm_forward
 
     def swapped(gates, c_prev, fbh, h, c, acts, save, n, d):   # forget and output gate blocks exchanged
@@ -150,7 +151,7 @@ def test_a_broken_fused_kernel_is_caught(monkeypatch):
 
 def test_fused_cells_without_numba_is_refused(monkeypatch, capsys):
     from stepnet.cli.run import main
-    from stepnet.compiled import jit_forms as fused
+    from stepnet.kernels import jit as fused
 
     monkeypatch.setattr(fused, "installed", lambda: False)
     with pytest.raises(ValueError, match=r"fused_cells=True needs numba: pip install 'stepnet\[fast\]'"):

@@ -63,9 +63,9 @@ def test_one_row_of_n_d_views(x_shape, axis, w_shape, axis_w):
 def test_a_broken_row_kernel_is_caught(monkeypatch):
     """One row really takes fc_row (read from the kernel module when FC specializes): a kernel dropping the
     bias fails the reference check."""
-    from stepnet.compiled import jit_forms as fused_module
+    from stepnet.kernels import jit as fused_module
 
-    module = fused_module.kernels()
+    module = fused_module.load()
     real = module.fc_row
     monkeypatch.setattr(module, "fc_row", lambda W, x, b, y: real(W, x, np.zeros_like(b), y))
     x, w, b = fc_inputs((1, 16), (10, 16), seed=5)
@@ -190,9 +190,9 @@ def test_the_pair_form_gives_the_two_kernels_bits(how):
 
 
 def test_a_broken_pair_kernel_is_caught(monkeypatch):
-    from stepnet.compiled import jit_forms as fused_module
+    from stepnet.kernels import jit as fused_module
 
-    module = fused_module.kernels()
+    module = fused_module.load()
     real = module.fc_row_sum
     monkeypatch.setattr(module, "fc_row_sum", lambda W, x, b, z, y, s: real(W, x, b, z * F(1.5), y, s))
     form, sum_op, ins, outs, y, z = pair_case("Sum(y, z) -> s")
@@ -242,15 +242,16 @@ def test_no_softmax_form_for_float64():
 
 def test_a_broken_softmax_form_is_caught(monkeypatch):
     """The form reads softmax_rows when it is made: one made with a wrong kernel fails the bit check."""
-    from stepnet.compiled import jit_forms as fused_module
+    from stepnet.compiled.jit_forms import softmax
+    from stepnet.kernels import jit as fused_module
 
-    module = fused_module.kernels()
+    module = fused_module.load()
     real = module.softmax_rows
     x = np.random.default_rng(9).standard_normal((4, 10)).astype(F)
     out = np.empty_like(x)
     with monkeypatch.context() as m:
         m.setattr(module, "softmax_rows", lambda x, out: real(np.roll(x, 1, axis=1), out))
-        form = fused_module.softmax(bound_op([Blob("y", out)], axis=1), [x], [out])
+        form = softmax(bound_op([Blob("y", out)], axis=1), [x], [out])
     form.fn([x], [out])
     with pytest.raises(AssertionError):
         np.testing.assert_array_equal(out, fused("Softmax", [x]))

@@ -1,4 +1,4 @@
-"""Softmax and SoftmaxGradient with the fused row kernels (stepnet/kernels/jit.py, numba, the `fast`
+"""Softmax and SoftmaxGradient with the fused row kernels (stepnet/kernels/jitted.py, numba, the `fast`
 extra; Workspace.fused_cells): against float64 definitions at row lengths that do and do not fill vectors, NaN and
 ±inf as numpy's kernel gives them, results in the subnormals, other dtypes left to numpy, a broken kernel caught."""
 import importlib.util
@@ -89,13 +89,13 @@ def test_softmax_gradient_against_the_definition(shape):
 
 
 def test_a_broken_kernel_is_caught(monkeypatch):
-    from stepnet.compiled import jit_forms as fused_module
+    from stepnet.kernels import jit as fused_module
 
-    real = fused_module.kernels()
+    real = fused_module.load()
 
     def softmax_rows(x, out):                                        # rows shifted by one: a wrong kernel
         real.softmax_rows(np.roll(x, 1, axis=1), out)
-    monkeypatch.setattr(fused_module, "kernels", lambda: type("Broken", (), {"softmax_rows": staticmethod(
+    monkeypatch.setattr(fused_module, "load", lambda: type("Broken", (), {"softmax_rows": staticmethod(
         softmax_rows)}))
     x = np.random.default_rng(3).standard_normal((4, 10)).astype(F)
     with pytest.raises(AssertionError):

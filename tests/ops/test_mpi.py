@@ -122,7 +122,7 @@ def test_shapes_are_inferred_through_the_collectives():
     net.op.extend([make_op("MPICreateCommonWorld", [], ["comm"]), make_op("MPIAllgather", ["comm", "x"], ["g"]),
                    make_op("MPIAllreduce", ["comm", "g"], ["g"]), make_op("MPIReceiveTensor", ["comm", "g"],
                                                                           ["y", "s", "t"], raw_buffer=1)])
-    from stepnet.passes.shapes import spec
+    from stepnet.core.spec import spec
     specs = infer_net(net, {"x": spec((2, 3))})
     assert [str(specs[n]) for n in ("g", "y", "s")] == ["(2, 3) float32", "(2, 3) float32", "() int32"]
 

@@ -7,7 +7,8 @@ from control_nets import host, net, op_on, run, workspace
 
 from stepnet.core.errors import ArgumentError, MissingBlobError, NetError
 from stepnet.ops import REGISTRY
-from stepnet.ops.scopes import ScopeWorkspace, WorkspaceStack
+from stepnet.ops.scopes import WorkspaceStack
+from stepnet.runtime.workspace import ScopeWorkspace
 from stepnet.testing import DEVICES, make_op
 
 X = np.array([[-1.5, 2.0, 0.0], [3.0, -0.5, 1.0]], np.float32)

@@ -103,7 +103,8 @@ def test_every_tie_of_a_max_gets_the_gradient():
 def test_output_rows_follow_the_id_values():
     assert infer_static("SortedSegmentSum", [D, IDS])[0].shape == (4, 2, 3)          # small ids: known values
     assert infer_static("UnsortedSegmentSum", [D1, UIDS], num_segments=8)[0].shape == (8,)
-    from stepnet.passes.shapes import TensorSpec, infer_net
+    from stepnet.core.spec import TensorSpec
+    from stepnet.passes.shapes import infer_net
     from stepnet.io.proto import NetDef
     net = NetDef(name="s")
     net.op.append(make_op("SortedSegmentRangeMean", ["d", "ids"], ["y"]))

@@ -12,7 +12,8 @@ from stepnet.core.errors import ArgumentError, DTypeError, ShapeError
 from stepnet.passes.gradients import backward_ops
 from stepnet.ops import REGISTRY
 from stepnet.io.proto import NetDef, argument_value
-from stepnet.passes.shapes import TensorSpec, infer_net
+from stepnet.core.spec import TensorSpec
+from stepnet.passes.shapes import infer_net
 from stepnet.testing import DEVICES, check_gradient, infer_alone, make_op, run_op
 
 rng = np.random.default_rng(41)

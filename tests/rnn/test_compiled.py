@@ -29,7 +29,7 @@ def compilers(net):
             state = bop.call.args[0].state
             for key in ("forward", "backward"):
                 if key in state:
-                    found[bop.opdef.type] = state[key].compiler
+                    found[bop.opdef.type] = state[key].loop.compiler
     return found
 
 
@@ -76,6 +76,9 @@ def run_both(build, feeds, runs=3, change=None, fused=False):
     return ws_c, net_c
 
 
+JITTED_FORMS = ("stepnet.kernels.lstm", "stepnet.kernels.gru", "stepnet.compiled.jit_forms")   # modules of their fns
+
+
 def fused_types(net) -> set:
     """The op types the compiled programs of a net's RecurrentNetwork ops run with fused forms."""
     found = set()
@@ -83,7 +86,7 @@ def fused_types(net) -> set:
         if c.program is not None and c.routines:
             step_net = next(iter(c.routines.values()))[0]
             found |= {step_net.ops[at[0]].opdef.type for fast, _, at in c.program.ops
-                      if fast.fn.__module__ == "stepnet.compiled.jit_forms"}
+                      if fast.fn.__module__ in JITTED_FORMS}
     return found
 
 
@@ -383,9 +386,9 @@ def test_a_faster_fc_form_with_other_sums_is_not_chosen():
 def test_without_numba_the_default_is_the_numpy_arithmetic(monkeypatch):
     """fused_cells=None (the default) with numba not installed: every cell op runs the numpy kernels, the bits of
     fused_cells=False (what `pip install .` without the fast extra gets)."""
-    from stepnet.compiled import jit_forms as fused
+    from stepnet.kernels import jit as fused
 
-    fused.kernels()                      # loaded (or None) before: only the workspace's choice may change
+    fused.load()                      # loaded (or None) before: only the workspace's choice may change
     monkeypatch.setattr(fused, "installed", lambda: False)
     rng = np.random.default_rng(13)
     feeds = {**sequence(rng), "h0": rng.uniform(-1, 1, (1, N, H)).astype(F),

@@ -184,12 +184,12 @@ def test_overlapping_arrays_are_not_fused():
 
 
 def test_a_broken_fused_pass_is_caught(monkeypatch):
-    from stepnet.compiled import jit_forms as fused
+    from stepnet.kernels import jit as fused
 
-    real = fused.kernels()
+    real = fused.load()
     broken = types.SimpleNamespace(**{name: getattr(real, name) for name in dir(real) if not name.startswith("_")})
     broken.bias_sum_into = lambda p, b, z, y: real.bias_sum_into(p, b + 1e-3, z, y)   # a wrong bias
-    monkeypatch.setattr(fused, "kernels", lambda: broken)
+    monkeypatch.setattr(fused, "load", lambda: broken)
     with pytest.raises(AssertionError):
         compare(*lstm_case(False, 3, 6, seed=3))
 

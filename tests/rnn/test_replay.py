@@ -1,9 +1,9 @@
-"""RecurrentNetwork's replay of a compiled run (stepnet/ops/recurrent.py `_Replay`): a run whose timesteps all
-ran compiled is kept, and a later run whose inputs have its signature only copies the initial states in, runs
-the compiled timesteps and points the aliases at the states. Against the op-by-op path (compile_steps=False),
-in a net that stays interpreted itself (a Print in it), so the op is called by the executor: the same bits over
-runs that change values, sequence lengths and shapes; a step net reading an outer blob that is not an op input
-keeps its own signature check (a changed dtype there fails as op by op); a state blob given another array
+"""RecurrentNetwork's replay of a compiled run (stepnet/compiled/replay.py, kept by stepnet/runtime/steps.py): a run
+whose timesteps all ran compiled is kept, and a later run whose inputs have its signature only copies the initial
+states in, runs the compiled timesteps and points the aliases at the states. Against the op-by-op path
+(compile_steps=False), in a net that stays interpreted itself (a Print in it), so the op is called by the executor:
+the same bits over runs that change values, sequence lengths and shapes; a step net reading an outer blob that is not
+an op input keeps its own signature check (a changed dtype there fails as op by op); a state blob given another array
 runs the op in full."""
 import numpy as np
 import pytest
@@ -71,19 +71,19 @@ def assert_same(changes, drop_seq_input=False):
 def test_runs_of_one_signature_replay_with_the_op_by_op_bits():
     rng = np.random.default_rng(0)
     fwd = assert_same([feeds(rng), feeds(rng), feeds(rng, seq=[1, 3]), feeds(rng, seq=[0, 2])])
-    assert fwd.replay is not None and fwd.replay.covered
+    assert fwd.loop.replay is not None and fwd.loop.replay.covered
 
 
 def test_new_shapes_run_in_full_then_replay_again():
     rng = np.random.default_rng(1)
     fwd = assert_same([feeds(rng), feeds(rng), feeds(rng, t=5, n=3), feeds(rng, t=5, n=3), feeds(rng)])
-    assert fwd.replay is not None and fwd.replay.T == T
+    assert fwd.loop.replay is not None and fwd.loop.replay.T == T
 
 
 def test_a_step_input_that_is_not_an_op_input_keeps_its_own_check():
     rng = np.random.default_rng(2)
     fwd = assert_same([feeds(rng), feeds(rng, seq=[2, 3]), feeds(rng, seq=[1, 1])], drop_seq_input=True)
-    assert fwd.replay is not None and not fwd.replay.covered
+    assert fwd.loop.replay is not None and not fwd.loop.replay.covered
     bad = feeds(rng)
     bad["seq"] = bad["seq"].astype(np.float32)             # same shape, another dtype: LSTMUnit refuses it
     errors = []
@@ -98,7 +98,7 @@ def test_a_state_blob_given_another_array_runs_the_op_in_full():
     rng = np.random.default_rng(3)
     other = np.full((T + 1, N, H), 7, F)
     fwd = assert_same([feeds(rng), feeds(rng), {**feeds(rng), "@L/L/hidden_t_prev_states": other}, feeds(rng)])
-    assert fwd.replay is not None
+    assert fwd.loop.replay is not None
 
 
 def test_a_step_net_that_writes_its_timestep_gets_fresh_timesteps_each_run():
@@ -118,5 +118,5 @@ def test_a_step_net_that_writes_its_timestep_gets_fresh_timesteps_each_run():
     for name, value in want.items():
         np.testing.assert_array_equal(got[name], value, err_msg=name)
     rnn = next(b for b in net.ops if b.opdef.type == "RecurrentNetwork")
-    replay = rnn.call.args[0].state["forward"].replay
+    replay = rnn.call.args[0].state["forward"].loop.replay
     assert replay is not None and replay.timesteps is None

@@ -135,17 +135,30 @@ def test_the_gradient_op_sets_each_steps_timestep_even_when_an_outer_blob_has_it
         np.testing.assert_allclose(got[1], carry, rtol=1e-5)
 
 
-def test_the_deferred_fc_gradient_checks_the_ops_arguments_and_arity():
+def bind(net: NetDef):
+    """net bound in a workspace that has every blob its ops read."""
+    ws = Workspace()
+    for o in net.op:
+        for name in o.input:
+            ws.create_blob(name)
+    return ws.create_net(net)
+
+
+def test_a_malformed_fc_gradient_is_left_for_its_binding_to_report():
+    """An FCGradient with a wrong kind of axis or a fourth input is not deferred (the rewrite reads only what
+    it can trust): the op stays, and binding the backward step net reports it, naming the net and the op."""
     import pytest
 
     from stepnet.core.errors import ArgumentError, ArityError
 
     net = fc_backward(dw_reused=False)
     net.op[0].arg.append(make_argument("axis", ["a", "b"]))   # a file's wrong kind of value: not an int() TypeError
-    with pytest.raises(ArgumentError, match=r"backward step net 'back', the FCGradient writing 'h_grad': argument "
-                                            r"'axis' must be an integer \(field i\), but the file stores a list"):
-        backward(net)
+    assert [o.type for o in backward(net).backward.op].count("FCGradient") == 1
+    with pytest.raises(ArgumentError, match=r"net 'back', op #\d+ \(FCGradient\): argument 'axis' must be an "
+                                            r"integer \(field i\), but the file stores a list"):
+        bind(backward(net).backward)
     net = fc_backward(dw_reused=False)
-    net.op[0].input.append("extra")                             # four inputs: not a ValueError unpacking them
-    with pytest.raises(ArityError, match=r"the FCGradient writing 'h_grad': FCGradient takes 3 inputs, got 4"):
-        backward(net)
+    net.op[0].input.append("dy")                                # four inputs: not a ValueError unpacking them
+    assert [o.type for o in backward(net).backward.op].count("FCGradient") == 1
+    with pytest.raises(ArityError, match=r"net 'back', op #\d+ \(FCGradient\): FCGradient takes 3 inputs, got 4"):
+        bind(backward(net).backward)

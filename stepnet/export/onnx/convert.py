@@ -1,7 +1,7 @@
 """The conversion loop shared by the main graph and RecurrentNetwork step nets (Scan bodies).
 
 `NetConverter` walks a net's ops in order over its graph.Graph view: each (blob, version) becomes one ONNX value.
-For every op it parses the arguments with the op record (executor.parse_args), looks up the converter in the
+For every op it parses the arguments with the op record (ops.binding.parse_args), looks up the converter in the
 table and calls it with an `OpCtx`; ops without a converter whose inputs are all constants (the init net's
 values, fills) are computed by stepnet itself at export time. Output specs come from the op records' shape
 functions (shapes.infer_op), or from the converter for ops without one (RecurrentNetwork).
@@ -13,10 +13,11 @@ from typing import Callable
 
 import numpy as np
 
-from ...runtime.executor import check_arity, check_inplace, parse_args
+from ...ops.binding import check_arity, check_inplace, parse_args
 from ...graph.view import Graph
 from ...ops import REGISTRY
-from ...passes.shapes import UNKNOWN, TensorSpec, infer_op
+from ...core.spec import UNKNOWN, TensorSpec
+from ...passes.shapes import infer_op
 from .emit import Emitter
 from .errors import ExportError, OpsetError, UnsupportedOpError
 from .table import table, what_to_do

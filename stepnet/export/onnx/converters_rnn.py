@@ -16,10 +16,10 @@ from ...core.errors import ArgumentError
 from ...graph.view import Graph, nested_nets
 from ...ops.recurrent import _links
 from ...io.proto import argument_value
-from ...passes.shapes import TensorSpec
-from .convert import NetConverter, needs, version_before
+from ...core.spec import TensorSpec
+from .convert import NetConverter, needs
 from .emit import value_info
-from .rnn_lstm import lstm_op
+from .rnn_lstm import lstm_op, outer_value, rows_wanted
 from .table import converts
 
 
@@ -148,12 +148,6 @@ class _Recurrence:
                 raise c.refuse(f"the step net reads {name!r} before writing it (a value kept across steps)")
 
 
-def _outer_value(c, name: str) -> str:
-    if name in c.op.input:
-        return c.x(list(c.op.input).index(name))
-    return c.conv.value((name, version_before(c.conv.graph, name, c.index)))
-
-
 @converts("RecurrentNetwork", reads=rnn_reads)
 def recurrent_network(c):
     from onnx import helper
@@ -178,7 +172,7 @@ def recurrent_network(c):
     t_in = body_input("t", (1,), np.int32)
     scan_ins = []
     for link in r.inputs:
-        ext = _outer_value(c, link.external)
+        ext = outer_value(c, link.external)
         ext_spec = specs.get(ext) or TensorSpec.of(e.consts[ext])
         shape, dt = tuple(ext_spec.shape), ext_spec.dtype
         if shape[0] < link.offset + link.window - 1 + T:
@@ -207,10 +201,10 @@ def recurrent_network(c):
     targets = [(lk.internal, r.graph.final[lk.internal]) for lk in r.writes.values()]
     needed, wanted = needs(r.graph, targets)
     inner = NetConverter(c.conv.state, body, f"{c.label}, step net {r.step.name!r}", r.graph, body_vals, wanted,
-                         outer=lambda name: _outer_value(c, name))
+                         outer=lambda name: outer_value(c, name))
     inner.run(sorted(needed))
     outs, kept = [], set()
-    wants_rows = _rows_wanted(c, r)
+    wants_rows = rows_wanted(c, r)
 
     def body_output(v, shape, dtype):
         if v in kept or v not in {o for node in body.nodes for o in node.output}:
@@ -244,18 +238,6 @@ def _initial_carries(c, r) -> list[str]:
         if rank == 1:
             init = c.e.node("Expand", [c.e.reshape(x, [1, 1, D]), c.e.ints([1, r.N, D])])
         out.append(init)
-    return out
-
-
-def _rows_wanted(c, r) -> set:
-    """States some wanted alias needs the scanned rows of (not only the final carry)."""
-    a, out = c.args, set()
-    for src, dst, offset in zip(a["alias_src"], a["alias_dst"], a["alias_offset"]):
-        j = list(c.op.output).index(dst)
-        _, L, _, _ = r.states[src]
-        start = offset if offset >= 0 else r.T + L + offset
-        if c.wants(j) and start < r.T:
-            out.add(src)
     return out
 
 

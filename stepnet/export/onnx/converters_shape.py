@@ -15,7 +15,7 @@ from ...ops.fill import constant_dtype, typed_values
 from ...ops.math import canonical_axis
 from ...ops.shape import _axis_from
 from ...io.proto import NUMPY_OF, DataType
-from ...passes.shapes import TensorSpec
+from ...core.spec import TensorSpec
 from .table import converts
 
 IDENTITY = ("Copy", "Alias", "StopGradient", "EnsureDense", "CopyCPUToGPU", "CopyGPUToCPU", "CopyFromCPUInput",

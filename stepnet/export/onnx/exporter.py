@@ -15,13 +15,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ... import __version__
+from ...core.version import VERSION
 from ...io import proto
 from ...core.errors import StepnetError, did_you_mean
-from ...runtime.executor import op_label
+from ...ops.binding import op_label
 from ...graph.view import Graph
 from ...ops import REGISTRY
-from ...passes.shapes import TensorSpec, spec
+from ...core.spec import TensorSpec, spec
 from .errors import ExportError, InputDimsError, MissingWeightError, OpsetError, require
 from .emit import MIN_OPSET, Emitter, to_tensor, value_info
 from .convert import ModelState, NetConverter, needs, version_before
@@ -264,7 +264,7 @@ def _model(helper, e: Emitter, state: ModelState, fed: dict, out_names: dict, na
     inits = [to_tensor(n, v) for n, v in e.consts.items() if n in used or n in out_names.values()]
     g = helper.make_graph(e.nodes, name, graph_inputs, graph_outputs, initializer=inits, value_info=infos)
     ids = [helper.make_opsetid("", opset)]
-    model = helper.make_model(g, opset_imports=ids, producer_name="stepnet", producer_version=__version__)
+    model = helper.make_model(g, opset_imports=ids, producer_name="stepnet", producer_version=VERSION)
     model.ir_version = helper.find_min_ir_version_for(ids)
     return model
 

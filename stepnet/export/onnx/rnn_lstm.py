@@ -14,7 +14,7 @@ import warnings
 
 import numpy as np
 
-from ...runtime.executor import parse_args
+from ...ops.binding import parse_args
 from ...ops import REGISTRY
 from .convert import version_before
 
@@ -63,22 +63,20 @@ def _folded_fc(c, name: str):
 def lstm_op(c, r, carries0):
     """(results, rows) as the Scan path makes them (final states in state order, then `_all` rows), computed
     by one ONNX LSTM node; None when the op is not exactly an LSTM layer (the caller builds a Scan)."""
-    from .converters_rnn import _outer_value, _rows_wanted
-
     if c.conv.state.options.get("rnn", "auto") != "auto":
         return None
     cell = _cell(r)
     if cell is None:
         return None
     fc, unit, h_state, c_state = cell
-    if _rows_wanted(c, r) - {h_state}:
+    if rows_wanted(c, r) - {h_state}:
         return None
     outer = _folded_fc(c, r.inputs[0].external)
     if outer is None:
         return None
     e, T, N = c.e, r.T, r.N
     x, wi, bi = outer
-    wr, br = (_outer_value(c, n) for n in fc.input[1:])
+    wr, br = (outer_value(c, n) for n in fc.input[1:])
     H = c.conv.state.specs[wr].shape[1] if wr in c.conv.state.specs else e.consts[wr].shape[1]
     order = e.const(np.concatenate([np.arange(H) + k * H for k in (0, 2, 1, 3)]).astype(np.int64))
 
@@ -95,7 +93,7 @@ def lstm_op(c, r, carries0):
     x_rank = len(c.conv.state.specs[x].shape) if x in c.conv.state.specs else 3
     if x_rank != 3:
         x = e.reshape(x, [T, N, -1])
-    seq = _outer_value(c, unit.input[3]) if len(unit.input) == 5 else None
+    seq = outer_value(c, unit.input[3]) if len(unit.input) == 5 else None
     lens = e.reshape(seq, [N]) if seq is not None else ""
     states = list(r.states)
     h0, c0 = carries0[states.index(h_state)], carries0[states.index(c_state)]
@@ -110,3 +108,22 @@ def lstm_op(c, r, carries0):
     results = [finals[s] for s in states] + ["", rows_all]
     c.conv.state.notes.append(f"{c.label}: exported as one ONNX LSTM node")
     return results, {h_state: len(results) - 1}
+
+
+def outer_value(c, name: str) -> str:
+    """The ONNX value of an outer blob a step net reads: the op's input, or its version before the op."""
+    if name in c.op.input:
+        return c.x(list(c.op.input).index(name))
+    return c.conv.value((name, version_before(c.conv.graph, name, c.index)))
+
+
+def rows_wanted(c, r) -> set:
+    """States some wanted alias needs the scanned rows of (not only the final carry)."""
+    a, out = c.args, set()
+    for src, dst, offset in zip(a["alias_src"], a["alias_dst"], a["alias_offset"]):
+        j = list(c.op.output).index(dst)
+        _, L, _, _ = r.states[src]
+        start = offset if offset >= 0 else r.T + L + offset
+        if c.wants(j) and start < r.T:
+            out.add(src)
+    return out

@@ -4,10 +4,8 @@ An Int8Tensor holds `data` (uint8 codes, or int32 for the biases of Int8Conv/Int
 `zero_point`; the real value of a code q is (q - zero_point) * scale. Caffe2 keeps the scale as a float, so
 the scale is rounded to float32 when the value is made. Blobs hold an Int8Tensor like any value: it is fed
 and fetched (Workspace.fetch returns an Int8Tensor whose data is a host numpy copy), saved and loaded as
-Caffe2 saves an Int8TensorCPU (a BlobProto of type "Int8TensorCPU" whose `qtensor` holds dims, precision 8,
-scale, the zero point in `bias`, is_signed false, data_type UINT8 or INT32 and the codes in `data`;
-caffe2/core/int8_serialization.cc), printed by Print and `stepnet run --fetch`, and described for static
-inference by a TensorSpec with dtype uint8/int32 and quant=(scale, zero_point).
+Caffe2 saves an Int8TensorCPU (stepnet.io.int8_blob), printed by Print and `stepnet run --fetch`, and described
+for static inference by a TensorSpec with dtype uint8/int32 and quant=(scale, zero_point).
 
 Float ops cannot read one by mistake: turning it into a numpy array raises a TypeError that says to
 dequantize it first (Int8Dequantize, or .dequantize() in Python).
@@ -20,13 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from ..core import backend
-from .blobs import register_blob_type
-from ..core.errors import ArgumentError, DTypeError, FileFormatError
-from .proto import BlobProto, DataType
+from . import backend
+from .errors import ArgumentError, DTypeError
 
-BLOB_TYPE = "Int8TensorCPU"   # the BlobProto type name Caffe2 saves an Int8TensorCPU under
-DATA_TYPES = {np.dtype(np.uint8): DataType.UINT8, np.dtype(np.int32): DataType.INT32}
+DTYPES = (np.dtype(np.uint8), np.dtype(np.int32))   # codes, and the int32 biases of Int8Conv / Int8FC
 
 
 @dataclass(frozen=True, eq=False)
@@ -39,7 +34,7 @@ class Int8Tensor:
 
     def __post_init__(self):
         data = self.data if hasattr(self.data, "dtype") else np.asarray(self.data)
-        if data.dtype not in DATA_TYPES:
+        if data.dtype not in DTYPES:
             raise DTypeError(f"an Int8 tensor holds uint8 codes (or int32 for biases), got {data.dtype} data")
         scale = float(np.float32(self.scale))
         if not math.isfinite(scale):
@@ -98,44 +93,3 @@ def quantize_uint8(xp, x, scale: float, zero_point: int):
 def dequantize(xp, q, scale: float, zero_point: int):
     """(q - zero_point) * scale in float32, as Int8Dequantize computes it."""
     return (q.astype(np.int64) - zero_point).astype(np.float32) * np.float32(scale)
-
-
-# --------------------------------------------------------------------------------------------- saving
-def _to_blob_proto(value: Int8Tensor, name: str) -> BlobProto:
-    data = np.asarray(backend.to_host(value.data))
-    proto = BlobProto()
-    q = proto.qtensor
-    q.name = name
-    q.dims.extend(data.shape)
-    q.precision, q.scale, q.bias, q.is_signed = 8, value.scale, value.zero_point, False
-    q.data_type = DATA_TYPES[data.dtype]
-    q.data.extend(data.reshape(-1).astype(np.int32).tolist())
-    return proto
-
-
-def _from_blob_proto(proto: BlobProto) -> Int8Tensor:
-    if not proto.HasField("qtensor"):
-        raise FileFormatError(f"a {BLOB_TYPE} blob needs its qtensor field, which is missing")
-    q = proto.qtensor
-    dtype = {code: dt for dt, code in DATA_TYPES.items()}.get(q.data_type)
-    if dtype is None:
-        known = q.data_type in DataType.values()
-        raise FileFormatError(f"{BLOB_TYPE} data type {DataType.Name(q.data_type) if known else q.data_type} is "
-                              "not supported (Caffe2 saves UINT8 or INT32)")
-    dims = tuple(int(d) for d in q.dims)
-    if any(d < 0 for d in dims):
-        raise FileFormatError(f"{BLOB_TYPE} dims {list(dims)} has a negative size")
-    values = np.array(q.data, dtype=np.int64)
-    if values.size != math.prod(dims):
-        raise FileFormatError(f"{BLOB_TYPE} dims {list(dims)} need {math.prod(dims)} values but data holds "
-                              f"{values.size}")
-    info = np.iinfo(dtype)
-    if values.size and (values.min() < info.min or values.max() > info.max):
-        raise FileFormatError(f"{BLOB_TYPE} data holds values outside the {dtype} range")
-    if not math.isfinite(q.scale) or not math.isfinite(q.bias) or q.bias != int(q.bias):
-        raise FileFormatError(f"{BLOB_TYPE} needs a finite scale and an integer zero point (bias), got scale "
-                              f"{q.scale!r} and bias {q.bias!r}")
-    return Int8Tensor(values.astype(dtype).reshape(dims), q.scale, int(q.bias))
-
-
-register_blob_type(Int8Tensor, BLOB_TYPE, _to_blob_proto, _from_blob_proto, whole_proto=True)

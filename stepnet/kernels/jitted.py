@@ -1,0 +1,314 @@
+"""numba's fused kernels (the `fast` extra), float32 only: one pass over the batch rows per LSTM/GRU step op,
+and the row kernels of Softmax and its gradient, the one-hot FC weight gradient (add_rows) and the step FC's
+bias + Sum (bias_sum). Imported only through stepnet.kernels.jit.load(), so stepnet runs without numba.
+
+Each kernel computes a row into scratch it allocated itself, then copies the scratch into its outputs. Written
+straight into the outputs, LLVM guards the vectorized loop with run-time overlap checks between the arrays,
+which failed for some placements of the arrays in memory (adjacent state rows, neighbouring buffers) and fell
+back to scalar code: the same kernel took 12 or 57 µs at n=32, d=128 by where numpy had put its arrays. Stores
+into the kernel's own allocation need no check.
+
+tanh is Eigen's float32 rational approximation (a 13th/6th-degree ratio of polynomials in x, clamped at ±7.905:
+under 3e-7 from the exact tanh), written out so that LLVM vectorizes the loops; numba's own tanh is a scalar
+libm call per element. σ(x) = 0.5·tanh(x/2) + 0.5, as the numpy kernels compute it. fastmath without
+'nnan'/'ninf': a NaN or inf in the gates propagates as it does in numpy. Arrays arrive flat (C-contiguous
+views); n rows of d."""
+from __future__ import annotations
+
+import numpy as np
+from numba import float32, njit
+
+_FLAGS = {"contract", "arcp", "nsz", "reassoc"}
+_JIT = {"fastmath": _FLAGS, "boundscheck": False, "error_model": "numpy", "cache": True}
+_CLAMP = float32(7.90531110763549805)
+
+
+@njit(inline="always", **_JIT)
+def tanh32(x):
+    if x > _CLAMP:
+        x = _CLAMP
+    elif x < -_CLAMP:
+        x = -_CLAMP
+    x2 = x * x
+    p = float32(-2.76076847742355e-16)
+    p = p * x2 + float32(2.00018790482477e-13)
+    p = p * x2 + float32(-8.60467152213735e-11)
+    p = p * x2 + float32(5.12229709037114e-08)
+    p = p * x2 + float32(1.48572235717979e-05)
+    p = p * x2 + float32(6.37261928875436e-04)
+    p = p * x2 + float32(4.89352455891786e-03)
+    q = float32(1.19825839466702e-06)
+    q = q * x2 + float32(1.18534705686654e-04)
+    q = q * x2 + float32(2.26843463243900e-03)
+    q = q * x2 + float32(4.89352518554385e-03)
+    return x * p / q
+
+
+@njit(inline="always", **_JIT)
+def _sigmoid(x, shift):
+    return float32(0.5) * tanh32(x * float32(0.5) + shift) + float32(0.5)
+
+
+@njit(**_JIT)
+def tanh_into(x, out):
+    """out = tanh(x), elementwise (the approximation on its own)."""
+    for k in range(x.size):
+        out[k] = tanh32(x[k])
+
+
+@njit(**_JIT)
+def lstm_forward(gates, c_prev, fbh, h, c, acts, save, n, d):
+    """c = σ(i)·tanh(g) + σ(f + forget_bias)·c_prev, h = σ(o)·tanh(c) from gates (n, 4d) in blocks i, f, o, g
+    (fbh = forget_bias / 2); with save, acts (5 blocks of n·d) = σ(i), σ(f + fb), σ(o), tanh(g), tanh(c)."""
+    zero, nd = float32(0), n * d
+    row = np.empty((7, d), np.float32)
+    for r in range(n):
+        gb, ob = r * 4 * d, r * d
+        for j in range(d):
+            i = _sigmoid(gates[gb + j], zero)
+            f = _sigmoid(gates[gb + d + j], fbh)
+            o = _sigmoid(gates[gb + 2 * d + j], zero)
+            g = tanh32(gates[gb + 3 * d + j])
+            cc = i * g + f * c_prev[ob + j]
+            tc = tanh32(cc)
+            row[0, j], row[1, j], row[2, j], row[3, j], row[4, j] = i, f, o, g, tc
+            row[5, j], row[6, j] = cc, tc * o
+        for j in range(d):
+            c[ob + j] = row[5, j]
+            h[ob + j] = row[6, j]
+        if save:
+            for m in range(5):
+                for j in range(d):
+                    acts[m * nd + ob + j] = row[m, j]
+
+
+@njit(**_JIT)
+def lstm_activations(gates, c, fbh, acts, n, d):
+    """acts (5 blocks of n·d) from gates (n, 4d) and the step's cell state c: what lstm_forward saves."""
+    zero, nd = float32(0), n * d
+    row = np.empty((5, d), np.float32)
+    for r in range(n):
+        gb, ob = r * 4 * d, r * d
+        for j in range(d):
+            row[0, j] = _sigmoid(gates[gb + j], zero)
+            row[1, j] = _sigmoid(gates[gb + d + j], fbh)
+            row[2, j] = _sigmoid(gates[gb + 2 * d + j], zero)
+            row[3, j] = tanh32(gates[gb + 3 * d + j])
+            row[4, j] = tanh32(c[ob + j])
+        for m in range(5):
+            for j in range(d):
+                acts[m * nd + ob + j] = row[m, j]
+
+
+@njit(**_JIT)
+def lstm_backward(acts, c_prev, dh, dc, dgates, dh_prev, dc_prev, n, d):
+    """LSTMUnitGradient from the activations: dgates (n, 4d) in blocks i, f, o, g, dc_prev, and dh_prev = 0."""
+    one, nd = float32(1), n * d
+    row = np.empty((5, d), np.float32)
+    for r in range(n):
+        gb, ob = r * 4 * d, r * d
+        for j in range(d):
+            k = ob + j
+            i, f, o, g, tc = acts[k], acts[nd + k], acts[2 * nd + k], acts[3 * nd + k], acts[4 * nd + k]
+            dct = (one - tc * tc) * o * dh[k] + dc[k]
+            row[0, j] = dct * g * ((one - i) * i)
+            row[1, j] = dct * c_prev[k] * ((one - f) * f)
+            row[2, j] = dh[k] * tc * ((one - o) * o)
+            row[3, j] = (one - g * g) * i * dct
+            row[4, j] = dct * f
+        for m in range(4):
+            for j in range(d):
+                dgates[gb + m * d + j] = row[m, j]
+        for j in range(d):
+            dc_prev[ob + j] = row[4, j]
+            dh_prev[ob + j] = float32(0)
+
+
+@njit(**_JIT)
+def gru_forward(h_prev, gates, h, n, d):
+    """h = (h_prev − tanh(o))·σ(u) + tanh(o) from gates (n, 3d) in blocks r, u, o (GRUUnit; r was used before)."""
+    zero = float32(0)
+    row = np.empty(d, np.float32)
+    for r in range(n):
+        gb, ob = r * 3 * d, r * d
+        for j in range(d):
+            u = _sigmoid(gates[gb + d + j], zero)
+            o = tanh32(gates[gb + 2 * d + j])
+            row[j] = (h_prev[ob + j] - o) * u + o
+        for j in range(d):
+            h[ob + j] = row[j]
+
+
+@njit(**_JIT)
+def gru_backward(h_prev, gates, dh, dh_prev, dgates, n, d):
+    """GRUUnitGradient: dgates (n, 3d) = 0, dh·(h_prev − o)·u·(1 − u), dh·(1 − u)·(1 − o²); dh_prev = dh·u."""
+    zero, one = float32(0), float32(1)
+    row = np.empty((3, d), np.float32)
+    for r in range(n):
+        gb, ob = r * 3 * d, r * d
+        for j in range(d):
+            k = ob + j
+            u = _sigmoid(gates[gb + d + j], zero)
+            o = tanh32(gates[gb + 2 * d + j])
+            row[0, j] = (h_prev[k] - o) * dh[k] * u * (one - u)
+            row[1, j] = (one - o * o) * (one - u) * dh[k]
+            row[2, j] = dh[k] * u
+        for j in range(d):
+            dgates[gb + j] = zero
+            dgates[gb + d + j] = row[0, j]
+            dgates[gb + 2 * d + j] = row[1, j]
+            dh_prev[ob + j] = row[2, j]
+
+
+@njit(**_JIT)
+def add_rows(g, idx, k):
+    """out (k × g's columns, zeroed) with out[idx[r]] += g[r] for every row r of g, in row order (the one-hot
+    FC's weight gradient, stepnet.ops.fc_onehot); every idx[r] < k."""
+    m, n = g.shape
+    out = np.zeros((k, n), np.float32)
+    for r in range(m):
+        v = idx[r]
+        for j in range(n):
+            out[v, j] += g[r, j]
+    return out
+
+
+_SIGN = np.int32(0x7FFFFFFF)
+
+
+@njit(**_JIT)
+def softmax_rows(x, out):
+    """out[i] = softmax of row i of x (m × k, float32, C-contiguous). The row max is found on
+    the float bits mapped to monotone int32 (a vectorizable integer max; any NaN in a row makes the row's sum
+    and so the whole row NaN, as numpy's does). exp(z) for z = x − max ≤ 0 is Cephes' expf: Cody–Waite reduction
+    z = n·ln2 + r, a degree-7 polynomial in r (within 3e-7 relative of exp), times 2^n built from bits as
+    2^(n+64)·2^−64 so that results below 2^−126 round once into the subnormals; z < −104 gives 0."""
+    m, k = x.shape
+    xi = x.view(np.int32)
+    y = np.empty(k, np.float32)
+    bits = np.empty(k + 1, np.int32)
+    scale = bits.view(np.float32)
+    for i in range(m):
+        best = np.int32(-2147483648)
+        for j in range(k):
+            v = xi[i, j]
+            best = max(best, v ^ ((v >> 31) & _SIGN))
+        bits[k] = best ^ ((best >> 31) & _SIGN)
+        mx = scale[k]
+        for j in range(k):
+            z = x[i, j] - mx
+            z = float32(-104.0) if z < float32(-104.0) else z          # a NaN stays NaN
+            fx = np.floor(z * float32(1.44269504088896341) + float32(0.5))
+            r = z - fx * float32(0.693359375) - fx * float32(-2.12194440e-4)
+            p = float32(1.9875691500e-4)
+            p = p * r + float32(1.3981999507e-3)
+            p = p * r + float32(8.3334519073e-3)
+            p = p * r + float32(4.1665795894e-2)
+            p = p * r + float32(1.6666665459e-1)
+            p = p * r + float32(5.0000001201e-1)
+            y[j] = p * (r * r) + r + float32(1.0)
+            bits[j] = ((np.int32(fx) if fx == fx else np.int32(0)) + np.int32(191)) << 23   # 2^(n+64)
+        s = float32(0.0)
+        for j in range(k):
+            e = (y[j] * scale[j]) * float32(5.421010862427522e-20)                       # · 2^−64
+            y[j] = e
+            s += e
+        for j in range(k):
+            out[i, j] = y[j] / s
+
+
+@njit(**_JIT)
+def softmax_grad_rows(y, dy, out):
+    """out[i] = y[i] ⊙ (dy[i] − Σ_j dy[i, j]·y[i, j]) for every row (m × k, float32)."""
+    m, k = y.shape
+    row = np.empty(k, np.float32)
+    for i in range(m):
+        s = float32(0.0)
+        for j in range(k):
+            s += dy[i, j] * y[i, j]
+        for j in range(k):
+            row[j] = y[i, j] * (dy[i, j] - s)
+        for j in range(k):
+            out[i, j] = row[j]
+
+
+_EXACT = {"boundscheck": False, "error_model": "numpy", "cache": True}   # no fast-math: numpy's additions
+
+
+@njit(**_EXACT)
+def bias_sum(p, b, z, y, s):
+    """y = p + b (b per column) and s = y + z in one pass: an FC's bias and the Sum after it (m × n; p, the
+    product, is its own array: W·Xᵀ's transposed, or scratch, so that no store can overlap a load)."""
+    m, n = y.shape
+    for i in range(m):
+        for j in range(n):
+            v = p[i, j] + b[j]
+            y[i, j] = v
+            s[i, j] = v + z[i, j]
+
+
+@njit(**_EXACT)
+def bias_sum_into(p, b, z, y):
+    """y = (p + b) + z: bias_sum for a Sum written in place over the FC's output."""
+    m, n = y.shape
+    for i in range(m):
+        for j in range(n):
+            y[i, j] = (p[i, j] + b[j]) + z[i, j]
+
+
+@njit(inline="always", **_JIT)
+def _dot4(W, x, i, k):
+    """The dot products of rows i..i+3 of W with x (fast-math: LLVM vectorizes the sums over k)."""
+    a0, a1, a2, a3 = float32(0), float32(0), float32(0), float32(0)
+    for j in range(k):
+        xj = x[j]
+        a0 += W[i, j] * xj
+        a1 += W[i + 1, j] * xj
+        a2 += W[i + 2, j] * xj
+        a3 += W[i + 3, j] * xj
+    return a0, a1, a2, a3
+
+
+@njit(inline="always", **_JIT)
+def _dot(W, x, i, k):
+    acc = float32(0)
+    for j in range(k):
+        acc += W[i, j] * x[j]
+    return acc
+
+
+@njit(**_JIT)
+def fc_row(W, x, b, y):
+    """y = W·x + b for one row x (k) and W (n × k): an FC of one row (sampling at batch 1) in one pass over W,
+    four rows at a time, the bias added to each sum (no separate pass). Sums in another order than BLAS's
+    matrix-vector product: within float32 rounding of it; a NaN or inf in W or x propagates (0·inf is NaN) as
+    in the BLAS product."""
+    n, k = W.shape
+    i = 0
+    while i + 4 <= n:
+        a0, a1, a2, a3 = _dot4(W, x, i, k)
+        y[i], y[i + 1], y[i + 2], y[i + 3] = a0 + b[i], a1 + b[i + 1], a2 + b[i + 2], a3 + b[i + 3]
+        i += 4
+    for r in range(i, n):
+        y[r] = _dot(W, x, r, k) + b[r]
+
+
+@njit(**_JIT)
+def fc_row_sum(W, x, b, z, y, s):
+    """fc_row's y, and s = y + z (the Sum after the FC; s may be y or z itself: each element is read before it
+    is written)."""
+    n, k = W.shape
+    i = 0
+    while i + 4 <= n:
+        a0, a1, a2, a3 = _dot4(W, x, i, k)
+        for r, a in ((i, a0), (i + 1, a1), (i + 2, a2), (i + 3, a3)):
+            v = a + b[r]
+            zr = z[r]
+            y[r] = v
+            s[r] = v + zr
+        i += 4
+    for r in range(i, n):
+        v = _dot(W, x, r, k) + b[r]
+        zr = z[r]
+        y[r] = v
+        s[r] = v + zr

@@ -1,0 +1,124 @@
+"""What binding an OperatorDef to its record checks (arity, in-place rules, arguments), for the executor, static
+inference and the builders alike, and what a kernel's failure becomes: an error naming the op, with its inputs
+described."""
+from __future__ import annotations
+
+import warnings
+
+from ..core import backend
+from ..core.errors import (ArgumentError, ArityError, DTypeError, MissingBlobError, OpError, ResourceError,
+                           StepnetError, StepnetWarning, did_you_mean)
+from ..core.int8 import Int8Tensor
+from .registry import ANY_INPLACE, KNOWN_HINTS, REQUIRED, read_arg
+
+
+def describe(value) -> str:
+    """'(2, 3) float32' for arrays, a short type name otherwise."""
+    if value is None:
+        return "<empty>"
+    if isinstance(value, Int8Tensor):
+        return f"{value.shape} {value.dtype} Int8 (scale {value.scale:g}, zero point {value.zero_point})"
+    shape = getattr(value, "shape", None)
+    if shape is not None:
+        dev = backend.device_of(value)
+        where = "" if dev is None or dev.is_cpu else f" on {dev}"
+        return f"{tuple(shape)} {value.dtype}{where}"
+    return type(value).__name__
+
+
+def op_label(net_name: str, index: int, opdef) -> str:
+    name = f" '{opdef.name}'" if opdef.name else ""
+    return f"net {net_name!r}, op #{index} ({opdef.type}{name})"
+
+
+def device_option(opdef, netdef):
+    """The DeviceOption an op runs with: its own, else its net's, else None (the CPU). Nothing is copied into
+    the OperatorDef: binding a net never changes the message the caller holds."""
+    if opdef.HasField("device_option"):
+        return opdef.device_option
+    return netdef.device_option if netdef.HasField("device_option") else None
+
+
+def parse_args(schema, opdef, label: str, strict: bool, level: int = 0) -> dict:
+    """Declared arguments with defaults filled; undeclared ones warn (error when strict) unless known hints.
+    `level`: the nesting level of the op's net (nets given as text in arguments are nested below it)."""
+    values = {}
+    seen = set()
+    for argument in opdef.arg:
+        name = argument.name
+        if name in seen:
+            raise ArgumentError(f"{label}: argument {name!r} is given twice")
+        seen.add(name)
+        spec = schema.args.get(name)
+        if spec is not None:
+            values[name] = read_arg(spec.kind, argument, label, level)
+        elif name not in KNOWN_HINTS:
+            declared = ", ".join(sorted(schema.args)) or "none"
+            msg = (f"{label}: argument {name!r} is not used by {opdef.type} and is ignored"
+                   f"{did_you_mean(name, schema.args)} (its arguments: {declared})")
+            if strict:
+                raise ArgumentError(msg)
+            warnings.warn(msg, StepnetWarning, stacklevel=4)
+    for name, spec in schema.args.items():
+        if name not in values:
+            if spec.default is REQUIRED:
+                raise ArgumentError(f"{label}: required argument {name!r} is missing")
+            values[name] = spec.default
+    return values
+
+
+def check_arity(schema, opdef, label: str) -> None:
+    for which, got in (("inputs", len(opdef.input)), ("outputs", len(opdef.output))):
+        lo, hi = getattr(schema, which)
+        if not lo <= got <= hi:
+            raise ArityError(f"{label}: {opdef.type} takes {schema.arity_text(which)} {which}, got {got} "
+                             f"({', '.join(getattr(opdef, which[:-1])) or 'none'})")
+
+
+def check_inplace(schema, opdef, label: str) -> None:
+    ins, outs = list(opdef.input), list(opdef.output)
+    for i, o in schema.enforce_inplace:
+        if i < len(ins) and o < len(outs) and ins[i] != outs[o]:
+            raise ArgumentError(f"{label}: {opdef.type} must write input {i} ({ins[i]!r}) in place, "
+                                f"but output {o} is {outs[o]!r}")
+    if schema.allow_inplace == ANY_INPLACE:
+        return
+    allowed = schema.allow_inplace | schema.enforce_inplace
+    for o, out in enumerate(outs):
+        for i, inp in enumerate(ins):
+            if inp == out and (i, o) not in allowed:
+                raise ArgumentError(f"{label}: {opdef.type} cannot write output {o} in place over input {i} "
+                                    f"({out!r}); give the output another name")
+
+
+def failure(bop, values, e: Exception) -> StepnetError:
+    """The error to raise for a kernel's exception: named after the op, with its inputs described."""
+    if isinstance(e, StepnetError):
+        if str(e).startswith("net "):
+            return e
+        return type(e)(f"{bop.label}: {e}{_inputs_text(bop, values)}")
+    return _kernel_failure(bop, values, e)
+
+
+def _inputs_text(bop, values) -> str:
+    if not values:
+        return ""
+    parts = [f"{name} {describe(v)}" for name, v in zip(bop.opdef.input, values)]
+    int8 = [repr(name) for name, v in zip(bop.opdef.input, values) if isinstance(v, Int8Tensor)]
+    hint = "" if not int8 or bop.schema.family.startswith("int8") else (
+        f"; {', '.join(int8)} {'is an Int8 tensor' if len(int8) == 1 else 'are Int8 tensors'}: dequantize first "
+        "(Int8Dequantize)")
+    return f" [inputs: {', '.join(parts)}]{hint}"
+
+
+def _kernel_failure(bop, values, e) -> StepnetError:
+    for name, v in zip(bop.opdef.input, values):
+        if v is None:
+            return MissingBlobError(f"{bop.label}: input {name!r} holds no value (never written or fed)")
+        if isinstance(e, AttributeError) and getattr(e, "obj", None) is v and not hasattr(v, "shape"):
+            return DTypeError(f"{bop.label}: input {name!r} is a {type(v).__name__}, not a tensor, and "
+                              f"{bop.opdef.type} reads a tensor there{_inputs_text(bop, values)}")
+    if isinstance(e, MemoryError) or (isinstance(e, ValueError) and "array is too big" in str(e)):
+        return ResourceError(f"{bop.label}: an array of impossible size was asked for ({type(e).__name__}: "
+                             f"{e}); check the op's size arguments{_inputs_text(bop, values)}")
+    return OpError(f"{bop.label} failed: {type(e).__name__}: {e}{_inputs_text(bop, values)}")
