@@ -51,14 +51,14 @@ class Site:
             return shape
         name = self.opdef.input[j]
         if name not in self.walk.specs:
-            raise ShapeError(f"{self.label}: input {name!r} is made by no earlier op; if it is a data input, "
-                             f"give its shape: inputs={{{name!r}: DIMS}}")
+            raise ShapeError(f"input {name!r} is made by no earlier op; if it is a data input, "
+                             f"give its shape: inputs={{{name!r}: DIMS}}", at=self.label)
         why = self.walk.why.get(name, "the shape of the op that makes it is unknown")
         raise self.cannot(next(iter(self.todo)), f"the shape of its input {name!r} is unknown: {why}")
 
     def channels(self, shape) -> int:
         if len(shape) < 2:
-            raise ShapeError(f"{self.label}: input {self.opdef.input[0]!r} {shape} has no channel axis")
+            raise ShapeError(f"input {self.opdef.input[0]!r} {shape} has no channel axis", at=self.label)
         return shape[1] if self.args.get("order", "NCHW") == "NCHW" else shape[-1]
 
     def cannot(self, j, why) -> ShapeError:

@@ -33,7 +33,7 @@ def _runtime_error(e: StepnetError) -> Exception:
     cls = type(e)
     if cls not in _RUNTIME_ERRORS:
         _RUNTIME_ERRORS[cls] = type(cls.__name__, (cls, RuntimeError), {"__module__": cls.__module__})
-    return _RUNTIME_ERRORS[cls](*e.args)
+    return _RUNTIME_ERRORS[cls](e.message, at=e.at, detail=e.detail, sep=e.sep)
 
 
 def _caffe2_errors(fn):

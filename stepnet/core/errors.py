@@ -2,10 +2,46 @@
 from __future__ import annotations
 
 import difflib
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class OpAt:
+    """Where in a model something happened: op `index` of net `net` (None: an op the backward pass names by
+    its index alone), of type `type` and, when it has one, name `name`. str() is how messages name it."""
+    net: str | None
+    index: int
+    type: str
+    name: str = ""
+
+    def __str__(self):
+        op = f"op #{self.index} ({self.type}{f' {self.name!r}' if self.name else ''})"
+        return op if self.net is None else f"net {self.net!r}, {op}"
 
 
 class StepnetError(Exception):
-    """Base of every error stepnet raises for bad models, inputs or arguments."""
+    """Base of every error stepnet raises for bad models, inputs or arguments. Where it happened is data:
+    `at` (an OpAt, or a text such as a file's name, or None), and str() puts it before the message (joined by
+    `sep`), with `detail` (the op's inputs, described) after it."""
+
+    def __init__(self, message: str = "", *, at=None, detail: str = "", sep: str = ": "):
+        super().__init__(message)
+        self.message, self.at, self.detail, self.sep = message, at, detail, sep
+
+    def __str__(self):
+        where = "" if self.at is None else f"{self.at}{self.sep}"
+        return f"{where}{self.message}{self.detail}"
+
+    @property
+    def op(self) -> OpAt | None:
+        """The op it happened at, when that is known."""
+        return self.at if isinstance(self.at, OpAt) else None
+
+    def located(self, at, detail: str = "") -> "StepnetError":
+        """This error, placed at `at` (with `detail` after the message) unless it has a place already."""
+        if self.at is None:
+            self.at, self.detail = at, self.detail + detail
+        return self
 
 
 class FileFormatError(StepnetError):

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .errors import ArgumentError, FileAccessError, ResourceError
+from .errors import OpAt, ArgumentError, FileAccessError, ResourceError
 
 FALLBACK_MAX_BLOB_BYTES = 4 << 30  # where the physical memory size cannot be read
 BLOB_FLAG = "--max-blob-bytes SIZE (Python: Limits(max_blob_bytes=...))"
@@ -57,9 +57,9 @@ class Limits:
         parent's); else a FileAccessError naming the path, the root and the flags that allow it (after
         `where`, e.g. the net and op). A write where `writes` is False is refused wherever the path lies."""
         if write and not self.writes:
-            raise FileAccessError(f"{where}{': ' if where else ''}db path {path!r}: this command runs the model's "
-                                  "ops only to compute values and lets no op write a file (it writes only what -o "
-                                  "names); drop the op from the net, or run the model with stepnet run")
+            raise FileAccessError(f"db path {path!r}: this command runs the model's ops only to compute values and "
+                                  "lets no op write a file (it writes only what -o names); drop the op from the net, "
+                                  "or run the model with stepnet run", at=where or None)
         if self.any_path:
             return path
         root = os.path.realpath(self.file_root if self.file_root is not None else os.getcwd())
@@ -67,8 +67,8 @@ class Limits:
         if real == root or real.startswith(root.rstrip(os.sep) + os.sep):
             return path
         shown = "" if real == os.path.abspath(path) else f" (resolving to {real})"
-        raise FileAccessError(f"{where}{': ' if where else ''}db path {path!r}{shown} is outside the file root "
-                              f"{root}: a model may read and write files only under its root; pass {PATH_FLAGS}")
+        raise FileAccessError(f"db path {path!r}{shown} is outside the file root {root}: a model may read and write "
+                              f"files only under its root; pass {PATH_FLAGS}", at=where or None)
 
 
 def check_blob(limit: int, blob: str, shape, dtype, where: str = "") -> None:
@@ -92,12 +92,14 @@ def format_bytes(n: int) -> str:
 
 
 def over_limit(blob: str, shape, dtype, nbytes: int, limit: int, where: str = "") -> ResourceError:
-    """The error for a blob over the limit, naming it, its shape, dtype and bytes, the limit and the flag."""
-    prefix = f"{where}: " if where else ""
+    """The error for a blob over the limit, naming it, its shape, dtype and bytes, the limit and the flag. where:
+    the op (an OpAt: the error's place) or a text put before the message (what asked for the blob)."""
+    place = where if isinstance(where, OpAt) else None
+    prefix = f"{where}: " if where and place is None else ""
     dims = tuple(int(d) for d in shape)
     return ResourceError(f"{prefix}blob {blob!r} would be {dims} {np.dtype(dtype)}, {format_bytes(nbytes)}, over "
                          f"the limit of {format_bytes(limit)} per blob; raise it with {BLOB_FLAG} if the model "
-                         "really needs that much")
+                         "really needs that much", at=place)
 
 
 def parse_size(text: str) -> int:

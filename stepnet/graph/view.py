@@ -116,7 +116,7 @@ def walk(net: NetDef, depth: int = 0, level: int = 0) -> Iterator[tuple[int, Net
     `level`: the message nesting level of net (1 for a plan's networks); nets deeper than MAX_DEPTH in all
     are an error, never a runaway recursion."""
     if level > MAX_DEPTH:
-        raise NetError(f"net {net.name!r}: {too_deep_text(level)}")
+        raise NetError(too_deep_text(level), at=f"net {net.name!r}")
     for index, op in enumerate(net.op):
         yield depth, net, index, op
         for _, sub in nested_nets(op, level):

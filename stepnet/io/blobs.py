@@ -140,7 +140,7 @@ def parse_blob_proto(value: bytes, where: str) -> BlobProto:
     try:
         proto.ParseFromString(value)
     except (DecodeError, RuntimeError, ValueError):
-        raise FileFormatError(f"{where}: the value is not a serialized BlobProto") from None
+        raise FileFormatError("the value is not a serialized BlobProto", at=where) from None
     check_strings(proto, where)
     return proto
 
@@ -185,46 +185,46 @@ class BlobAssembler:
             self._add_tensor(name, proto, parts, where)
             return
         if parts is not None:
-            raise FileFormatError(f"{where}: blob {name!r} appears twice")
+            raise FileFormatError(f"blob {name!r} appears twice", at=where)
         if proto.HasField("content_num_chunks"):
-            raise FileFormatError(f"{where}: blob {name!r} of type {proto.type!r} is split into content "
-                                  "chunks, which stepnet cannot load")
+            raise FileFormatError(f"blob {name!r} of type {proto.type!r} is split into content "
+                                  "chunks, which stepnet cannot load", at=where)
         if proto.type == STRING_TYPE:
             value = bytes(proto.content)
         elif proto.type in _TYPES_BY_NAME:
             value = _deserialize(_TYPES_BY_NAME[proto.type], proto, name, where)
         else:
             loadable = ", ".join([TENSOR_TYPE, STRING_TYPE, *sorted(_TYPES_BY_NAME)])
-            raise FileFormatError(f"{where}: blob {name!r} has type {proto.type!r}, which stepnet cannot "
-                                  f"load (it loads {loadable})")
+            raise FileFormatError(f"blob {name!r} has type {proto.type!r}, which stepnet cannot "
+                                  f"load (it loads {loadable})", at=where)
         self._parts[name] = _Parts(is_tensor=False, total=1, have=1, value=value)
 
     def _add_tensor(self, name: str, proto: BlobProto, parts: _Parts | None, where: str) -> None:
         t = proto.tensor
         if not proto.HasField("tensor"):
-            raise FileFormatError(f"{where}: blob {name!r} has type {TENSOR_TYPE!r} but no tensor")
+            raise FileFormatError(f"blob {name!r} has type {TENSOR_TYPE!r} but no tensor", at=where)
         try:
             size = _segment_size(t)
         except FileFormatError as e:
-            raise FileFormatError(f"{where}: blob {name!r}: {e}") from None
+            raise FileFormatError(f"blob {name!r}: {e}", at=where) from None
         if parts is None:
             detail = t.device_detail if t.HasField("device_detail") else None
             self._parts[name] = _Parts(is_tensor=True, total=_numel(t), have=size, chunks=[t], device=detail)
             return
         first = parts.chunks[0]
         if not parts.is_tensor:
-            raise FileFormatError(f"{where}: blob {name!r} appears twice, once as a {TENSOR_TYPE}")
+            raise FileFormatError(f"blob {name!r} appears twice, once as a {TENSOR_TYPE}", at=where)
         if not t.HasField("segment"):
-            raise FileFormatError(f"{where}: blob {name!r} appears twice (a repeated part must have a "
-                                  "segment)")
+            raise FileFormatError(f"blob {name!r} appears twice (a repeated part must have a "
+                                  "segment)", at=where)
         if list(t.dims) != list(first.dims) or t.data_type != first.data_type:
-            raise FileFormatError(f"{where}: a chunk of blob {name!r} has dims {list(t.dims)} "
+            raise FileFormatError(f"a chunk of blob {name!r} has dims {list(t.dims)} "
                                   f"{DataType.Name(t.data_type)}, but an earlier chunk has "
-                                  f"{list(first.dims)} {DataType.Name(first.data_type)}")
+                                  f"{list(first.dims)} {DataType.Name(first.data_type)}", at=where)
         parts.have += size
         if parts.have > parts.total:
-            raise FileFormatError(f"{where}: the chunks of blob {name!r} hold more than its {parts.total} "
-                                  "elements")
+            raise FileFormatError(f"the chunks of blob {name!r} hold more than its {parts.total} "
+                                  "elements", at=where)
         parts.chunks.append(t)
 
     def finish(self, where: str) -> dict[str, tuple[Any, DeviceOption | None]]:
@@ -232,8 +232,8 @@ class BlobAssembler:
         out = {}
         for name, parts in self._parts.items():
             if parts.have != parts.total:
-                raise FileFormatError(f"{where}: blob {name!r} is incomplete: it has {parts.total} elements "
-                                      f"but its chunks hold {parts.have}")
+                raise FileFormatError(f"blob {name!r} is incomplete: it has {parts.total} elements "
+                                      f"but its chunks hold {parts.have}", at=where)
             if parts.is_tensor:
                 out[name] = (_tensor_value(name, parts.chunks, where), parts.device)
             else:
@@ -249,8 +249,8 @@ def _deserialize(entry: BlobType, proto: BlobProto, name: str, where: str):
     except StepnetError as e:
         raise type(e)(f"{where}: blob {name!r} of type {entry.name!r}: {e}") from None
     except Exception as e:  # noqa: BLE001 - a registered codec meeting bytes it cannot read
-        raise FileFormatError(f"{where}: blob {name!r} of type {entry.name!r} cannot be read from its content "
-                              f"({type(e).__name__}: {e})") from None
+        raise FileFormatError(f"blob {name!r} of type {entry.name!r} cannot be read from its content "
+                              f"({type(e).__name__}: {e})", at=where) from None
 
 
 def _tensor_value(name: str, chunks: list, where: str) -> np.ndarray:
@@ -262,4 +262,4 @@ def _tensor_value(name: str, chunks: list, where: str) -> np.ndarray:
             return tensor_to_array(first).reshape(tuple(first.dims))
         return join_chunks(chunks)
     except FileFormatError as e:
-        raise FileFormatError(f"{where}: blob {name!r}: {e}") from None
+        raise FileFormatError(f"blob {name!r}: {e}", at=where) from None

@@ -124,7 +124,7 @@ def _json(blobs: dict, name: str, where: str):
     try:
         return json.loads(raw.decode() if isinstance(raw, bytes) else raw)
     except (TypeError, ValueError, UnicodeDecodeError):
-        raise FileFormatError(f"{where}: {name!r} is missing or not valid JSON") from None
+        raise FileFormatError(f"{name!r} is missing or not valid JSON", at=where) from None
 
 
 class Interrupted(KeyboardInterrupt):

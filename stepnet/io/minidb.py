@@ -183,12 +183,12 @@ def parse_tensor_protos(value: bytes, where: str) -> list[np.ndarray]:
     try:
         protos.ParseFromString(value)
     except (DecodeError, RuntimeError, ValueError):
-        raise FileFormatError(f"{where}: the value is not a serialized TensorProtos") from None
+        raise FileFormatError("the value is not a serialized TensorProtos", at=where) from None
     check_strings(protos, where)
     try:
         return [tensor_to_array(t) for t in protos.protos]
     except FileFormatError as e:
-        raise FileFormatError(f"{where}: {e}") from None
+        raise FileFormatError(f"{e}", at=where) from None
 
 
 def save_dataset(path, rows: Iterable[Iterable], key_format: str = "{:08d}") -> None:

@@ -75,7 +75,7 @@ def _parse_text(text: str, cls, where: str, depth: int = 0):
     try:
         text_format.Parse(text, msg, allow_unknown_extension=False)
     except text_format.ParseError as e:
-        raise FileFormatError(f"{where}: line {e.GetLine()}, column {e.GetColumn()}: {_strip_pos(e)}") from None
+        raise FileFormatError(f"line {e.GetLine()}, column {e.GetColumn()}: {_strip_pos(e)}", at=where) from None
     return msg
 
 
@@ -137,11 +137,11 @@ def parse_binary(data: bytes, kind: str | None = None, where: str = "<bytes>") -
         _check_wire_depth(data, failed, where)
     if msg is None:
         what = kind or "NetDef or PlanDef"
-        raise FileFormatError(f"{where}: not a valid binary {what} (truncated, not a Caffe2 protobuf file, or "
-                              f"messages nested more than {MAX_DEPTH} levels deep)")
+        raise FileFormatError(f"not a valid binary {what} (truncated, not a Caffe2 protobuf file, or "
+                              f"messages nested more than {MAX_DEPTH} levels deep)", at=where)
     if kind is None and (unknown or implausible):
-        raise FileFormatError(f"{where}: bytes decode neither as a NetDef nor as a PlanDef "
-                              f"(truncated, garbage, or another message kind; pass kind= to force one)")
+        raise FileFormatError("bytes decode neither as a NetDef nor as a PlanDef "
+                              "(truncated, garbage, or another message kind; pass kind= to force one)", at=where)
     check_strings(msg, where)
     return msg
 
@@ -150,7 +150,7 @@ def _check_wire_depth(data: bytes, classes, where: str) -> None:
     """FileFormatError saying so when the parse failed because messages nest deeper than protobuf allows."""
     levels = max(wire_depth(data, cls.DESCRIPTOR) for cls in classes)
     if levels > MAX_DEPTH:
-        raise FileFormatError(f"{where}: {too_deep_text(levels)}")
+        raise FileFormatError(f"{too_deep_text(levels)}", at=where)
 
 
 def _kind_class(kind):

@@ -67,8 +67,8 @@ def check_strings(msg: Message, where: str) -> None:
 
 def _bad_string(where: str, parts, name: str, value: bytes) -> None:
     path = _path((*parts, name)) if parts else f"field {name}"
-    raise FileFormatError(f"{where}: {path} is not valid UTF-8 ({utf8_problem(value)}); protobuf string fields "
-                          "hold UTF-8 text, so the file is corrupt or was written in another encoding")
+    raise FileFormatError(f"{path} is not valid UTF-8 ({utf8_problem(value)}); protobuf string fields "
+                          "hold UTF-8 text, so the file is corrupt or was written in another encoding", at=where)
 
 
 def utf8_problem(data: bytes) -> str:
@@ -86,7 +86,7 @@ def decode_text(data: bytes, where: str, what: str = "text") -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
-        raise FileFormatError(f"{where}: {what} is not valid UTF-8 ({utf8_problem(data)})") from None
+        raise FileFormatError(f"{what} is not valid UTF-8 ({utf8_problem(data)})", at=where) from None
 
 
 # ------------------------------------------------------------------------------------------- depth
@@ -111,7 +111,7 @@ def check_text_depth(text: str, where: str, base: int = 0) -> None:
             depth += 1
             if depth > limit:
                 line = text.count("\n", 0, m.start()) + 1
-                raise FileFormatError(f"{where}: line {line}: {too_deep_text(depth + base, base)}")
+                raise FileFormatError(f"line {line}: {too_deep_text(depth + base, base)}", at=where)
         elif token in _CLOSE:
             depth -= 1
 

@@ -63,8 +63,9 @@ def jit_step(k, drop: bool, has_seq: bool, n: int, d: int):
             return via_scratch(run, ins, outs)
         h_prev = ins[0]
         k.gru_forward(h_prev.ravel(), ins[1].ravel(), h.ravel(), n, d)
-        if has_seq:
-            hold(np, past_end(np, ins[2], ins[-1], n, ended_at), drop, (h.reshape(state), h_prev.reshape(state)))
+        ended = past_end(np, ins[2], ins[-1], n, ended_at) if has_seq else None
+        if ended is not None:
+            hold(np, ended, drop, (h.reshape(state), h_prev.reshape(state)))
     return run, ended_at
 
 

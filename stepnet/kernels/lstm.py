@@ -100,8 +100,9 @@ def jit_step(k, saving: bool, fb: float, drop: bool, has_seq: bool, n: int, d: i
         h_prev, c_prev = ins[0], ins[1]
         k.lstm_forward(ins[2].ravel(), c_prev.ravel(), fbh, h.ravel(), c.ravel(),
                        outs[2].ravel() if saving else unused, saving, n, d)
-        if has_seq:
-            hold(np, past_end(np, ins[3], ins[-1], n, ended_at), drop, (h.reshape(1, n, d), h_prev.reshape(1, n, d)),
+        ended = past_end(np, ins[3], ins[-1], n, ended_at) if has_seq else None
+        if ended is not None:
+            hold(np, ended, drop, (h.reshape(1, n, d), h_prev.reshape(1, n, d)),
                  (c.reshape(1, n, d), c_prev.reshape(1, n, d)))
     return run, ended_at
 

@@ -245,14 +245,14 @@ class GradientContext:
         g = self.g_output[i]
         if g is None or isinstance(g, GradientSlice):
             what = "no gradient" if g is None else "a sparse gradient"
-            raise GradientError(f"{self.label}: the gradient maker needs a dense gradient of output {i} "
-                                f"({self.O(i)!r}) but it has {what}")
+            raise GradientError(f"the gradient maker needs a dense gradient of output {i} "
+                                f"({self.O(i)!r}) but it has {what}", at=self.label)
         return g
 
     def GO_sparse(self, i: int) -> GradientSlice:
         g = self.g_output[i]
         if not isinstance(g, GradientSlice):
-            raise GradientError(f"{self.label}: the gradient maker needs a sparse gradient of output {i}")
+            raise GradientError(f"the gradient maker needs a sparse gradient of output {i}", at=self.label)
         return g
 
     # gradients of inputs
@@ -296,9 +296,9 @@ def not_in_place(g: GradientContext, inputs: Sequence[int] = (0,)) -> None:
     """GradientError when output 0 overwrote one of these forward inputs, whose values the gradient reads."""
     hit = [g.I(i) for i in inputs if g.I(i) == g.O(0)]
     if hit:
-        raise GradientError(f"{g.label}: cannot compute the gradient of {g.def_.type} run in place "
+        raise GradientError(f"cannot compute the gradient of {g.def_.type} run in place "
                             f"({hit[0]!r} is both input and output, and the gradient needs the input); "
-                            "give the output another name")
+                            "give the output another name", at=g.label)
 
 
 _REF = re.compile(r"(GI|GO|I|O)(\d+)")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import warnings
 
 from ..core import backend
-from ..core.errors import (ArgumentError, ArityError, DTypeError, MissingBlobError, OpError, ResourceError,
+from ..core.errors import (OpAt, ArgumentError, ArityError, DTypeError, MissingBlobError, OpError, ResourceError,
                            StepnetError, StepnetWarning, did_you_mean)
 from ..core.int8 import Int8Tensor
 from .registry import ANY_INPLACE, KNOWN_HINTS, REQUIRED, read_arg
@@ -26,9 +26,9 @@ def describe(value) -> str:
     return type(value).__name__
 
 
-def op_label(net_name: str, index: int, opdef) -> str:
-    name = f" '{opdef.name}'" if opdef.name else ""
-    return f"net {net_name!r}, op #{index} ({opdef.type}{name})"
+def op_label(net_name: str, index: int, opdef) -> OpAt:
+    """Where op `index` of a net is (what errors about it carry, and print first)."""
+    return OpAt(net_name, index, opdef.type, opdef.name)
 
 
 def device_option(opdef, netdef):
@@ -47,22 +47,22 @@ def parse_args(schema, opdef, label: str, strict: bool, level: int = 0) -> dict:
     for argument in opdef.arg:
         name = argument.name
         if name in seen:
-            raise ArgumentError(f"{label}: argument {name!r} is given twice")
+            raise ArgumentError(f"argument {name!r} is given twice", at=label)
         seen.add(name)
         spec = schema.args.get(name)
         if spec is not None:
             values[name] = read_arg(spec.kind, argument, label, level)
         elif name not in KNOWN_HINTS:
             declared = ", ".join(sorted(schema.args)) or "none"
-            msg = (f"{label}: argument {name!r} is not used by {opdef.type} and is ignored"
+            msg = (f"argument {name!r} is not used by {opdef.type} and is ignored"
                    f"{did_you_mean(name, schema.args)} (its arguments: {declared})")
             if strict:
-                raise ArgumentError(msg)
-            warnings.warn(msg, StepnetWarning, stacklevel=4)
+                raise ArgumentError(msg, at=label)
+            warnings.warn(f"{label}: {msg}", StepnetWarning, stacklevel=4)
     for name, spec in schema.args.items():
         if name not in values:
             if spec.default is REQUIRED:
-                raise ArgumentError(f"{label}: required argument {name!r} is missing")
+                raise ArgumentError(f"required argument {name!r} is missing", at=label)
             values[name] = spec.default
     return values
 
@@ -71,32 +71,30 @@ def check_arity(schema, opdef, label: str) -> None:
     for which, got in (("inputs", len(opdef.input)), ("outputs", len(opdef.output))):
         lo, hi = getattr(schema, which)
         if not lo <= got <= hi:
-            raise ArityError(f"{label}: {opdef.type} takes {schema.arity_text(which)} {which}, got {got} "
-                             f"({', '.join(getattr(opdef, which[:-1])) or 'none'})")
+            raise ArityError(f"{opdef.type} takes {schema.arity_text(which)} {which}, got {got} "
+                             f"({', '.join(getattr(opdef, which[:-1])) or 'none'})", at=label)
 
 
 def check_inplace(schema, opdef, label: str) -> None:
     ins, outs = list(opdef.input), list(opdef.output)
     for i, o in schema.enforce_inplace:
         if i < len(ins) and o < len(outs) and ins[i] != outs[o]:
-            raise ArgumentError(f"{label}: {opdef.type} must write input {i} ({ins[i]!r}) in place, "
-                                f"but output {o} is {outs[o]!r}")
+            raise ArgumentError(f"{opdef.type} must write input {i} ({ins[i]!r}) in place, "
+                                f"but output {o} is {outs[o]!r}", at=label)
     if schema.allow_inplace == ANY_INPLACE:
         return
     allowed = schema.allow_inplace | schema.enforce_inplace
     for o, out in enumerate(outs):
         for i, inp in enumerate(ins):
             if inp == out and (i, o) not in allowed:
-                raise ArgumentError(f"{label}: {opdef.type} cannot write output {o} in place over input {i} "
-                                    f"({out!r}); give the output another name")
+                raise ArgumentError(f"{opdef.type} cannot write output {o} in place over input {i} "
+                                    f"({out!r}); give the output another name", at=label)
 
 
 def failure(bop, values, e: Exception) -> StepnetError:
     """The error to raise for a kernel's exception: named after the op, with its inputs described."""
     if isinstance(e, StepnetError):
-        if str(e).startswith("net "):
-            return e
-        return type(e)(f"{bop.label}: {e}{_inputs_text(bop, values)}")
+        return e.located(bop.label, _inputs_text(bop, values))   # (an error that knows its place keeps it)
     return _kernel_failure(bop, values, e)
 
 
@@ -114,11 +112,11 @@ def _inputs_text(bop, values) -> str:
 def _kernel_failure(bop, values, e) -> StepnetError:
     for name, v in zip(bop.opdef.input, values):
         if v is None:
-            return MissingBlobError(f"{bop.label}: input {name!r} holds no value (never written or fed)")
+            return MissingBlobError(f"input {name!r} holds no value (never written or fed)", at=bop.label)
         if isinstance(e, AttributeError) and getattr(e, "obj", None) is v and not hasattr(v, "shape"):
-            return DTypeError(f"{bop.label}: input {name!r} is a {type(v).__name__}, not a tensor, and "
-                              f"{bop.opdef.type} reads a tensor there{_inputs_text(bop, values)}")
+            return DTypeError(f"input {name!r} is a {type(v).__name__}, not a tensor, and "
+                              f"{bop.opdef.type} reads a tensor there{_inputs_text(bop, values)}", at=bop.label)
     if isinstance(e, MemoryError) or (isinstance(e, ValueError) and "array is too big" in str(e)):
-        return ResourceError(f"{bop.label}: an array of impossible size was asked for ({type(e).__name__}: "
-                             f"{e}); check the op's size arguments{_inputs_text(bop, values)}")
-    return OpError(f"{bop.label} failed: {type(e).__name__}: {e}{_inputs_text(bop, values)}")
+        return ResourceError(f"an array of impossible size was asked for ({type(e).__name__}: "
+                             f"{e}); check the op's size arguments{_inputs_text(bop, values)}", at=bop.label)
+    return OpError(f"failed: {type(e).__name__}: {e}{_inputs_text(bop, values)}", at=bop.label, sep=" ")

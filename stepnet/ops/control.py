@@ -98,8 +98,8 @@ def dedupe_gradients(g) -> list:
             out.append(None)
             continue
         if isinstance(grad, GradientSlice):
-            raise GradientError(f"{g.label}: output {name!r} has a sparse gradient; gradients flowing into the "
-                                f"nets of {g.def_.type} must be dense")
+            raise GradientError(f"output {name!r} has a sparse gradient; gradients flowing into the "
+                                f"nets of {g.def_.type} must be dense", at=g.label)
         if name not in by_output:
             if grad in by_output.values():
                 new = f"{name}_{grad}_DEDUP"
@@ -114,7 +114,7 @@ def nested_backward(g, arg: str, net: NetDef, seeds: dict):
     """(backward net, {blob: gradient}, names its ops read before writing, names they write) of a nested net,
     from the gradients `seeds` of its blobs (Caffe2's _gen_subnet_gradient)."""
     if g.backward is None:
-        raise GradientError(f"{g.label}: the gradient of {g.def_.type} needs the backward pass over its nets")
+        raise GradientError(f"the gradient of {g.def_.type} needs the backward pass over its nets", at=g.label)
     try:
         ops, grads = g.backward(net.op, dict(seeds))
     except GradientError as e:
@@ -176,7 +176,7 @@ def if_gradient(g) -> None:
     seeds = {o: gr for o, gr in zip(op.output, dedupe_gradients(g)) if gr is not None}
     fwd = {arg: net_argument(op, arg) for arg in BRANCHES}
     if fwd["then_net"] is None:
-        raise GradientError(f"{g.label}: the If has no then_net")
+        raise GradientError("the If has no then_net", at=g.label)
     back = {arg: nested_backward(g, arg, net, seeds) for arg, net in fwd.items() if net is not None}
     if "else_net" not in back:   # made when a gradient needs setting where the forward If runs nothing
         then = back["then_net"][0]

@@ -255,16 +255,16 @@ def _pow_gradient(g):
         elif abs(e) > 1e-12:
             power = (e - 1.0) / e  # in place: only Y = X**e is left, and Y**((e-1)/e) = X**(e-1)
         else:
-            raise GradientError(f"{g.label}: in-place Pow with exponent {e} cannot be differentiated (X is "
-                                "lost); give the output another name")
+            raise GradientError(f"in-place Pow with exponent {e} cannot be differentiated (X is "
+                                "lost); give the output another name", at=g.label)
         pre = g.I(0) + "_grad_autogen_pre"
         g.op("Pow", [g.I(0)], [pre], copy_args=False, exponent=power)
         g.op("Mul", [pre, g.GO(0)], [pre], copy_args=False)
         g.op("Scale", [pre], [g.GI(0)], copy_args=False, scale=e)
         return
     if g.O(0) in (g.I(0), g.I(1)):
-        raise GradientError(f"{g.label}: Pow with a tensor exponent cannot be differentiated in place "
-                            f"(output {g.O(0)!r} overwrites an input); give the output another name")
+        raise GradientError(f"Pow with a tensor exponent cannot be differentiated in place "
+                            f"(output {g.O(0)!r} overwrites an input); give the output another name", at=g.label)
     bargs = {}
     if g.arg("broadcast") is not None:
         bargs = {"broadcast": g.arg("broadcast"), "axis": g.arg("axis", -1),

@@ -130,8 +130,8 @@ def _gather_gradient(g):
             g.set_sparse(0, g.I(1), g.GO(0))
         return
     if dense is not None and not dense:
-        raise GradientError(f"{g.label}: a Gather along axis {axis} has only a dense gradient, but the op "
-                            "says dense_gradient=0; drop the argument or set it to 1")
+        raise GradientError(f"a Gather along axis {axis} has only a dense gradient, but the op "
+                            "says dense_gradient=0; drop the argument or set it to 1", at=g.label)
     g.op("BatchGatherGradient", [g.I(0), g.I(1), g.GO(0)], [g.GI(0)], axis=axis)
 
 

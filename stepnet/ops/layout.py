@@ -137,7 +137,7 @@ def _transpose_gradient(g):
         return
     axes = list(axes)
     if sorted(axes) != list(range(len(axes))):
-        raise GradientError(f"{g.label}: axes {axes} is not a permutation, so it has no inverse")
+        raise GradientError(f"axes {axes} is not a permutation, so it has no inverse", at=g.label)
     g.op("Transpose", [g.GO(0)], [g.GI(0)], axes=[axes.index(i) for i in range(len(axes))])
 
 

@@ -268,8 +268,8 @@ def _batch_matmul_shape(specs, trans_a=0, trans_b=0, broadcast=0, use_scratch=0)
 def _batch_matmul_gradient(g):
     """Two BatchMatMul ops with Caffe2's transposes (no forward args copied); Caffe2 refuses broadcast=1."""
     if g.arg("broadcast", 0):
-        raise GradientError(f"{g.label}: the gradient of BatchMatMul is not supported with broadcast=1 (as "
-                            "in Caffe2); give both inputs the same batch dims and drop broadcast")
+        raise GradientError("the gradient of BatchMatMul is not supported with broadcast=1 (as "
+                            "in Caffe2); give both inputs the same batch dims and drop broadcast", at=g.label)
     trans_a, trans_b = bool(g.arg("trans_a", 0)), bool(g.arg("trans_b", 0))
     (ins_a, t_a), (ins_b, t_b) = _product_gradients(g.I(0), g.I(1), g.GO(0), trans_a, trans_b)
     g.op("BatchMatMul", ins_a, [g.GI(0)], copy_args=False, **_trans_args(t_a))

@@ -91,10 +91,10 @@ def _spatial_bn_gradient(g):
     the running mean/var take the saved statistics' places; num_batches > 1 adds the summed dscale/dbias."""
     is_test, num_batches = g.arg("is_test", 0), g.arg("num_batches", 1)
     if is_test and (g.n_inputs, g.n_outputs) != (5, 1):
-        raise GradientError(f"{g.label}: a test-mode SpatialBN needs 5 inputs and 1 output for a gradient")
+        raise GradientError("a test-mode SpatialBN needs 5 inputs and 1 output for a gradient", at=g.label)
     if not is_test and (g.n_inputs, g.n_outputs) != ((7 if num_batches > 1 else 5), 5):
-        raise GradientError(f"{g.label}: a training SpatialBN (num_batches={num_batches}) needs "
-                            f"{7 if num_batches > 1 else 5} inputs and 5 outputs for its gradient")
+        raise GradientError(f"a training SpatialBN (num_batches={num_batches}) needs "
+                            f"{7 if num_batches > 1 else 5} inputs and 5 outputs for its gradient", at=g.label)
     outputs = [g.GI(0), g.GI(1), g.GI(2)]
     if is_test:
         inputs = [g.I(0), g.I(1), g.GO(0), g.I(3), g.I(4)]
@@ -270,8 +270,8 @@ def _gn_shape(specs, *, group, epsilon, order, is_test):
 def _group_norm_gradient(g):
     """GetGroupNormGradient: (dY, X, gamma, beta, mean, inv_std) -> (dX, dgamma, dbeta)."""
     if g.n_outputs < 3:
-        raise GradientError(f"{g.label}: GroupNorm's gradient reads its mean and inv_std outputs; give the "
-                            "forward 3 outputs (Y, mean, inv_std) and is_test=0 for training")
+        raise GradientError("GroupNorm's gradient reads its mean and inv_std outputs; give the "
+                            "forward 3 outputs (Y, mean, inv_std) and is_test=0 for training", at=g.label)
     g.op("GroupNormGradient", [g.GO(0), g.I(0), g.I(1), g.I(2), g.O(1), g.O(2)], [g.GI(0), g.GI(1), g.GI(2)])
 
 

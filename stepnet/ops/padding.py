@@ -84,8 +84,8 @@ def _padding_gradient(inverse):
         inputs = [g.GO(0)]
         if g.n_inputs > 1:
             if g.n_outputs < 2:
-                raise GradientError(f"{g.label}: {g.def_.type} with LENGTHS needs its lengths output (output 1) for "
-                                    "its gradient, as in Caffe2; name a second output")
+                raise GradientError(f"{g.def_.type} with LENGTHS needs its lengths output (output 1) for "
+                                    "its gradient, as in Caffe2; name a second output", at=g.label)
             inputs.append(g.O(1))
         g.op(inverse, inputs, [g.GI(0)])
         if inverse == "RemovePadding" and g.n_inputs >= 3:

@@ -214,12 +214,12 @@ def _recurrent_network_gradient(g):
     [GI(0)] + [GI(p) for p in param] + [GI(r) for r in initial_recurrent_state_ids] (spec §3.10)."""
     with_grads = list(g.arg("outputs_with_grads", []))
     if not with_grads:
-        raise StepnetError(f"{g.label}: outputs_with_grads is empty, so no gradient can flow into the "
-                           "RecurrentNetwork op; list the outputs that receive gradients")
+        raise StepnetError("outputs_with_grads is empty, so no gradient can flow into the "
+                           "RecurrentNetwork op; list the outputs that receive gradients", at=g.label)
     for i in with_grads:
         if not g.has_grad(i):
-            raise StepnetError(f"{g.label}: gradient of output {i} ({g.O(i)!r}) is not provided, but it is in "
-                               "outputs_with_grads")
+            raise StepnetError(f"gradient of output {i} ({g.O(i)!r}) is not provided, but it is in "
+                               "outputs_with_grads", at=g.label)
     params = list(g.arg("param", []))
     inits = list(g.arg("initial_recurrent_state_ids", []))
     outputs = [g.GI(0)] + [g.GI(p) for p in params] + [g.GI(r) for r in inits]

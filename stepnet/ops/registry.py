@@ -235,11 +235,11 @@ def read_arg(kind: str, argument, where: str, level: int = 0) -> Any:
     if not present:
         if kind in REPEATED:
             return []
-        raise ArgumentError(f"{where}: argument {name!r} has no value (expected {_kind_text(kind)})")
+        raise ArgumentError(f"argument {name!r} has no value (expected {_kind_text(kind)})", at=where)
     got = present[0]
     if got not in fields:
-        raise ArgumentError(f"{where}: argument {name!r} must be {_kind_text(kind)}, "
-                            f"but the file stores {_field_text(got)}")
+        raise ArgumentError(f"argument {name!r} must be {_kind_text(kind)}, "
+                            f"but the file stores {_field_text(got)}", at=where)
     value = argument_value(argument)
     if kind == "bool":
         return bool(value)

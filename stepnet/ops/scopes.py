@@ -151,18 +151,18 @@ def _do_bindings(g):
     op = g.def_
     net = net_argument(op, "net")
     if net is None:
-        raise GradientError(f"{g.label}: the Do has no net")
+        raise GradientError("the Do has no net", at=g.label)
     inner = [s for a in op.arg if a.name == "inner_blobs" for s in a.strings]
     idx = [k for a in op.arg if a.name == "outer_blobs_idx" for k in a.ints]
     ws_blob = op.output[-1]
     outer = list(op.input[:-1]) + list(op.output[:-1])
     if op.input[-1] != ws_blob or len(inner) != len(idx) or not all(0 <= k < len(outer) for k in idx):
-        raise GradientError(f"{g.label}: the Do's blob bindings are malformed (inner_blobs, outer_blobs_idx and "
-                            "the workspace blob last among inputs and outputs)")
+        raise GradientError("the Do's blob bindings are malformed (inner_blobs, outer_blobs_idx and "
+                            "the workspace blob last among inputs and outputs)", at=g.label)
     inner_names = [s.decode() if isinstance(s, bytes) else s for s in inner]
     outer_to_inner = {outer[k]: name for name, k in zip(inner_names, idx)}
     if len(outer_to_inner) != len(set(outer)):
-        raise GradientError(f"{g.label}: every input and output of the Do must be bound to an inner blob")
+        raise GradientError("every input and output of the Do must be bound to an inner blob", at=g.label)
     return net, outer_to_inner, {v: k for k, v in outer_to_inner.items()}, ws_blob
 
 
@@ -184,8 +184,8 @@ def do_gradient(g) -> None:
         if inner_grad is None:
             continue
         if isinstance(inner_grad, GradientSlice):
-            raise GradientError(f"{g.label}: input {outer!r} gets a sparse gradient inside the Do's net; the "
-                                "gradient Do passes dense gradients only")
+            raise GradientError(f"input {outer!r} gets a sparse gradient inside the Do's net; the "
+                                "gradient Do passes dense gradients only", at=g.label)
         copy_name = outer_to_inner[outer] + INNER_GRAD_COPY
         copies.append(gradient_copy(inner_grad, copy_name, grad_net.op))
         bindings[copy_name] = outer + "_grad"

@@ -66,8 +66,8 @@ def _concat_gradient(g):
     if not g.has_grad(0):
         return
     if g.n_outputs < 2:
-        raise GradientError(f"{g.label}: Concat's gradient splits dY by the sizes in its second output "
-                            "(split_info), but this Concat has one output; give it a second output")
+        raise GradientError("Concat's gradient splits dY by the sizes in its second output "
+                            "(split_info), but this Concat has one output; give it a second output", at=g.label)
     g.op("Split", [g.GO(0), g.O(1)], [g.GI(i) for i in range(g.n_inputs)])
 
 
@@ -135,9 +135,9 @@ def _split_gradient(g):
         return
     if missing:
         raise GradientError(
-           f"{g.label}: outputs {', '.join(map(repr, missing))} of Split have no gradient; Caffe2 would "
+           f"outputs {', '.join(map(repr, missing))} of Split have no gradient; Caffe2 would "
            "concatenate only the others and give the input a gradient of the wrong size. Add a "
-           "ZeroGradient op on each unused output")
+           "ZeroGradient op on each unused output", at=g.label)
     gi = g.GI(0)
     g.op("Concat", [g.GO(i) for i in range(g.n_outputs)], [gi, f"_{gi}_dims"])
 
@@ -207,7 +207,7 @@ def _slice_shape(specs, *, starts, ends):
 
 def _slice_gradient(g):
     if g.n_inputs == 2:
-        raise GradientError(f"{g.label}: Slice takes the data alone or data, starts and ends, not 2 inputs")
+        raise GradientError("Slice takes the data alone or data, starts and ends, not 2 inputs", at=g.label)
     inputs = [g.I(0), g.I(1), g.I(2), g.GO(0)] if g.n_inputs > 1 else [g.I(0), g.GO(0)]
     g.op("SliceGradient", inputs, [g.GI(0)])
 

@@ -288,7 +288,7 @@ def _label_split_gradient(g):
     """SparseLabelSplit -> SparseLabelSplitGradient(length, label_index, d(values of each label)[, offset map])."""
     n = g.arg("num_labels")
     if not isinstance(n, int) or n < 0:
-        raise GradientError(f"{g.label}: the gradient of SparseLabelSplit needs its num_labels argument")
+        raise GradientError("the gradient of SparseLabelSplit needs its num_labels argument", at=g.label)
     extra = [g.O(2 * n)] if g.n_outputs > 2 * n else []
     g.op("SparseLabelSplitGradient", [g.I(0), g.I(1)] + [g.GO(i) for i in range(n)] + extra, [g.GI(2)])
 

@@ -253,8 +253,8 @@ def _cast_gradient(g):
     Caffe2, this needs the forward op's from_type."""
     from_type = g.arg("from_type")
     if from_type is None or isinstance(from_type, list):
-        raise GradientError(f"{g.label}: the gradient of Cast needs the argument 'from_type' (the input's "
-                            "DataType, number or name) on the forward op, as in Caffe2; add it to the Cast")
+        raise GradientError("the gradient of Cast needs the argument 'from_type' (the input's "
+                            "DataType, number or name) on the forward op, as in Caffe2; add it to the Cast", at=g.label)
     to = cast_code(g.arg("to"), "to")
     g.op("Cast", [g.GO(0)], [g.GI(0)], copy_args=False, to=cast_code(from_type, "from_type"), from_type=to)
 

@@ -20,10 +20,10 @@ def infer_op(schema, opdef, specs: list[TensorSpec], args: dict, label: str) -> 
     try:
         outs = list(schema.shape(specs, **args))
     except StepnetError as e:
-        raise type(e)(f"{label}: {e}{_inputs_text(opdef, specs)}") from None
+        raise e.located(label, _inputs_text(opdef, specs)) from None
     except Exception as e:  # noqa: BLE001 - a shape function meeting values it cannot handle: the inputs' fault
-        raise ShapeError(f"{label}: static shape inference failed ({type(e).__name__}: {e}); the op's arguments "
-                         f"or input shapes are out of range{_inputs_text(opdef, specs)}") from None
+        raise ShapeError(f"static shape inference failed ({type(e).__name__}: {e}); the op's arguments "
+                         f"or input shapes are out of range{_inputs_text(opdef, specs)}", at=label) from None
     outs = outs[:len(opdef.output)]
     return [o if isinstance(o, TensorSpec) else UNKNOWN for o in outs] + [UNKNOWN] * (len(opdef.output) - len(outs))
 

@@ -82,7 +82,7 @@ class Net:
 
     def __init__(self, netdef, workspace, *, strict: bool | None = None, level: int = 0):
         if level > MAX_DEPTH:
-            raise NetError(f"net {netdef.name!r}: {too_deep_text(level)}")
+            raise NetError(too_deep_text(level), at=f"net {netdef.name!r}")
         self.level = level
         self.netdef = netdef
         self.name = netdef.name
@@ -104,23 +104,26 @@ class Net:
             declared = set(nd.external_input)
             for name, i in graph.read_before_written().items():
                 if name not in declared:
-                    raise NetError(f"{op_label(self.name, i, nd.op[i])}: source for input {name!r} is unknown: it "
-                                   "is neither an external_input of the net nor an output of an earlier op")
+                    raise NetError(f"source for input {name!r} is unknown: it "
+                                   "is neither an external_input of the net nor an output of an earlier op",
+                                   at=op_label(self.name, i, nd.op[i]))
         missing = [o for o in nd.external_output if o not in graph.final]
         if missing:
-            raise NetError(f"net {self.name!r}: external_output {', '.join(map(repr, missing))} is produced by no op")
+            raise NetError(f"external_output {', '.join(map(repr, missing))} is produced by no op",
+                           at=f"net {self.name!r}")
 
     def _bind(self, index: int, opdef) -> BoundOp:
         ws = self.workspace
         label = op_label(self.name, index, opdef)
         do = device_option(opdef, self.netdef)
         if do is not None and do.node_name:
-            raise NetError(f"{label}: device_option.node_name is {do.node_name!r}; it must be "
-                           "empty at execution time (it is a partitioning hint): clear it to run the net here")
+            raise NetError(f"device_option.node_name is {do.node_name!r}; it must be "
+                           "empty at execution time (it is a partitioning hint): clear it to run the net here",
+                           at=label)
         try:
             schema = REGISTRY.get(opdef.type)
         except StepnetError as e:
-            raise type(e)(f"{label}: {e}") from None
+            raise e.located(label) from None
         check_arity(schema, opdef, label)
         check_inplace(schema, opdef, label)
         args = parse_args(schema, opdef, label, self.strict, self.level)
@@ -128,9 +131,9 @@ class Net:
         for name in opdef.input:
             blob = ws.find(name)
             if blob is None:
-                raise MissingBlobError(f"{label}: input blob {name!r} does not exist"
+                raise MissingBlobError(f"input blob {name!r} does not exist"
                                        f"{did_you_mean(name, ws.blobs())}; run the net that makes it first, "
-                                       "or feed it")
+                                       "or feed it", at=label)
             inputs.append(blob)
         outputs = [ws.create_blob(name) for name in opdef.output]
         device = backend.resolve(do, ws.gpu)
@@ -246,8 +249,8 @@ def _check_devices(bop, values) -> None:
         dev = backend.device_of(v)
         if dev is None or dev == bop.device or (dev.is_cpu and (i in host_ok or v.size <= 1)):
             continue
-        raise DeviceError(f"{bop.label}: input {name!r} is on {dev} but the op runs on {bop.device}; "
-                          f"copy it first (CopyCPUToGPU / CopyGPUToCPU)")
+        raise DeviceError(f"input {name!r} is on {dev} but the op runs on {bop.device}; "
+                          f"copy it first (CopyCPUToGPU / CopyGPUToCPU)", at=bop.label)
 
 
 def _check_finite(bop) -> None:
@@ -255,4 +258,4 @@ def _check_finite(bop) -> None:
         v = blob.value
         if not backend.all_finite(v):  # a floating array of any backend (numpy, CuPy, emulated)
             bad = "NaN" if backend.any_nan(v) else "Inf"
-            raise OpError(f"{bop.label} produced {bad} in output {blob.name!r} ({describe(v)})")
+            raise OpError(f"produced {bad} in output {blob.name!r} ({describe(v)})", at=bop.label, sep=" ")

@@ -16,9 +16,9 @@ def missing_step_input(e: MissingBlobError, timestep: str) -> MissingBlobError:
     """A step net's missing input, reported with the timestep blob's name: a step net reading another timestep
     name than the op's `timestep` argument is the usual cause (Caffe2 fails the same way: "Encountered a
     non-existing input blob")."""
-    return MissingBlobError(f"{e}. The step net's inputs must be op inputs, link internals, blobs made by "
-                            f"earlier step ops, or the timestep blob, which argument 'timestep' names "
-                            f"{timestep!r}")
+    return MissingBlobError(f"{e.message}. The step net's inputs must be op inputs, link internals, blobs made by "
+                            f"earlier step ops, or the timestep blob, which argument 'timestep' names {timestep!r}",
+                            at=e.at, detail=e.detail)
 
 
 class StepLoop:

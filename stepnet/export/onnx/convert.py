@@ -101,8 +101,8 @@ class NetConverter:
         opdef = self.graph.ops[i]
         label = f"{self.where}, op #{i} ({opdef.type}{f' {opdef.name!r}' if opdef.name else ''})"
         if opdef.type not in REGISTRY:
-            raise UnsupportedOpError(f"{label}: stepnet does not know this op, so it cannot export it; "
-                                     f"{what_to_do(opdef, '')}")
+            raise UnsupportedOpError(f"stepnet does not know this op, so it cannot export it; "
+                                     f"{what_to_do(opdef, '')}", at=label)
         schema = REGISTRY.get(opdef.type)
         check_arity(schema, opdef, label)     # what the executor checks before a kernel runs: converters index
         check_inplace(schema, opdef, label)   # inputs and outputs by the schema's arity
@@ -117,8 +117,8 @@ class NetConverter:
             self.fold(ctx, conv)
         else:
             if self.state.opset < conv.opset:
-                raise OpsetError(f"{label}: its ONNX form needs opset {conv.opset}, but the export is at opset "
-                                 f"{self.state.opset}; export with --opset {conv.opset} or newer")
+                raise OpsetError(f"its ONNX form needs opset {conv.opset}, but the export is at opset "
+                                 f"{self.state.opset}; export with --opset {conv.opset} or newer", at=label)
             with warnings.catch_warnings():   # argument warnings were given (or not) when the args were parsed
                 warnings.simplefilter("ignore")
                 ctx.inferred()   # the op record's shape checks first: a converter trusts the shapes and args it reads
@@ -131,7 +131,7 @@ class NetConverter:
         if ctx.schema.random or any(v is None for v in values) or ctx.schema.context:
             if conv is not None:
                 return conv.fn(ctx)
-            raise UnsupportedOpError(f"{ctx.label}: no ONNX counterpart; {what_to_do(ctx.op, ctx.schema.family)}")
+            raise UnsupportedOpError(f"no ONNX counterpart; {what_to_do(ctx.op, ctx.schema.family)}", at=ctx.label)
         from ...core.limits import Limits
         from ...runtime.workspace import Workspace
 
@@ -143,8 +143,9 @@ class NetConverter:
             if ctx.wants(j):
                 out = ws.fetch(name)
                 if not isinstance(out, np.ndarray):   # an Int8 tensor, a string: no ONNX constant of it here
-                    raise UnsupportedOpError(f"{ctx.label}: output {j} ({name!r}) is a {type(out).__name__}, which "
-                                             "has no ONNX constant; export the outputs that do not depend on it")
+                    raise UnsupportedOpError(f"output {j} ({name!r}) is a {type(out).__name__}, which "
+                                             "has no ONNX constant; export the outputs that do not depend on it",
+                                             at=ctx.label)
                 ctx.set(j, self.e.const(out), TensorSpec.of(out))
 
     def finish(self, ctx: "OpCtx") -> None:
@@ -157,8 +158,8 @@ class NetConverter:
             name = self.values.get(key)
             if name is None:
                 if ctx.wants(j):
-                    raise UnsupportedOpError(f"{ctx.label}: output {j} ({blob!r}) has no ONNX form, but the export "
-                                             "needs it; export the outputs that do not depend on it")
+                    raise UnsupportedOpError(f"output {j} ({blob!r}) has no ONNX form, but the export "
+                                             "needs it; export the outputs that do not depend on it", at=ctx.label)
                 continue
             spec = ctx.given.get(j) or outs[j]
             if spec.shape is not None or name not in self.state.specs:
@@ -191,8 +192,8 @@ class OpCtx:
         """Input j's static shape (the export needs every shape it reshapes with)."""
         s = self.spec(j).shape
         if s is None or None in s:
-            raise UnsupportedOpError(f"{self.label}: the shape of input {j} ({self.op.input[j]!r}) is not known "
-                                     "statically; give the dims of the net's inputs with --input")
+            raise UnsupportedOpError(f"the shape of input {j} ({self.op.input[j]!r}) is not known "
+                                     "statically; give the dims of the net's inputs with --input", at=self.label)
         return tuple(s)
 
     def inferred(self) -> list[TensorSpec]:
@@ -279,4 +280,4 @@ class OpCtx:
         return self.e.node(op_type, inputs, out=[self.out(j) for j in slots], **attrs)
 
     def refuse(self, why: str) -> UnsupportedOpError:
-        return UnsupportedOpError(f"{self.label}: {why}")
+        return UnsupportedOpError(f"{why}", at=self.label)

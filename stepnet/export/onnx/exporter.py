@@ -148,7 +148,7 @@ class _Plan:
         try:
             reads = conv.reads(op)
         except StepnetError as e:          # (a malformed argument, read before the op's converter checks it)
-            raise type(e)(f"{op_label(self.net_name, i, op)}: {e}") from None
+            raise e.located(op_label(self.net_name, i, op)) from None
         return [(n, version_before(self.graph, n, i)) for n in reads]
 
     def readers(self, name: str) -> list[tuple[int, int]]:
