@@ -8,9 +8,11 @@ from .core.limits import Limits
 from .io.proto import (
     Argument, NetDef, OperatorDef, PlanDef, TensorProto, array_to_tensor, load, make_argument, save, tensor_to_array)
 from .runtime.workspace import Blob, Workspace
+from .build.builder import BlobRef, NetBuilder
+from .build.model import ModelBuilder
 
 __version__ = VERSION
 
-__all__ = ["Argument", "Blob", "Int8Tensor", "Limits", "Net", "NetDef", "OperatorDef", "PlanDef", "StepnetError",
-           "StepnetWarning", "TensorProto", "Workspace", "array_to_tensor", "load", "make_argument", "save",
-           "tensor_to_array"]
+__all__ = ["Argument", "Blob", "BlobRef", "Int8Tensor", "Limits", "ModelBuilder", "Net", "NetBuilder", "NetDef",
+           "OperatorDef", "PlanDef", "StepnetError", "StepnetWarning", "TensorProto", "Workspace", "array_to_tensor",
+           "load", "make_argument", "save", "tensor_to_array"]

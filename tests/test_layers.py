@@ -151,3 +151,43 @@ def test_any_module_imports_first(first):
     done = subprocess.run([sys.executable, "-c", f"import {first}; import stepnet"], cwd=ROOT, capture_output=True,
                           text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_import_stepnet_works_whatever_order_its_lists_give(tmp_path):
+    """A copy of the package whose __init__ imports its names in reverse order and whose ops/__init__ lists the
+    op families in reverse: it imports, registers every op, and runs an LSTM step net compiled."""
+    import shutil
+
+    copy = tmp_path / "stepnet"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    init = copy / "__init__.py"
+    lines = init.read_text().split("\n")
+    imports = [i for i, line in enumerate(lines) if line.startswith("from .") and line.rstrip().endswith(")") is False
+               and "(" not in line]
+    for a, b in zip(imports, reversed(imports)):
+        if a < b:
+            lines[a], lines[b] = lines[b], lines[a]
+    init.write_text("\n".join(lines))
+    ops = copy / "ops" / "__init__.py"
+    text = ops.read_text()
+    assert "for _family in FAMILIES:" in text
+    ops.write_text(text.replace("for _family in FAMILIES:", "for _family in reversed(FAMILIES):"))
+    script = ("import stepnet, numpy as np\n"
+              "from stepnet.ops import REGISTRY\n"
+              "assert 'RecurrentNetworkGradient' in REGISTRY and 'Mul' in REGISTRY\n"
+              "from stepnet.build.model import ModelBuilder\n"
+              "from stepnet.build.rnn import lstm\n"
+              "m = ModelBuilder('m')\n"
+              "h = lstm(m, 'X', 'seq', ['h0', 'c0'], 3, 4)\n"
+              "ws = stepnet.Workspace(seed=1)\n"
+              "ws.run_net_once(m.init_net.proto())\n"
+              "for n, v in {'X': np.ones((2, 1, 3), np.float32), 'seq': np.array([2], np.int32),\n"
+              "             'h0': np.zeros((1, 1, 4), np.float32), 'c0': np.zeros((1, 1, 4), np.float32)}.items():\n"
+              "    ws.feed(n, v)\n"
+              "net = ws.create_net(m.net.proto())\n"
+              "for _ in range(3):\n"
+              "    net.run()\n"
+              "print(stepnet.__file__)\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(init)

@@ -7,13 +7,13 @@ Only ops whose Caffe2 schema allows it may run in place (Caffe2 refuses in-place
 """
 from __future__ import annotations
 
-import contextlib
 import math
 
 import numpy as np
 
 from ..core.errors import ArgumentError, GradientError, ShapeError
 from ..kernels.fc import fc_into
+from ..kernels.softmax import rows as softmax_rows
 from .base import check_float, like, out_spec, size_of
 from .registry import op
 from ..kernels import jit
@@ -38,12 +38,6 @@ def view2d(x, axis: int, what: str = "axis"):
     """(x as a rows x cols matrix split at axis, canonical axis)."""
     rows, cols, a = view2d_shape(x.shape, axis, what)
     return x.reshape(rows, cols), a
-
-
-def _quiet(xp):
-    """Silence numpy's overflow warnings where an overflow is the intended result."""
-    errstate = getattr(xp, "errstate", None)
-    return errstate(over="ignore") if errstate is not None else contextlib.nullcontext()
 
 
 # --------------------------------------------------------------------------------------------- FC
@@ -314,12 +308,7 @@ def _softmax_specialize(X, axis=1):
     shape = X.shape
 
     def fast(X):
-        X2 = X.reshape(x2)
-        with np.errstate(over="ignore"):   # rows spanning more than the float range shift to -inf (exp: 0)
-            e = X2 - X2.max(axis=1, keepdims=True)
-        np.exp(e, out=e)
-        e /= e.sum(axis=1, keepdims=True)
-        return e.reshape(shape)
+        return softmax_rows(np, X.reshape(x2)).reshape(shape)
     return fast
 
 
@@ -356,8 +345,6 @@ def softmax(xp, X, axis=1):
     X2, _ = view2d(X, axis)
     if X2.size == 0:
         return xp.zeros(X.shape, dtype=X.dtype)
-    with _quiet(xp):  # rows spanning more than the float range shift to -inf, whose exp is an exact 0
-        e = xp.exp(X2 - X2.max(axis=1, keepdims=True))
-    return (e / e.sum(axis=1, keepdims=True)).reshape(X.shape)
+    return softmax_rows(xp, X2).reshape(X.shape)
 
 
