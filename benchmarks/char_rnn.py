@@ -4,7 +4,7 @@ One training step of Caffe2's char_rnn example: one-hot input T×B×V, LSTM (i2h
 RecurrentNetwork of FC + Sum + LSTMUnit per step), output FC (axis 2), Softmax (axis 2), Reshape to (T·B)×V,
 LabelCrossEntropy, AveragedLoss, the full backward pass and an update: char_rnn's SGD (lr 0.1·T, step policy,
 γ = 0.9999) or Adam. Frameworks, each timed in its own child process:
-  stepnet      that net built with ModelBuilder + stepnet.build.rnn.lstm + add_gradient_ops + the optimizer,
+  stepnet      that net built with ModelBuilder + stepnet.builders.rnn.lstm + add_gradient_ops + the optimizer,
                created once in a Workspace and run with net.run();
   numpy        benchmarks/numpy_lstm.py, forward, BPTT and update written by hand;
   pytorch      nn.LSTM + nn.Linear + cross_entropy + torch.optim (optional: pip install torch==2.13.0);
@@ -61,9 +61,9 @@ def make_data(T: int, B: int, V: int, seed: int = 0):
 # --------------------------------------------------------------------------------------------- frameworks
 def stepnet_model(cfg, H: int, T: int | None = None, lstm_only: bool = False, forward_only: bool = False):
     """(workspace, bound net, ModelBuilder) of the char-rnn step (or of the LSTM alone), init net run, fed."""
-    from stepnet.build.builder import BlobRef
-    from stepnet.build.model import ModelBuilder
-    from stepnet.build.rnn import lstm
+    from stepnet.builders.builder import BlobRef
+    from stepnet.builders.model import ModelBuilder
+    from stepnet.builders.rnn import lstm
 
     T, B, V = T or cfg.steps, cfg.batch, cfg.vocab
     m = ModelBuilder("char_rnn")
@@ -83,7 +83,7 @@ def stepnet_model(cfg, H: int, T: int | None = None, lstm_only: bool = False, fo
 def add_head(m, h_all, H: int, V: int, train: bool) -> None:
     """The output FC and Softmax (blob `softmax`) over the RNN's hidden states; with train, the averaged cross
     entropy against `target` and the gradient ops."""
-    from stepnet.build.builder import BlobRef
+    from stepnet.builders.builder import BlobRef
 
     probs = m.net.Softmax(m.fc(h_all, "output", H, V, axis=2), BlobRef("softmax"), axis=2)
     if train:

@@ -46,9 +46,9 @@ NETWORKS = {"100 Gb/s InfiniBand (α 5 µs, 12.5 GB/s)": (5e-6, 12.5e9),
 def build(H: int, ranks: int, fuse: bool | None):
     """(ModelBuilder, indices of the collective ops in its net) for the char-rnn step at batch B/ranks;
     fuse None: the plain model."""
-    from stepnet.build.builder import BlobRef
-    from stepnet.build.model import ModelBuilder
-    from stepnet.build.rnn import lstm
+    from stepnet.builders.builder import BlobRef
+    from stepnet.builders.model import ModelBuilder
+    from stepnet.builders.rnn import lstm
 
     b = B // ranks
     m = ModelBuilder("char_rnn")
@@ -108,8 +108,8 @@ def child(H: int, ranks: int, fuse, repeats: int, warmup: int) -> None:
     """One rank of a configuration: time the steps, then the collectives alone, then the fingerprint exchange
     that precedes each collective; rank 0 prints JSON. fuse "paired": the unfused and the fused model in one
     process, their steps (and collectives) alternated, for the per-pair ratios."""
-    from stepnet.dist.collectives import Call, CommonWorld
-    from stepnet.dist.world import process_world
+    from stepnet.distributed.collectives import Call, CommonWorld
+    from stepnet.distributed.world import process_world
 
     world = process_world()
     barrier = world.comm.Barrier if world.comm is not None else (lambda: None)

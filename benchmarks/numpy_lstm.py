@@ -5,7 +5,7 @@ timesteps at once, each step makes its gates with one GEMM plus vectorised activ
 0.5·tanh(x/2) + 0.5), the backward pass runs one GEMM per step for the recurrent gradient and forms the weight
 gradients with one GEMM each after the loop. Softmax + cross entropy use the fused gradient (p − onehot)/N.
 
-Parameters are keyed by ROLES, the suffixes of the blob names that stepnet.build.rnn.lstm and ModelBuilder.fc
+Parameters are keyed by ROLES, the suffixes of the blob names that stepnet.builders.rnn.lstm and ModelBuilder.fc
 give them, in their layouts (gate order i, f, o, g; FC weights out × in), so the same initial values can be
 loaded into both. The update rules are Caffe2's (SGD: param += lr·grad with lr = −base·γ^⌊iter/stepsize⌋;
 Adam with its bias correction at t = iteration + 1). All sequences run their full length (no seq_lengths).

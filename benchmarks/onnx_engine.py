@@ -60,7 +60,7 @@ from stepnet.runtime.workspace import Workspace  # noqa: E402
 
 def squeezenet(batch: int):
     """(workspace, predict net, feeds, fixed params) for SqueezeNet 1.1 on synthesized weights."""
-    from stepnet.build.synth import synth_init
+    from stepnet.builders.synth import synth_init
 
     net = proto.load(ROOT / "tests" / "data" / "caffe2" / "squeeze_predict_net.pb", kind="net")
     init = synth_init(net, {"data": (batch, 3, 224, 224)}, params=real_params())
@@ -70,8 +70,8 @@ def squeezenet(batch: int):
 
 def char_rnn_forward(H: int, T: int = 25, B: int = 32, V: int = 65):
     """char-rnn's forward net (Caffe2 layout), its init net and one batch of one-hot input."""
-    from stepnet.build.model import ModelBuilder
-    from stepnet.build.rnn import lstm
+    from stepnet.builders.model import ModelBuilder
+    from stepnet.builders.rnn import lstm
 
     m = ModelBuilder("char_rnn_forward")
     h_all, h_last, _, c_last = lstm(m, "input_blob", "seq_lengths", ("hidden_init", "cell_init"), V, H,

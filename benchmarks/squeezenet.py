@@ -1,7 +1,7 @@
 """SqueezeNet 1.1 forward time: stepnet vs PyTorch CPU vs onnxruntime, at 224×224, batch 1 and 8.
 
 stepnet runs the real Caffe2 predict net (tests/data/caffe2/squeeze_predict_net.pb) on weights from
-stepnet.build.synth, shaped to SqueezeNet 1.1's real widths through `params`. PyTorch runs a hand-written module
+stepnet.builders.synth, shaped to SqueezeNet 1.1's real widths through `params`. PyTorch runs a hand-written module
 of the same layers (torchvision does not work with the pinned torch) holding the very same weights, and
 onnxruntime runs that module exported to ONNX; the largest difference of their probabilities from stepnet's
 is printed as a cross-check. PyTorch and onnxruntime are optional (pip install torch==2.13.0 onnxruntime
@@ -71,7 +71,7 @@ def stepnet_model(batch: int, seed: int = 0):
     import numpy as np
 
     from stepnet.io import proto
-    from stepnet.build.synth import synth_init
+    from stepnet.builders.synth import synth_init
     from stepnet.runtime.workspace import Workspace
 
     net = proto.load(NET, kind="net")

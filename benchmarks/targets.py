@@ -42,9 +42,9 @@ TARGETS = {("train", "pytorch"): 1.3, ("train", "numpy"): 1.0, ("train", "pytorc
 # --------------------------------------------------------------------------------------------- stepnet
 def stepnet_net(cell: str, H: int, T: int, B: int, V: int, train: bool, fused: bool | None = None):
     """(workspace, bound net) of the char-rnn model with this cell: the training step or the predict net."""
-    from stepnet.build.builder import BlobRef
-    from stepnet.build.model import ModelBuilder
-    from stepnet.build.rnn import basic_rnn, gru, lstm
+    from stepnet.builders.builder import BlobRef
+    from stepnet.builders.model import ModelBuilder
+    from stepnet.builders.rnn import basic_rnn, gru, lstm
 
     m = ModelBuilder("char_rnn")
     x, h0, c0 = BlobRef("input_blob"), BlobRef("hidden_init"), BlobRef("cell_init")

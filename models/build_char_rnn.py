@@ -23,10 +23,10 @@ sys.path.insert(0, str(ROOT))
 
 from stepnet import save  # noqa: E402
 from stepnet.io import minidb  # noqa: E402
-from stepnet.build.builder import BlobRef  # noqa: E402
-from stepnet.build.model import ModelBuilder  # noqa: E402
+from stepnet.builders.builder import BlobRef  # noqa: E402
+from stepnet.builders.model import ModelBuilder  # noqa: E402
 from stepnet.io.proto import ExecutionStep, NetDef, OperatorDef, PlanDef, make_argument  # noqa: E402
-from stepnet.build.rnn import lstm  # noqa: E402
+from stepnet.builders.rnn import lstm  # noqa: E402
 
 DATA = "models/data"
 TEXT = f"{DATA}/tinyshakespeare.txt"

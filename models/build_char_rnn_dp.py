@@ -26,8 +26,8 @@ import build_char_rnn as single  # noqa: E402
 
 from stepnet import save  # noqa: E402
 from stepnet.io import minidb  # noqa: E402
-from stepnet.build.builder import BlobRef  # noqa: E402
-from stepnet.build.model import ModelBuilder  # noqa: E402
+from stepnet.builders.builder import BlobRef  # noqa: E402
+from stepnet.builders.model import ModelBuilder  # noqa: E402
 from stepnet.passes.data_parallel import COMM, GRAD_SCALE  # noqa: E402
 from stepnet.io.proto import OperatorDef, PlanDef, make_argument  # noqa: E402
 

@@ -8,8 +8,8 @@ from .core.limits import Limits
 from .io.proto import (
     Argument, NetDef, OperatorDef, PlanDef, TensorProto, array_to_tensor, load, make_argument, save, tensor_to_array)
 from .runtime.workspace import Blob, Workspace
-from .build.builder import BlobRef, NetBuilder
-from .build.model import ModelBuilder
+from .builders.builder import BlobRef, NetBuilder
+from .builders.model import ModelBuilder
 
 __version__ = VERSION
 

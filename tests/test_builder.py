@@ -1,10 +1,10 @@
-"""NetBuilder (stepnet/build/builder.py): ops as methods, checks at op creation, Caffe2's automatic names, name and
+"""NetBuilder (stepnet/builders/builder.py): ops as methods, checks at op creation, Caffe2's automatic names, name and
 device scopes, external inputs/outputs, and nets that run."""
 import numpy as np
 import pytest
 
 from stepnet import Workspace
-from stepnet.build.builder import BlobRef, NetBuilder
+from stepnet.builders.builder import BlobRef, NetBuilder
 from stepnet.core.errors import ArgumentError, ArityError, StepnetError, UnknownOpError
 from stepnet.ops import REGISTRY
 from stepnet.io.proto import DeviceOption, argument_value

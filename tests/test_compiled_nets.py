@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 
 from stepnet import Workspace
-from stepnet.build.builder import BlobRef
+from stepnet.builders.builder import BlobRef
 from stepnet.core.errors import OpError, ShapeError
-from stepnet.build.model import ModelBuilder
+from stepnet.builders.model import ModelBuilder
 from stepnet.io.proto import NetDef
-from stepnet.build.rnn import basic_rnn, gru, lstm
+from stepnet.builders.rnn import basic_rnn, gru, lstm
 
 F = np.float32
 V, H = 7, 6

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from stepnet import Workspace, load, save
-from stepnet.build.builder import BlobRef
+from stepnet.builders.builder import BlobRef
 from stepnet.core.errors import GradientError, StepnetError
-from stepnet.build.model import ModelBuilder
+from stepnet.builders.model import ModelBuilder
 from stepnet.passes import data_parallel as dp
 from stepnet.io.proto import DeviceOption, OperatorDef
 

@@ -1,6 +1,6 @@
 """The Detectron Faster R-CNN predict net (tests/data/models, see SOURCES.md) run end to end, unchanged.
 
-Weights come from stepnet.build.synth (the dims of rpn_rois given, since the number of proposals depends on
+Weights come from stepnet.builders.synth (the dims of rpn_rois given, since the number of proposals depends on
 values; the RPN and box heads sized for Detectron's 15 anchors and COCO's 81 classes), anchors are
 Detectron's 5 sizes x 3 aspect ratios at stride 16, and the four heads are rescaled once so that scores spread
 and deltas stay small (random deep weights saturate them). Every detection op's output is then checked
@@ -21,7 +21,7 @@ from stepnet.cli.run import main
 from stepnet.core.errors import StepnetWarning
 from stepnet.ops import REGISTRY
 from stepnet.io.proto import DeviceOption
-from stepnet.build.synth import synth_init
+from stepnet.builders.synth import synth_init
 from stepnet.testing import DEVICES
 from stepnet.runtime.workspace import Workspace
 

@@ -216,7 +216,7 @@ def test_npz_holds_blobs_whatever_their_names(tmp_path, capsys):
 
 def conv_bn_model(is_test: bool):
     """data (N, 2, 5, 5) -> Conv -> SpatialBN -> Relu -> Dropout -> FC logits (-> SoftmaxWithLoss)."""
-    from stepnet.build.model import ModelBuilder
+    from stepnet.builders.model import ModelBuilder
 
     m = ModelBuilder("cnn")
     x = m.relu(m.spatial_bn(m.conv("data", "c", 2, 3, 3, pad=1), "bn", 3, is_test=is_test), "r")

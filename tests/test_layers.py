@@ -14,7 +14,7 @@ PACKAGE = ROOT / "stepnet"
 
 # From the bottom up. "schema" is the generated caffe2_pb2; "top" is the package's own __init__, __main__ and
 # the public test helpers (stepnet.testing).
-LAYERS = ("schema", "core", "io", "graph", "dist", "kernels", "ops", "passes", "compiled", "runtime", "build",
+LAYERS = ("schema", "core", "io", "graph", "distributed", "kernels", "ops", "passes", "compiled", "runtime", "builders",
           "export", "cli", "compat", "top")
 
 # Imports against the direction that the layering work has not removed yet: (importer, imported). Only shrinks.
@@ -145,7 +145,7 @@ def test_the_checks_catch_a_cycle_and_an_upward_import():
 
 @pytest.mark.parametrize("first", ["stepnet.ops.recurrent_grad", "stepnet.runtime.executor", "stepnet.compiled.forms",
                                    "stepnet.passes.gradients", "stepnet.ops.lstm", "stepnet.io.checkpoints",
-                                   "stepnet.build.rnn"])
+                                   "stepnet.builders.rnn"])
 def test_any_module_imports_first(first):
     """A fresh interpreter importing this module before anything else of stepnet: no import order is load-bearing."""
     done = subprocess.run([sys.executable, "-c", f"import {first}; import stepnet"], cwd=ROOT, capture_output=True,
@@ -175,8 +175,8 @@ def test_import_stepnet_works_whatever_order_its_lists_give(tmp_path):
     script = ("import stepnet, numpy as np\n"
               "from stepnet.ops import REGISTRY\n"
               "assert 'RecurrentNetworkGradient' in REGISTRY and 'Mul' in REGISTRY\n"
-              "from stepnet.build.model import ModelBuilder\n"
-              "from stepnet.build.rnn import lstm\n"
+              "from stepnet.builders.model import ModelBuilder\n"
+              "from stepnet.builders.rnn import lstm\n"
               "m = ModelBuilder('m')\n"
               "h = lstm(m, 'X', 'seq', ['h0', 'c0'], 3, 4)\n"
               "ws = stepnet.Workspace(seed=1)\n"

@@ -1,4 +1,4 @@
-"""ModelBuilder (stepnet/build/model.py): parameters, layer helpers, gradients, Caffe2's optimizer op sequences and
+"""ModelBuilder (stepnet/builders/model.py): parameters, layer helpers, gradients, Caffe2's optimizer op sequences and
 blob names, global-norm clipping, plans that `stepnet run` trains, and bad input. The training numbers are
 checked against an independent float64 numpy model of the same updates (Caffe2's formulas)."""
 import math
@@ -10,9 +10,9 @@ import pytest
 from stepnet import Workspace
 from stepnet.cli import run as cli
 from stepnet.io import proto
-from stepnet.build.builder import NetBuilder
+from stepnet.builders.builder import NetBuilder
 from stepnet.core.errors import ArgumentError, ShapeError, StepnetError
-from stepnet.build.model import ModelBuilder
+from stepnet.builders.model import ModelBuilder
 from stepnet.io.proto import DeviceOption, argument_value
 
 rng = np.random.default_rng(5)

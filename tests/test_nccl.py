@@ -1,6 +1,6 @@
-"""The NCCL path (stepnet/dist/nccl.py) without a GPU: a stand-in for `cupy` and `cupy.cuda.nccl` whose communicator
-of one rank copies the bytes between the device pointers it is given, as NCCL does for a single rank. It checks
-the calls' pointers, counts and data types (a wrong count or type moves the wrong bytes); and that CPU
+"""The NCCL path (stepnet/distributed/nccl.py) without a GPU: a stand-in for `cupy` and `cupy.cuda.nccl` whose
+communicator of one rank copies the bytes between the device pointers it is given, as NCCL does for a single rank. It
+checks the calls' pointers, counts and data types (a wrong count or type moves the wrong bytes); and that CPU
 collectives never import the module."""
 import ctypes
 import subprocess
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from stepnet.core import backend
-from stepnet.dist import nccl
+from stepnet.distributed import nccl
 from stepnet.core.errors import CollectiveError
 
 SIZES = {0: 1, 1: 1, 2: 4, 3: 4, 4: 8, 5: 8, 6: 2, 7: 4, 8: 8}   # NCCL data type -> bytes per element
@@ -78,7 +78,7 @@ def test_types_nccl_lacks(fake_gpu):
 
 def test_cpu_collectives_never_import_the_nccl_module():
     code = ("import sys, numpy as np; from collective_checks import check_all; check_all(0, 1); "
-            "assert 'stepnet.dist.nccl' not in sys.modules")
+            "assert 'stepnet.distributed.nccl' not in sys.modules")
     from pathlib import Path
     ops = Path(__file__).resolve().parent / "ops"
     r = subprocess.run([sys.executable, "-c", code], cwd=ops, capture_output=True, text=True, timeout=120)

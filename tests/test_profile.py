@@ -9,10 +9,10 @@ import pytest
 from stepnet import Workspace
 from stepnet.io import proto
 from stepnet.cli.run import main
-from stepnet.build.builder import BlobRef
-from stepnet.build.model import ModelBuilder
+from stepnet.builders.builder import BlobRef
+from stepnet.builders.model import ModelBuilder
 from stepnet.runtime.profile import Profiler
-from stepnet.build.rnn import lstm
+from stepnet.builders.rnn import lstm
 
 T, N, D, H = 6, 16, 32, 128
 

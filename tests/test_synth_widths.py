@@ -1,4 +1,4 @@
-"""synth_init's layer widths (stepnet/build/synth_widths.py): channel classes solved under the net's constraints —
+"""synth_init's layer widths (stepnet/builders/synth_widths.py): channel classes solved under the net's constraints —
 grouped and depthwise convolutions, Sums tying widths, given weights, detection heads tied to anchors and
 classes, nets nested in If — on small nets built here with the expected shapes written out, and on the vendored
 Mask R-CNN2Go nets (whose group arguments are the real channel counts of its depthwise layers)."""
@@ -12,8 +12,8 @@ import pytest
 
 from stepnet.io import proto
 from stepnet.core.errors import ArityError, ShapeError
-from stepnet.build.synth import synth_init
-from stepnet.build.synth_widths import Classes, anchors
+from stepnet.builders.synth import synth_init
+from stepnet.builders.synth_widths import Classes, anchors
 from stepnet.testing import make_op
 from stepnet.runtime.workspace import Workspace
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from stepnet import NetDef, Workspace
-from stepnet.dist import launch, world
+from stepnet.distributed import launch, world
 from stepnet.io import minidb
 from stepnet.cli.run import main
 from stepnet.testing import make_op

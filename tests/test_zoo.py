@@ -1,4 +1,4 @@
-"""Real model-zoo predict nets (tests/data, see SOURCES.md) run end to end on weights from stepnet.build.synth.
+"""Real model-zoo predict nets (tests/data, see SOURCES.md) run end to end on weights from stepnet.builders.synth.
 
 Expected parameter shapes come from the published architectures (SqueezeNet 1.1's fire modules, AlexNet's
 6×6 pool5 at 227×227, GoogLeNet's four-branch concat, ResNet-50's pooled FC), written out here, never read
@@ -18,7 +18,7 @@ from stepnet.cli.run import main
 from stepnet.core.errors import ArgumentError, DTypeError, ShapeError
 from stepnet.ops import REGISTRY
 from stepnet.core.spec import spec
-from stepnet.build.synth import synth_init, write_init
+from stepnet.builders.synth import synth_init, write_init
 from stepnet.testing import make_op
 from stepnet.runtime.workspace import Workspace
 

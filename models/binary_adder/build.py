@@ -5,7 +5,7 @@ reads the two input bits and emits the logit of the sum bit:
     i2h = FC(x, axis=2) over all timesteps                       (outside the RecurrentNetwork op)
     hidden_t = Tanh(FC(hidden_t_prev) + i2h_t)                   (the step net; FCs carry the biases)
     logits = FC(hidden_all, axis=2), loss = mean SigmoidCrossEntropyWithLogits(logits, sum bits)
-The step net is turned into a RecurrentNetwork op by stepnet.build.rnn.recurrent_net, which also derives
+The step net is turned into a RecurrentNetwork op by stepnet.builders.rnn.recurrent_net, which also derives
 the backward step net; ModelBuilder adds the gradient ops and Adam. Data comes from minidbs written by
 make_data.py, read inside the plan (CreateDB + TensorProtosDBInput). After training, a test net reads 1,000
 held-out pairs, runs the RNN forward-only and prints the bit accuracy over all 17 x 1,000 output bits
@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from stepnet.build.builder import BlobRef, NetBuilder
-from stepnet.build.model import ModelBuilder
+from stepnet.builders.builder import BlobRef, NetBuilder
+from stepnet.builders.model import ModelBuilder
 from stepnet.io.proto import ExecutionStep, to_text
-from stepnet.build.rnn import recurrent_net
+from stepnet.builders.rnn import recurrent_net
 
 HERE = Path(__file__).resolve().parent
 DATA_DIR = "models/binary_adder"  # CreateDB opens its path as given: run the plan from the repository root

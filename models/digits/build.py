@@ -15,8 +15,8 @@ import argparse
 from pathlib import Path
 
 from stepnet.io import proto
-from stepnet.build.builder import NetBuilder
-from stepnet.build.model import ModelBuilder
+from stepnet.builders.builder import NetBuilder
+from stepnet.builders.model import ModelBuilder
 
 HERE = Path(__file__).resolve().parent
 DATA_DIR = "models/digits"       # as seen from the repository root

@@ -16,7 +16,7 @@ from ..io import checkpoints, images, proto
 from ..io.feeds import parse_feed
 from ..core.errors import ArgumentError, MissingBlobError, StepnetError, StepnetWarning, one_line
 from ..graph.view import Graph
-from ..dist.launch import per_rank
+from ..distributed.launch import per_rank
 from ..core.limits import add_limit_flags, limits_of
 from ..core.int8 import Int8Tensor
 from .metrics import MetricsWriter

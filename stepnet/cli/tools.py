@@ -135,7 +135,7 @@ def cmd_ops(a) -> int:
 
 def cmd_synth_init(a) -> int:
     from ..core.spec import spec
-    from ..build.synth import synth_init
+    from ..builders.synth import synth_init
 
     inputs = {d.name: spec(d.shape, d.dtype or "float32") for d in map(parse_dims, a.input)}
     params = {}

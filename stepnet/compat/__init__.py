@@ -2,7 +2,7 @@
 `caffe2.python` -> `stepnet.compat`, `caffe2.proto` -> `stepnet` (`from stepnet import caffe2_pb2`).
 
 Modules carry Caffe2's names: workspace, core, scope, model_helper, brew, helpers, optimizer, rnn_cell, gru_cell,
-recurrent, utils, net_drawer, modeling.initializers. Nets are built with stepnet.build.builder.NetBuilder and run by
+recurrent, utils, net_drawer, modeling.initializers. Nets are built with stepnet.builders.builder.NetBuilder and run by
 stepnet's executor.
 
 Unlike the rest of stepnet, this layer keeps process-wide state, as Caffe2 does: the workspaces `workspace.*`

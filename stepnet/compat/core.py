@@ -13,7 +13,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from ..build.builder import BlobRef, NetBuilder
+from ..builders.builder import BlobRef, NetBuilder
 from ..core.errors import did_you_mean
 from ..ops import REGISTRY
 from ..ops.base import GradientSlice

@@ -3,14 +3,14 @@ helpers create (`params`, weights, biases, computed parameters), their gradients
 (`param_to_grad`), the argument scope brew passes to helpers, and every operator forwarded to `net`
 (`model.Flatten(x)`).
 
-It is also the model object stepnet.build.rnn builds on (`scope`, `net`, `init_net`, `create_param` taking
+It is also the model object stepnet.builders.rnn builds on (`scope`, `net`, `init_net`, `create_param` taking
 initializers as (operator, kwargs) pairs too), which is how compat.rnn_cell reuses stepnet's RNN layers.
 """
 from __future__ import annotations
 
 import logging
 
-from ..build.builder import BlobRef
+from ..builders.builder import BlobRef
 from ..core.errors import ShapeError, StepnetError, did_you_mean
 from ..ops import REGISTRY
 from ..ops.base import GradientSlice

@@ -1,8 +1,8 @@
-"""Caffe2's recurrent module: recurrent_net (stepnet.build.rnn.recurrent_net: a RecurrentNetwork op from any step
+"""Caffe2's recurrent module: recurrent_net (stepnet.builders.rnn.recurrent_net: a RecurrentNetwork op from any step
 net, its backward step net derived by the backward pass), set_rnn_executor_config and retrieve_step_blobs."""
 from __future__ import annotations
 
-from ..build import rnn as _rnn
+from ..builders import rnn as _rnn
 from ..io.proto import make_argument
 from . import core, workspace
 from .rnn_cell import on_device

@@ -1,10 +1,10 @@
 """Caffe2's rnn_cell: LSTM, BasicRNN (GRU is gru_cell.GRU, also here) and the cells LSTMCell, BasicRNNCell,
-GRUCell and MultiRNNCell with apply_over_sequence, built by stepnet.build.rnn and stepnet.build.cells, which lay
+GRUCell and MultiRNNCell with apply_over_sequence, built by stepnet.builders.rnn and stepnet.builders.cells, which lay
 out Caffe2's step nets, parameters and blob names. `model` is a model_helper.ModelHelper."""
 from __future__ import annotations
 
-from ..build import rnn as _rnn
-from ..build import cells as step_cells
+from ..builders import rnn as _rnn
+from ..builders import cells as step_cells
 from . import core
 from .scope import CurrentDeviceScope
 
@@ -13,7 +13,7 @@ STEP_NETS = ("step_net", "backward_step_net")
 
 def on_device(net, build):
     """build(), then the current device scope stamped on the ops of the step nets it added to net that have no
-    device option (Caffe2 creates step ops under the scope; stepnet.build.rnn builds them without one)."""
+    device option (Caffe2 creates step ops under the scope; stepnet.builders.rnn builds them without one)."""
     before, device = len(net.Proto().op), CurrentDeviceScope()
     result = build()
     if device is not None:

@@ -1,6 +1,6 @@
 """Caffe2's scope module: the name scope and device scope new ops get, per thread.
 
-SCOPE is a stepnet.build.builder.Scope whose prefix list and device live in thread-local storage, so every compat
+SCOPE is a stepnet.builders.builder.Scope whose prefix list and device live in thread-local storage, so every compat
 net (a NetBuilder) scopes names and stamps devices from it exactly as Caffe2's CreateOperator does.
 """
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import threading
 
-from ..build.builder import Scope
+from ..builders.builder import Scope
 from ..io.proto import DeviceOption
 
 _NAMESCOPE_SEPARATOR = "/"
@@ -40,7 +40,7 @@ class ThreadScope(Scope):
         self._local.device = value
 
     def scoped(self, name) -> str:
-        from ..build.builder import BlobRef
+        from ..builders.builder import BlobRef
         if isinstance(name, bytes):
             name = name.decode()
         return str(name) if isinstance(name, BlobRef) else CurrentNameScope() + str(name)

@@ -6,8 +6,9 @@ from __future__ import annotations
 import warnings
 
 from ..core import backend
-from ..core.errors import (OpAt, ArgumentError, ArityError, DTypeError, MissingBlobError, OpError, ResourceError,
-                           StepnetError, StepnetWarning, did_you_mean)
+from ..core.errors import (
+    OpAt, ArgumentError, ArityError, DTypeError, MissingBlobError, OpError, ResourceError, StepnetError,
+    StepnetWarning, did_you_mean)
 from ..core.int8 import Int8Tensor
 from .registry import ANY_INPLACE, KNOWN_HINTS, REQUIRED, read_arg
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..core import backend
 from ..io import minidb
-from ..dist import world
+from ..distributed import world
 from ..core.errors import ArgumentError, DTypeError, FileFormatError, MissingBlobError, ShapeError, did_you_mean
 from ..core.limits import blob_bytes, over_limit
 from ..io.tensors import check_tensor_proto

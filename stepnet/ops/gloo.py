@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import math
 
-from ..dist import world as process
-from ..dist.collectives import Call, CommonWorld
+from ..distributed import world as process
+from ..distributed.collectives import Call, CommonWorld
 from ..core.errors import ArgumentError, ArityError, CollectiveError, DTypeError, ShapeError
 from .base import like, out_spec
 from .mpi import comm_shape, common_world

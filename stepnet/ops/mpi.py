@@ -1,6 +1,6 @@
 """Caffe2's MPI operators (caffe2/mpi/mpi_ops.h): MPICreateCommonWorld, then MPIBroadcast, MPIReduce (sum),
 MPIAllgather and MPIAllreduce (sum) over the common world, and raw-buffer MPISendTensor / MPIReceiveTensor, on the
-MPI transport of mpi4py (stepnet.dist.collectives; NCCL for arrays on CUDA devices).
+MPI transport of mpi4py (stepnet.distributed.collectives; NCCL for arrays on CUDA devices).
 
 Under `mpiexec -n K` every process runs its copy of the net and these ops meet across the K processes; outside
 mpiexec the common world is the process alone and each collective is the identity. Caffe2 registers the
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..dist import world as process
-from ..dist.collectives import ANY, Call, CommonWorld
+from ..distributed import world as process
+from ..distributed.collectives import ANY, Call, CommonWorld
 from ..core.errors import ArgumentError, ArityError, CollectiveError
 from .base import host_ints, like, out_spec
 from .registry import SHOULD_NOT_DO_GRADIENT, op

@@ -11,8 +11,7 @@ from ..core.errors import DeviceError, MissingBlobError, NetError, OpError, Step
 from ..core.limits import check_blob
 from ..graph.view import Graph
 from ..io.validate import MAX_DEPTH, NET_IN_ARG, too_deep_text
-from ..ops.binding import (check_arity, check_inplace, describe, device_option, failure, op_label,
-                           parse_args)
+from ..ops.binding import check_arity, check_inplace, describe, device_option, failure, op_label, parse_args
 from ..ops.registry import REGISTRY
 from ..compiled.program import StepCompiler
 from .steps import StepLoop

@@ -1,11 +1,11 @@
-"""compat.rnn_cell, gru_cell and recurrent: the layers are stepnet.build.rnn's (same nets op for op), the cell
+"""compat.rnn_cell, gru_cell and recurrent: the layers are stepnet.builders.rnn's (same nets op for op), the cell
 classes' apply_over_sequence, a hand-written step net through recurrent_net, and what is not supported."""
 import numpy as np
 import pytest
 
-from stepnet.build import rnn as stepnet_rnn
+from stepnet.builders import rnn as stepnet_rnn
 from stepnet.compat import core, gru_cell, model_helper, recurrent, rnn_cell, workspace
-from stepnet.build.model import ModelBuilder
+from stepnet.builders.model import ModelBuilder
 from stepnet.io.proto import arguments
 
 T, N, D, H = 3, 2, 4, 5
@@ -51,7 +51,7 @@ def test_lstm_trains_through_the_recurrent_op():
 
 
 def test_step_nets_get_the_device_scope():
-    """Caffe2 makes step ops under the current device scope; so does compat (stepnet.build.rnn alone does not)."""
+    """Caffe2 makes step ops under the current device scope; so does compat (stepnet.builders.rnn alone does not)."""
     gpu = core.DeviceOption(1, 0)
     model = model_helper.ModelHelper(name="gpu")
     with core.DeviceScope(gpu):

@@ -18,10 +18,10 @@ TESTS = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(TESTS.parent), str(TESTS / "ops"), str(TESTS)]
 
 from stepnet import Workspace  # noqa: E402
-from stepnet.dist.collectives import CommonWorld  # noqa: E402
+from stepnet.distributed.collectives import CommonWorld  # noqa: E402
 from stepnet.core.errors import CollectiveError  # noqa: E402
 from stepnet.testing import make_op  # noqa: E402
-from stepnet.dist.world import process_world  # noqa: E402
+from stepnet.distributed.world import process_world  # noqa: E402
 
 BATCH, STEPS = 6, 5
 

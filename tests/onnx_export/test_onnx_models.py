@@ -1,5 +1,5 @@
 """The vendored real Caffe2 files exported to ONNX and run in onnxruntime: every output (and the logits before
-each softmax) within rtol 1e-4 of stepnet's. Zoo nets run on synthesized weights (stepnet.build.synth), the crayon
+each softmax) within rtol 1e-4 of stepnet's. Zoo nets run on synthesized weights (stepnet.builders.synth), the crayon
 model on its real weights (its middle part: the preprocess op adds random noise), the char-rnn sampling net on
 random weights (its forward part: WeightedSample draws random samples), and the test nets of the vendored
 training plans on the first batch of their real test data (the part after the db reader)."""
@@ -17,7 +17,7 @@ from onnx_check import compare, ort_run, stepnet_run  # noqa: E402
 from stepnet import NetDef, Workspace
 from stepnet.io import proto
 from stepnet.export.onnx import UnsupportedOpError, export_onnx  # noqa: E402
-from stepnet.build.synth import synth_init  # noqa: E402
+from stepnet.builders.synth import synth_init  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data"

@@ -11,9 +11,9 @@ pytest.importorskip("onnxruntime")
 from onnx_check import compare, one_op  # noqa: E402
 
 from stepnet import NetDef, Workspace  # noqa: E402
-from stepnet.build.model import ModelBuilder  # noqa: E402
+from stepnet.builders.model import ModelBuilder  # noqa: E402
 from stepnet.export.onnx import UnsupportedOpError, export_onnx  # noqa: E402
-from stepnet.build.rnn import basic_rnn, gru, lstm  # noqa: E402
+from stepnet.builders.rnn import basic_rnn, gru, lstm  # noqa: E402
 from stepnet.testing import make_op  # noqa: E402
 
 F = np.float32

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from stepnet import Workspace
-from stepnet.build.builder import NetBuilder
+from stepnet.builders.builder import NetBuilder
 from stepnet.core.errors import ArgumentError, ShapeError
 from stepnet.passes.gradients import backward_ops
 from stepnet.ops import REGISTRY

@@ -166,8 +166,8 @@ def test_run_fused_cells_option(tmp_path, monkeypatch):
     """stepnet run --fused-cells on|off: the same LSTM net, within float32 rounding; an unknown value is refused."""
     from stepnet import save
     from stepnet.cli.run import main
-    from stepnet.build.model import ModelBuilder
-    from stepnet.build.rnn import lstm
+    from stepnet.builders.model import ModelBuilder
+    from stepnet.builders.rnn import lstm
 
     monkeypatch.chdir(tmp_path)
     m = ModelBuilder("m")

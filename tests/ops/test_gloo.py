@@ -5,7 +5,7 @@ import pytest
 from collective_checks import check_gloo_ops, run, workspace
 
 from stepnet import Workspace, load
-from stepnet.dist.collectives import CommonWorld
+from stepnet.distributed.collectives import CommonWorld
 from stepnet.core.errors import ArgumentError, ArityError, CollectiveError, DTypeError, ShapeError
 from stepnet.ops import REGISTRY
 from stepnet.ops.registry import SHOULD_NOT_DO_GRADIENT

@@ -6,8 +6,8 @@ import pytest
 from collective_checks import check_mpi_ops, check_send_receive, check_strings, run, workspace
 
 from stepnet import NetDef, Workspace
-from stepnet.dist import world
-from stepnet.dist.collectives import CommonWorld
+from stepnet.distributed import world
+from stepnet.distributed.collectives import CommonWorld
 from stepnet.core.errors import ArgumentError, ArityError, CollectiveError, GradientError
 from stepnet.passes.gradients import add_gradient_ops
 from stepnet.ops import REGISTRY

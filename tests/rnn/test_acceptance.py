@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 
 from stepnet import Workspace
-from stepnet.build.builder import BlobRef, NetBuilder
-from stepnet.build.model import ModelBuilder
+from stepnet.builders.builder import BlobRef, NetBuilder
+from stepnet.builders.model import ModelBuilder
 from stepnet.io.proto import DeviceOption, arguments
-from stepnet.build.rnn import lstm, recurrent_net, retrieve_step_blobs
+from stepnet.builders.rnn import lstm, recurrent_net, retrieve_step_blobs
 from stepnet.testing import DEVICES, check_gradient
 
 F = np.float32

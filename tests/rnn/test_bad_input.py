@@ -4,9 +4,9 @@ import pytest
 
 from stepnet import Workspace
 from stepnet.core.errors import ArgumentError, DTypeError, MissingBlobError, ShapeError
-from stepnet.build.model import ModelBuilder
+from stepnet.builders.model import ModelBuilder
 from stepnet.io.proto import NetDef, OperatorDef, make_argument, to_text
-from stepnet.build.rnn import lstm
+from stepnet.builders.rnn import lstm
 from stepnet.testing import make_op
 
 from .test_recurrent import rnn_op, run, sum_mul_step

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from stepnet import Workspace
-from stepnet.build.builder import BlobRef, NetBuilder
-from stepnet.build.model import ModelBuilder
-from stepnet.build.rnn import basic_rnn, gru, lstm, recurrent_net
+from stepnet.builders.builder import BlobRef, NetBuilder
+from stepnet.builders.model import ModelBuilder
+from stepnet.builders.rnn import basic_rnn, gru, lstm, recurrent_net
 
 F = np.float32
 T, N, D, H = 4, 3, 5, 6

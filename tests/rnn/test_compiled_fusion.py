@@ -11,8 +11,8 @@ import types
 import numpy as np
 import pytest
 
-from stepnet.build.builder import BlobRef, NetBuilder
-from stepnet.build.rnn import gru, lstm, recurrent_net
+from stepnet.builders.builder import BlobRef, NetBuilder
+from stepnet.builders.rnn import gru, lstm, recurrent_net
 from stepnet.testing import run_op
 
 from .test_compiled import arrays, compilers, loss_of, run_model

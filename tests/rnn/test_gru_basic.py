@@ -6,8 +6,8 @@ import pytest
 from stepnet import Workspace
 from stepnet.core.errors import ArgumentError
 from stepnet.passes.gradients import GradientError
-from stepnet.build.model import ModelBuilder
-from stepnet.build.rnn import basic_rnn, gru
+from stepnet.builders.model import ModelBuilder
+from stepnet.builders.rnn import basic_rnn, gru
 
 from .reference_multi import basic_rnn_forward, gru_forward, numeric_grads
 
@@ -168,9 +168,9 @@ def test_basic_rnn_with_seq_lengths_is_forward_only_as_in_caffe2():
 
 def test_the_masking_itself_has_no_gradient_in_caffe2_either():
     """Building Caffe2's masked step net and differentiating it fails on the Cast (no from_type)."""
-    from stepnet.build.builder import BlobRef, NetBuilder
+    from stepnet.builders.builder import BlobRef, NetBuilder
     from stepnet.passes.gradients import backward_ops
-    from stepnet.build.cells import BasicRNNCell
+    from stepnet.builders.cells import BasicRNNCell
     m = ModelBuilder("m")
     step = NetBuilder("BasicRNN")
     (h,) = BasicRNNCell(2, 3, drop_states=True, name="BasicRNN").apply(

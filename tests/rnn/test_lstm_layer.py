@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 from stepnet import Workspace
-from stepnet.build.model import ModelBuilder
+from stepnet.builders.model import ModelBuilder
 from stepnet.ops import REGISTRY
-from stepnet.build.rnn import lstm
+from stepnet.builders.rnn import lstm
 
 from .reference import lstm_backward, lstm_forward
 

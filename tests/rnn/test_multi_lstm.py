@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from stepnet import Workspace
-from stepnet.build.model import ModelBuilder
-from stepnet.build.rnn import lstm
+from stepnet.builders.model import ModelBuilder
+from stepnet.builders.rnn import lstm
 
 from .reference_multi import multi_lstm_backward, multi_lstm_forward
 

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from stepnet import Workspace
-from stepnet.build.builder import BlobRef
+from stepnet.builders.builder import BlobRef
 from stepnet.core.errors import StepnetError
-from stepnet.build.model import ModelBuilder
-from stepnet.build.rnn import lstm
+from stepnet.builders.model import ModelBuilder
+from stepnet.builders.rnn import lstm
 
 F = np.float32
 T, N, D, H = 3, 2, 4, 5

@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 
 from stepnet import Workspace
-from stepnet.build.builder import BlobRef, NetBuilder
-from stepnet.build.model import ModelBuilder
-from stepnet.build.rnn import gru, lstm, recurrent_net
-from stepnet.build.unroll import unroll_step_net
+from stepnet.builders.builder import BlobRef, NetBuilder
+from stepnet.builders.model import ModelBuilder
+from stepnet.builders.rnn import gru, lstm, recurrent_net
+from stepnet.builders.unroll import unroll_step_net
 
 
 F = np.float32

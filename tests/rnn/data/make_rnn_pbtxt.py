@@ -12,10 +12,10 @@ Plain SGD: WeightedSum(param, ONE, grad, LR) with a constant negative LR, as Caf
 """
 from pathlib import Path
 
-from stepnet.build.builder import BlobRef
-from stepnet.build.model import ModelBuilder
+from stepnet.builders.builder import BlobRef
+from stepnet.builders.model import ModelBuilder
 from stepnet.io.proto import ExecutionStep, PlanDef, save, to_text
-from stepnet.build.rnn import lstm
+from stepnet.builders.rnn import lstm
 
 D, H, N, C = 4, 6, 2, 3
 HERE = Path(__file__).parent

@@ -1,10 +1,9 @@
 """NCCL collectives on CuPy arrays (`cupy.cuda.nccl`), for collective ops on CUDA devices.
 
-stepnet.dist.collectives imports this module only when a collective's array lives on a CUDA device, after the ranks
-agreed on the call over MPI. One NCCL communicator per common world and device: rank 0 makes the unique id and
-MPI broadcasts it. Each rank drives one GPU (give each process its own, e.g. with CUDA_VISIBLE_DEVICES). Sums
-run in the array's dtype (bool as uint8); broadcast and allgather move raw bytes, so any dtype goes.
-"""
+stepnet.distributed.collectives imports this module only when a collective's array lives on a CUDA device, after the
+ranks agreed on the call over MPI. One NCCL communicator per common world and device: rank 0 makes the unique id and
+MPI broadcasts it. Each rank drives one GPU (give each process its own, e.g. with CUDA_VISIBLE_DEVICES). Sums run in
+the array's dtype (bool as uint8); broadcast and allgather move raw bytes, so any dtype goes."""
 from __future__ import annotations
 
 import numpy as np

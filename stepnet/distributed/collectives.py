@@ -1,14 +1,13 @@
 """Collectives over a common world (the opaque value MPICreateCommonWorld / CreateCommonWorld put in a blob):
-allreduce (sum), broadcast, reduce (sum), allgather, barrier, and raw-buffer send / receive, on MPI through
-mpi4py. Arrays on CUDA devices go through NCCL (`stepnet.dist.nccl`, imported only then); the emulated device's go
+allreduce (sum), broadcast, reduce (sum), allgather, barrier, and raw-buffer send / receive, on MPI through mpi4py.
+Arrays on CUDA devices go through NCCL (`stepnet.distributed.nccl`, imported only then); the emulated device's go
 through the host.
 
-Before each collective the ranks exchange a fingerprint of the call (op, blob, shape, dtype, root): ranks that
-reach different collectives, or the same one with blobs of different shapes or types, get a CollectiveError that
-names every rank's blob and shape, instead of waiting forever or mixing bytes. A process alone (outside mpiexec)
-is rank 0 of 1: every collective returns its input. A message a rank sends itself waits in a mailbox for its
-receive (MPI_Send to oneself would block).
-"""
+Before each collective the ranks exchange a fingerprint of the call (op, blob, shape, dtype, root): ranks that reach
+different collectives, or the same one with blobs of different shapes or types, get a CollectiveError that names
+every rank's blob and shape, instead of waiting forever or mixing bytes. A process alone (outside mpiexec) is rank 0
+of 1: every collective returns its input. A message a rank sends itself waits in a mailbox for its receive (MPI_Send
+to oneself would block)."""
 from __future__ import annotations
 
 import zlib
@@ -100,7 +99,7 @@ class CommonWorld:
         world = process_world()
         self.process, self.rank, self.size, self.name = world, world.rank, world.size, name
         self.mailbox: list[tuple[int, np.ndarray]] = []   # messages this process sent itself: (tag, bytes)
-        self.nccl: dict = {}                               # NCCL communicators by CUDA device (stepnet.dist.nccl)
+        self.nccl: dict = {}                               # NCCL communicators by CUDA device (distributed.nccl)
 
     def __repr__(self):
         return f"CommonWorld({self.name!r}, rank {self.rank} of {self.size})"
