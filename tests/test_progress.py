@@ -124,7 +124,7 @@ def test_run_says_where_the_plans_save_op_wrote(tmp_path, capsys, monkeypatch):
                   'arg { name: "db_type" s: "minidb" } } }\nexecution_step { name: "save" network: "save" }\n'
     (tmp_path / "p.pbtxt").write_text(plan)
     assert main(["run", "p.pbtxt"]) == 0
-    assert "checkpoint: the plan saved 1 blob(s) to ck.minidb (net 'save', op #0 Save)" in capsys.readouterr().out
+    assert "the model wrote ck.minidb (48 bytes) by net 'save', op #0 (Save)" in capsys.readouterr().out
 
 
 def test_plot_draws_every_curve(tmp_path, capsys):

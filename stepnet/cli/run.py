@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import sys
 import time
@@ -17,7 +16,7 @@ from ..io.feeds import parse_feed
 from ..core.errors import ArgumentError, MissingBlobError, StepnetError, StepnetWarning, one_line
 from ..graph.view import Graph
 from ..distributed.launch import per_rank
-from ..core.limits import add_limit_flags, limits_of
+from ..core.limits import add_limit_flags, format_bytes, limits_of
 from ..core.int8 import Int8Tensor
 from .metrics import MetricsWriter
 from ..runtime.plan import training_loops
@@ -83,10 +82,10 @@ def cmd_run(a) -> int:
         monitor.close()
         if monitor.metrics is not None:
             monitor.metrics.close()
+        report_writes(ws)
 
 
 def _run(a, ws, model, predict_def, monitor: Monitor, profiler: Profiler | None) -> int:
-    started_at = time.time()
     feeds = {}
     for spec in a.feed:
         feeds.update(parse_feed(spec, ws.limits.max_blob_bytes))
@@ -119,8 +118,6 @@ def _run(a, ws, model, predict_def, monitor: Monitor, profiler: Profiler | None)
                 signal.signal(signal.SIGINT, previous)
         wall = time.perf_counter() - start
         monitor.close()
-        if not a.quiet:
-            _report_plan_saves(model, started_at)
     else:
         if a.predict_net:
             init, predict = model, predict_def
@@ -188,19 +185,12 @@ def _describe_loops(plan, iterations: int | None) -> None:
               "stop blob; nothing was set", file=sys.stderr, flush=True)
 
 
-def _report_plan_saves(plan, since: float) -> None:
-    """Where the plan's own Save ops wrote (the checkpoint of a plan that saves itself)."""
-    for net in plan.network:
-        for i, op in enumerate(net.op):
-            if op.type != "Save":
-                continue
-            db = next((arg.s.decode("utf-8", "replace") for arg in op.arg if arg.name == "db"), None)
-            try:
-                fresh = db and os.path.getmtime(db) >= since - 1
-            except OSError:
-                fresh = False
-            if fresh:
-                print(f"checkpoint: the plan saved {len(op.input)} blob(s) to {db} (net {net.name!r}, op #{i} Save)")
+def report_writes(ws) -> None:
+    """One line per file the model's ops wrote this run (the write policy: none goes unsaid), quiet or not."""
+    for w in ws.written:
+        times = f", written {w.times} times" if w.times > 1 else ""
+        by = f" by {w.by}" if w.by is not None else ""
+        print(f"the model wrote {one_line(w.path)} ({format_bytes(w.size)}{times}){one_line(by)}", flush=True)
 
 
 def cmd_plot(a) -> int:

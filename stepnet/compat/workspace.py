@@ -19,6 +19,7 @@ from ..core.errors import StepnetError
 from ..graph.view import copy_net
 from ..ops import REGISTRY
 from ..io.proto import NetDef, OperatorDef, PlanDef, TensorProto
+from ..core.limits import Limits
 from ..runtime.workspace import Workspace
 from . import core
 from .scope import CurrentDeviceScope, CurrentNameScope
@@ -51,7 +52,7 @@ def _caffe2_errors(fn):
 def _ws() -> Workspace:
     name = _current[0]
     if name not in _workspaces:
-        _workspaces[name] = Workspace()
+        _workspaces[name] = Workspace(limits=Limits(trusted=True))   # a script's paths are its own choice
     return _workspaces[name]
 
 

@@ -12,12 +12,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .errors import OpAt, ArgumentError, FileAccessError, ResourceError
+from .errors import ArgumentError, FileAccessError, OpAt, ResourceError
+from .writes import refusal
 
 FALLBACK_MAX_BLOB_BYTES = 4 << 30  # where the physical memory size cannot be read
 BLOB_FLAG = "--max-blob-bytes SIZE (Python: Limits(max_blob_bytes=...))"
 PATH_FLAGS = ("--file-root DIR to allow another root, or --allow-any-path to lift the confinement (Python: "
               "Workspace(limits=Limits(file_root=..., any_path=True)))")
+WRITE_FLAGS = ("--max-write-files N / --max-write-bytes SIZE (Python: Limits(max_write_files=..., "
+               "max_write_bytes=...))")
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
@@ -34,13 +37,19 @@ def default_max_blob_bytes() -> int:
 class Limits:
     """max_blob_bytes: the most bytes one blob may take (a fill, a loaded tensor, a batch, a feed).
     file_root: the directory every db path a model names (read or write) must lie under, symlinks resolved;
-    None: the working directory when the Workspace is made. any_path: no confinement at all. writes: whether a
-    model may write files at all (False where a command runs a model's ops only to read values, as the export
-    commands do: they write nothing but what -o names)."""
+    None: the working directory when the Workspace is made. any_path: no confinement to a root (the write
+    rules of core.writes still hold). writes: whether a model may write files at all (False where a command
+    runs a model's ops only to read values, as the export commands do: they write nothing but what -o names).
+    max_write_files / max_write_bytes: how many files, and how many bytes on disk, a run's models may write.
+    trusted: the paths come from a program, not a model file (stepnet.compat: Caffe2 scripts are code, their
+    paths their own choice): no root, no write rules, no write budget."""
     max_blob_bytes: int = field(default_factory=default_max_blob_bytes)
     file_root: str | os.PathLike | None = None
     any_path: bool = False
     writes: bool = True
+    max_write_files: int = 256
+    max_write_bytes: int = 4 << 30
+    trusted: bool = False
 
     def resolved(self) -> "Limits":
         """These limits with file_root an absolute, symlink-free directory (the working directory if None)."""
@@ -60,15 +69,34 @@ class Limits:
             raise FileAccessError(f"db path {path!r}: this command runs the model's ops only to compute values and "
                                   "lets no op write a file (it writes only what -o names); drop the op from the net, "
                                   "or run the model with stepnet run", at=where or None)
-        if self.any_path:
+        if self.trusted:
             return path
-        root = os.path.realpath(self.file_root if self.file_root is not None else os.getcwd())
         real = os.path.realpath(path)
-        if real == root or real.startswith(root.rstrip(os.sep) + os.sep):
-            return path
         shown = "" if real == os.path.abspath(path) else f" (resolving to {real})"
-        raise FileAccessError(f"db path {path!r}{shown} is outside the file root {root}: a model may read and write "
-                              f"files only under its root; pass {PATH_FLAGS}", at=where or None)
+        root = None if self.any_path else os.path.realpath(self.file_root if self.file_root is not None else
+                                                           os.getcwd())
+        if root is not None and not (real == root or real.startswith(root.rstrip(os.sep) + os.sep)):
+            raise FileAccessError(f"db path {path!r}{shown} is outside the file root {root}: a model may read and "
+                                  f"write files only under its root; pass {PATH_FLAGS}", at=where or None)
+        why = refusal(real, root) if write else None
+        if why is not None:
+            raise FileAccessError(f"db path {path!r}{shown}: a model may not write there: {why}; see the README's "
+                                  "write policy", at=where or None)
+        return path
+
+    def check_write(self, log, path: str, nbytes: int, where=None) -> None:
+        """Refuse (ResourceError) a model's write of nbytes to path that would pass this run's budget of files or
+        bytes on disk (log: the workspace's WriteLog)."""
+        if self.trusted:
+            return
+        files, total = log.on_disk(path, nbytes)
+        if files > self.max_write_files:
+            raise ResourceError(f"db {path!r} would be file {files} this run writes, over the limit of "
+                                f"{self.max_write_files} files; raise it with {WRITE_FLAGS}", at=where)
+        if total > self.max_write_bytes:
+            raise ResourceError(f"db {path!r} ({format_bytes(nbytes)}) would bring what this run wrote to "
+                                f"{format_bytes(total)}, over the limit of {format_bytes(self.max_write_bytes)}; "
+                                f"raise it with {WRITE_FLAGS}", at=where)
 
 
 def check_blob(limit: int, blob: str, shape, dtype, where: str = "") -> None:
@@ -140,11 +168,19 @@ def add_limit_flags(parser, paths: bool) -> None:
                             help="the directory the model's db paths (Save, Load, CreateDB, ...) must lie under "
                                  "(default: the working directory)")
         parser.add_argument("--allow-any-path", action="store_true",
-                            help="let the model read and write db files anywhere")
+                            help="let the model read and write db files outside the file root (the write policy "
+                                 "still holds: database files only, nothing hidden, no Python environment)")
+        parser.add_argument("--max-write-files", type=int, metavar="N",
+                            help="the most files the model's ops may write in this run (default: 256)")
+        parser.add_argument("--max-write-bytes", type=_size, metavar="SIZE",
+                            help="the most bytes the files the model's ops write may hold in all (default: 4G)")
 
 
 def limits_of(args) -> Limits:
     """The Limits a command's parsed flags ask for."""
-    size = {} if args.max_blob_bytes is None else {"max_blob_bytes": args.max_blob_bytes}
+    given = {"max_blob_bytes": args.max_blob_bytes, "max_write_files": getattr(args, "max_write_files", None),
+             "max_write_bytes": getattr(args, "max_write_bytes", None)}
+    if (given["max_write_files"] or 0) < 0:
+        raise ArgumentError(f"--max-write-files needs a count >= 0, got {given['max_write_files']}")
     return Limits(file_root=getattr(args, "file_root", None), any_path=getattr(args, "allow_any_path", False),
-                  **size)
+                  **{k: v for k, v in given.items() if v is not None})

@@ -78,6 +78,18 @@ def _scan(data, path: str) -> list[tuple[str, int, int, int]]:
     return index
 
 
+def replaceable(path) -> bool:
+    """Whether a model may write a database at path: nothing is there, or an empty regular file, or a minidb file
+    (its records' layout checks: a stepnet database or checkpoint). Anything else is somebody's file."""
+    if not os.path.lexists(path):
+        return True
+    try:
+        MiniDB(path)
+    except (FileFormatError, OSError):
+        return False
+    return True
+
+
 class MiniDB:
     """A minidb file opened for reading: its records in file order, values read on demand (memory-mapped)."""
 

@@ -18,7 +18,9 @@ import numpy as np
 from ..core import backend
 from ..io import minidb
 from ..distributed import world
-from ..core.errors import ArgumentError, DTypeError, FileFormatError, MissingBlobError, ShapeError, did_you_mean
+from ..core.errors import (ArgumentError, DTypeError, FileAccessError, FileFormatError, MissingBlobError, ShapeError,
+                           did_you_mean)
+from ..io import proto
 from ..core.limits import blob_bytes, over_limit
 from ..io.tensors import check_tensor_proto
 from ..core.spec import spec
@@ -140,12 +142,20 @@ def _save(ctx, values, db, db_type, absolute_path, strip_prefix, blob_name_overr
     records = []
     for name, value in zip(names, values, strict=True):
         records.extend(minidb.serialize_blob(name, value, chunk_size))
-    path = ctx.workspace.limits.confine(full_path(ctx.workspace, db, absolute_path), ctx.label, write=True)
+    ws, limits = ctx.workspace, ctx.workspace.limits
+    path = limits.confine(full_path(ws, db, absolute_path), ctx.label, write=True)
+    if not world.writes(db):   # under mpiexec only rank 0 writes a file whose path names no {rank}
+        return
+    data = minidb.pack_records(records)
+    if not limits.trusted and not minidb.replaceable(path):
+        raise FileAccessError(f"db {path!r} exists and is not a stepnet database (minidb) or an empty file: a "
+                              "model replaces no other file; give the db another name", at=ctx.label)
+    limits.check_write(ws.written, path, len(data), ctx.label)
     try:
-        if world.writes(db):  # under mpiexec only rank 0 writes a file whose path names no {rank}
-            minidb.write_records(path, records)
+        proto.atomic_write(path, data)
     except FileFormatError as e:
         raise FileFormatError(f"{e}{_missing_file_hint(db, absolute_path)}") from None
+    ws.written.record(path, len(data), ctx.label)
 
 
 @op("Save", inputs=(1, None), outputs=0, context=True, devices="any", gradient=SHOULD_NOT_DO_GRADIENT,

@@ -8,6 +8,7 @@ import numpy as np
 from ..core import backend
 from ..core.errors import MissingBlobError, NetError, did_you_mean
 from ..core.limits import Limits
+from ..core.writes import WriteLog
 from ..core.int8 import Int8Tensor
 from ..kernels import jit
 
@@ -70,6 +71,7 @@ class Workspace:
         self._blobs: dict[str, Blob] = {}
         self._nets: dict[str, Any] = {}
         root = parent is None
+        self.written = WriteLog() if root else parent.written   # the files this workspace's models wrote
         self.gpu = gpu if gpu is not None else ("auto" if root else parent.gpu)
         self.strict = bool(strict) if strict is not None else (False if root else parent.strict)
         self.check_nan = bool(check_nan) if check_nan is not None else (False if root else parent.check_nan)
