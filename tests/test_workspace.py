@@ -187,7 +187,8 @@ def test_threads_holds_blas_while_a_net_runs(temporary_op):
         before = [i["num_threads"] for i in threadpool_info() if i.get("user_api") == "blas"]
         assert _blas_threads_seen(seen, threads=1) == [[1] * len(before)] * 2
         assert [i["num_threads"] for i in threadpool_info() if i.get("user_api") == "blas"] == before
-        assert _blas_threads_seen(seen) == [before] * 2      # None: BLAS as the process has it
+        assert _blas_threads_seen(seen) == [[1] * len(before)] * 2    # the default: DEFAULT_THREADS, as the CLI
+        assert _blas_threads_seen(seen, threads=0) == [before] * 2      # 0: BLAS as the process has it
 
 
 def test_threads_holds_blas_while_a_plan_runs(temporary_op):
@@ -209,7 +210,21 @@ def test_threads_holds_blas_while_a_plan_runs(temporary_op):
 
 
 def test_threads_is_inherited_and_checked():
-    parent = Workspace(threads=1)
-    assert Workspace(parent=parent).threads == 1 and Workspace().threads is None
-    with pytest.raises(ValueError, match="threads must be a positive int, got 0"):
-        Workspace(threads=0)
+    from stepnet.runtime.workspace import DEFAULT_THREADS
+
+    parent = Workspace(threads=2)
+    assert Workspace(parent=parent).threads == 2 and Workspace().threads == DEFAULT_THREADS == 1
+    assert Workspace(threads=0).threads is None and Workspace(parent=Workspace(threads=0)).threads is None
+    with pytest.raises(ValueError, match="threads must be an int >= 0, got -1"):
+        Workspace(threads=-1)
+
+
+def test_one_default_thread_count_for_the_cli_the_api_and_compat():
+    """The Python API, stepnet.compat and `stepnet run` hold BLAS at the same default (runtime.workspace)."""
+    from stepnet.cli.run import build_parser
+    from stepnet.compat import workspace as compat_workspace
+    from stepnet.runtime.workspace import DEFAULT_THREADS
+
+    compat_workspace.ResetWorkspace()
+    assert compat_workspace._ws().threads == Workspace().threads == DEFAULT_THREADS
+    assert build_parser().parse_args(["run", "m.pbtxt"]).threads == DEFAULT_THREADS

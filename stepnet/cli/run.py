@@ -25,7 +25,7 @@ from .progress import Monitor
 from .tools import (  # noqa: F401 - re-exported
     add_tool_parsers, cmd_convert, cmd_inspect, cmd_ops, cmd_synth_init, describe_net, op_table, unsupported_ops)
 from .onnx import add_parser as add_onnx_parser, run_in_onnxruntime
-from ..runtime.workspace import Workspace
+from ..runtime.workspace import DEFAULT_THREADS, Workspace
 from ..kernels import jit
 
 # --------------------------------------------------------------------------------------------- output
@@ -73,7 +73,7 @@ def cmd_run(a) -> int:
     predict_def = proto.load(a.predict_net, kind="net") if a.predict_net else None
     profiler = Profiler() if a.profile or _has_prof_dag(model, predict_def) else None
     ws = Workspace(seed=a.seed, gpu=a.device, strict=a.strict, check_nan=a.check_nan, limits=limits_of(a),
-                   profiler=profiler, threads=a.threads or None,
+                   profiler=profiler, threads=a.threads,
                    fused_cells={"auto": None, "on": True, "off": False}[a.fused_cells])
     monitor = Monitor(show=not a.quiet, metrics=MetricsWriter(a.metrics) if a.metrics else None)
     try:
@@ -274,9 +274,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="LSTM/GRU cells, Softmax, FC of one row and the one-hot FC gradient as numba passes (the "
                         "fast extra; auto: when numba is installed) or in numpy (off: the reference arithmetic; "
                         "results agree within float32 rounding)")
-    r.add_argument("--threads", type=_threads, default=1, metavar="N",
-                   help="BLAS threads while nets run (default 1: on a shared 2-CPU machine two threads made a "
-                        "char-rnn step up to 2.2x slower; 0 leaves BLAS as it is)")
+    r.add_argument("--threads", type=_threads, default=DEFAULT_THREADS, metavar="N",
+                   help=f"BLAS threads while nets run (default {DEFAULT_THREADS}: on a shared 2-CPU machine two "
+                        "threads made a char-rnn step up to 2.2x slower; 0 leaves BLAS as it is)")
     add_limit_flags(r, paths=True)
     r.set_defaults(func=cmd_run)
 

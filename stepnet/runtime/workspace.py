@@ -50,6 +50,13 @@ class Blob:
         return f"Blob({self.name!r}, {what}{', view' if self.view else ''})"
 
 
+# BLAS threads while a workspace's nets run, unless told otherwise: the one place that decides it for the command
+# line, Workspace, ModelBuilder's runs and stepnet.compat. Measured: on a shared 2-CPU machine two threads made a
+# char-rnn step up to 2.2x slower, and the Python API at the process's own count ran a 1-layer LSTM step 7-20x
+# slower than the CLI under load. 0 leaves BLAS as the process has it.
+DEFAULT_THREADS = 1
+
+
 class Workspace:
     """Blobs and nets. A child workspace sees its parent's blobs: lookups go local first, then up the
     chain; creating a blob that exists anywhere in the chain binds to that existing blob (§2). `limits` says
@@ -57,7 +64,8 @@ class Workspace:
     blobs up to a quarter of the memory); child workspaces inherit their parent's. compile_steps=False runs
     RecurrentNetwork step nets, and plain nets run many times, op by op (the reference path); fused_cells=False
     keeps the LSTM/GRU cells, Softmax, FC of one row and the one-hot FC weight gradient in numpy, True asks for
-    their numba forms (the `fast` extra), None (default) uses them when numba is installed."""
+    their numba forms (the `fast` extra), None (default) uses them when numba is installed. threads: BLAS threads
+    while its top-level nets and plans run (None: DEFAULT_THREADS, 1; 0: BLAS as the process has it)."""
 
     def __init__(self, parent: "Workspace | None" = None, *, seed: int | None = None, gpu: str | None = None,
                  strict: bool | None = None, check_nan: bool | None = None, limits: Limits | None = None,
@@ -82,9 +90,10 @@ class Workspace:
         if fused_cells and not jit.installed():
             raise ValueError("fused_cells=True needs numba: pip install 'stepnet[fast]'")
         self.fused_cells = fused_cells if fused_cells is not None or root else parent.fused_cells
-        if threads is not None and (type(threads) is not int or threads < 1):
-            raise ValueError(f"threads must be a positive int, got {threads!r}")
-        self.threads = threads if threads is not None or root else parent.threads
+        if threads is not None and (type(threads) is not int or threads < 0):
+            raise ValueError(f"threads must be an int >= 0, got {threads!r}")
+        self.threads = (threads if threads is not None else DEFAULT_THREADS if root else parent.threads) or None
+        # (None from here on: BLAS left as the process has it)
         self._blas = None if root or threads is not None else parent._blas   # BlasThreads, made when first used
         self.rng = np.random.default_rng(seed) if (root or seed is not None) else parent.rng
         # opt-in observers, inherited: a profile.Profiler times every op of nets bound here; a reporter
