@@ -30,15 +30,17 @@ from ..kernels import jit
 
 # --------------------------------------------------------------------------------------------- output
 def format_blob(name: str, value, count: int = 6) -> str:
+    """The result line of a fetched blob; its name and strings (from the model) with control and format
+    characters escaped."""
     if isinstance(value, (str, bytes)):
-        return f"{name}: string {value!r}"
+        return one_line(f"{name}: string {value!r}")
     if isinstance(value, Int8Tensor):
-        return f"{name}: Int8Tensor {value.summary(count)}"
+        return one_line(f"{name}: Int8Tensor {value.summary(count)}")
     arr = np.asarray(value)
     flat = arr.reshape(-1)
     head = np.array2string(flat[:count], precision=5, separator=", ", max_line_width=200)
     more = f" ... ({flat.size} values)" if flat.size > count else ""
-    return f"{name}: shape {tuple(arr.shape)} {arr.dtype} {head}{more}"
+    return one_line(f"{name}: shape {tuple(arr.shape)} {arr.dtype} {head}{more}")
 
 
 def save_npz(path: Path, arrays: dict) -> None:
