@@ -2,6 +2,7 @@
 (Print, `run`'s result lines, `inspect`) and written to a spreadsheet (--metrics). Each case shows the hostile
 input neutralised and normal input unchanged."""
 import csv
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ from stepnet.core.errors import one_line
 from stepnet.io import proto
 from stepnet.testing import make_op
 
+XOR = Path(__file__).resolve().parents[1] / "models" / "xor"
 TITLE, CLEAR = "\x1b]0;pwned\x07", "\x1b[2J\x1b[H"   # set the terminal's title; clear the screen
 HIDDEN = "\u200b\u200f\u202e\u2066\ufeff"            # zero-width space, RTL mark, RTL override, isolate, BOM
 
@@ -110,3 +112,49 @@ def test_metrics_cells_never_start_a_formula_and_read_back_as_the_names(tmp_path
 @pytest.mark.parametrize("name", ["loss", "a=b", "x+1", "top-1", "e@mail", "it's"])
 def test_metrics_cells_of_normal_names_are_the_names(name):
     assert cell(name) == name
+
+
+# --------------------------------------------------------------------------------------------- images
+EPS = b"%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 1 1\n0 0 moveto 1 1 lineto stroke\nshowpage\n%%EOF\n"
+
+
+def image_file(path, fmt: str):
+    from PIL import Image
+
+    Image.new("RGB", (3, 2), (10, 20, 30)).save(path, format=fmt)
+    return path
+
+
+@pytest.fixture
+def eps_reader(monkeypatch):
+    """Pillow's EPS reader, watched: the list of files it was handed (it runs Ghostscript to decode them)."""
+    Image = pytest.importorskip("PIL.Image")
+    Image.init()
+    factory, accept = Image.OPEN["EPS"]
+    reached = []
+    monkeypatch.setitem(Image.OPEN, "EPS", (lambda fp, name: reached.append(name) or factory(fp, name), accept))
+    return reached
+
+
+def test_an_image_feed_opens_only_the_format_its_suffix_names(tmp_path, eps_reader):
+    from stepnet.core.errors import FileFormatError
+    from stepnet.io.feeds import parse_feed
+
+    (tmp_path / "x.png").write_bytes(EPS)
+    with pytest.raises(FileFormatError, match=r"x\.png: not an image Pillow can read as PNG, the format its suffix"):
+        parse_feed(f"X={tmp_path / 'x.png'}")
+    assert eps_reader == []                                       # PostScript never reached the EPS reader
+    image_file(tmp_path / "png.jpg", "PNG")
+    with pytest.raises(FileFormatError, match=r"png\.jpg: not an image Pillow can read as JPEG"):
+        parse_feed(f"X={tmp_path / 'png.jpg'}")
+    for suffix, fmt in [(".png", "PNG"), (".bmp", "BMP"), (".gif", "GIF"), (".tiff", "TIFF"), (".ppm", "PPM")]:
+        arr = parse_feed(f"X={image_file(tmp_path / ('ok' + suffix), fmt)}")["X"]
+        assert arr.shape == (1, 2, 3, 3) and arr[0, 0, 0].tolist() == [10, 20, 30], suffix
+
+
+def test_an_eps_named_png_is_one_line_on_the_command_line(tmp_path, capsys, eps_reader):
+    (tmp_path / "x.png").write_bytes(EPS)
+    pair = [str(XOR / "init_net.pbtxt"), str(XOR / "predict_net.pbtxt")]
+    assert main(["run", *pair, "--feed", f"X={tmp_path / 'x.png'}"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not an image Pillow can read as PNG" in err and eps_reader == []
