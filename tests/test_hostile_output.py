@@ -158,3 +158,64 @@ def test_an_eps_named_png_is_one_line_on_the_command_line(tmp_path, capsys, eps_
     assert main(["run", *pair, "--feed", f"X={tmp_path / 'x.png'}"]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "not an image Pillow can read as PNG" in err and eps_reader == []
+
+
+# --------------------------------------------------------------------------------------------- --save OUT.npz
+def fills_net(*names: str) -> NetDef:
+    nd = NetDef(name="n")
+    nd.op.extend(make_op("ConstantFill", [], [n], shape=[2], value=1.0) for n in names)
+    nd.external_output.extend(names)
+    return nd
+
+
+@pytest.mark.parametrize("name, why", [
+    ("../../x", r"a part of it is empty or starts with '\.' \(an absolute path, '\.\.', a hidden file\)"),
+    ("/etc/cron.d/x", "a part of it is empty or starts with"), (".bashrc", "a part of it is empty or starts with"),
+    ("a/../../b", "a part of it is empty"), ("a\\..\\b", "it holds a backslash"),
+    ("a\x1bb", "it holds a control, format or other unprintable character"), ("x" * 252, "256 bytes is over 255"),
+])
+def test_save_refuses_blob_names_that_are_no_safe_member(tmp_path, capsys, name, why):
+    proto.save(fills_net("y", name), tmp_path / "n.pb")
+    work = tmp_path / "a" / "b"
+    work.mkdir(parents=True)
+    assert main(["run", str(tmp_path / "n.pb"), "--save", str(work / "out.npz"), "-q"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "\x1b" not in err
+    assert err.startswith(f"stepnet: error: --save {work / 'out.npz'}: blob ")
+    assert pytest.importorskip("re").search(f"cannot name a member of an .npz archive: {why}", err)
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["a", "b", "n.pb"]   # nothing written, anywhere
+
+
+def test_save_keeps_scoped_names_and_feed_reads_them_back(tmp_path, capsys):
+    proto.save(fills_net("y", "gpu_0/fc_w", "LSTM/cell_state_last"), tmp_path / "n.pb")
+    assert main(["run", str(tmp_path / "n.pb"), "--save", str(tmp_path / "out.npz"), "-q"]) == 0
+    with np.load(tmp_path / "out.npz", allow_pickle=False) as z:
+        assert sorted(z.files) == ["LSTM/cell_state_last", "gpu_0/fc_w", "y"]
+    from stepnet.io.feeds import parse_feed
+
+    fed = parse_feed(str(tmp_path / "out.npz"))
+    assert sorted(fed) == ["LSTM/cell_state_last", "gpu_0/fc_w", "y"] and fed["gpu_0/fc_w"].tolist() == [1.0, 1.0]
+
+
+def test_save_stores_strings_without_pickles(tmp_path, capsys):
+    proto.save(string_net("s", "hello"), tmp_path / "n.pb")
+    assert main(["run", str(tmp_path / "n.pb"), "--save", str(tmp_path / "out.npz"), "-q"]) == 0
+    with np.load(tmp_path / "out.npz", allow_pickle=False) as z:
+        assert z["s"].dtype.kind == "S" and z["s"].tolist() == [b"hello"]
+    from stepnet.io.feeds import parse_feed
+
+    assert parse_feed(f"s={tmp_path / 'out.npz'}")["s"].tolist() == [b"hello"]   # --feed takes it back
+    from stepnet.io.files import npz_bytes
+
+    for value, kind in [("text", "U"), (np.array(["a", b"b"], dtype=object), "U"), (b"raw", "S")]:
+        with np.load(pytest.importorskip("io").BytesIO(npz_bytes({"v": value})), allow_pickle=False) as z:
+            assert z["v"].dtype.kind == kind
+
+
+def test_npz_refuses_python_objects():
+    from stepnet.core.errors import ArgumentError
+    from stepnet.io.files import npz_bytes
+
+    with pytest.raises(ArgumentError, match=r"blob 'o' holds Python objects \(dict, int\), which an .npz holds only "
+                                            "as pickles; stepnet writes none"):
+        npz_bytes({"o": np.array([{"a": 1}, 2, "s"], dtype=object)})

@@ -44,10 +44,15 @@ def format_blob(name: str, value, count: int = 6) -> str:
 
 
 def save_npz(path: Path, arrays: dict) -> None:
+    """--save: the blobs as an .npz (io.files.npz_bytes: safe member names, no pickles), written atomically."""
     from ..io.files import npz_bytes
 
-    proto.atomic_write(path, npz_bytes({k: v.dequantize() if isinstance(v, Int8Tensor) else np.asarray(v)
-                                        for k, v in arrays.items()}))   # Int8: the real values
+    try:
+        data = npz_bytes({k: v.dequantize() if isinstance(v, Int8Tensor) else np.asarray(v)
+                          for k, v in arrays.items()})   # Int8: the real values
+    except ArgumentError as e:
+        raise e.located(f"--save {path}") from None
+    proto.atomic_write(path, data)
 
 
 def _fused_cells(text: str) -> str:
