@@ -171,7 +171,7 @@ def _run(a, ws, model, predict_def, monitor: Monitor, profiler: Profiler | None)
         value = value.dequantize() if isinstance(value, Int8Tensor) else value   # an Int8 image: its real values
         proto.atomic_write(Path(path), images.image_bytes(value, layout, images.format_of(path)))
         if not a.quiet:
-            print(f"saved {name} as image {path}")
+            print(f"saved {one_line(name)} as image {path}")
     return 0
 
 
