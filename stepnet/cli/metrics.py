@@ -1,10 +1,11 @@
 """Training metrics as a CSV file, and `stepnet plot`.
 
 The file is long format, one row per reported value: `iteration,name,value` (the overall training iteration
-when the value was reported, the blob's name, its value). Rows are flushed as they are written, so a run that
-crashes keeps the rows written so far (so the file is written in place, not replaced atomically as stepnet's
-other outputs are; like them, it must be a regular file or new). `plot` draws one curve per name with
-matplotlib (the `plots` extra, imported only there).
+when the value was reported, the blob's name, its value). A name is the model's: its control characters are
+escaped, and one a spreadsheet would evaluate (`=`, `+`, `-`, `@` first) starts with `'`, which `read` drops.
+Rows are flushed as they are written, so a run that crashes keeps the rows written so far (so the file is
+written in place, not replaced atomically as stepnet's other outputs are; like them, it must be a regular file
+or new). `plot` draws one curve per name with matplotlib (the `plots` extra, imported only there).
 """
 from __future__ import annotations
 
@@ -22,6 +23,20 @@ HEADER = ("iteration", "name", "value")
 MAX_FILE_BYTES = 1 << 30   # a metrics file larger than this is not one a run wrote
 MAX_ITERATION = 2**53     # iterations a float (matplotlib's axes) holds exactly
 MAX_CURVES = 40            # curves drawn at once (each one a legend entry)
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "'")   # what a spreadsheet evaluates (OWASP); "'": uncell stays exact
+
+
+def cell(name: str) -> str:
+    """A name from the model as a CSV cell: control and format characters escaped (one_line), and a cell a
+    spreadsheet would take for a formula quoted with a leading "'" (OWASP's advice; one starting with "'"
+    too, so that `uncell` gives the name back)."""
+    name = one_line(name)
+    return "'" + name if name.startswith(FORMULA_STARTS) else name
+
+
+def uncell(text: str) -> str:
+    """The name a cell of `cell` holds."""
+    return text[1:] if text.startswith("'") else text
 
 
 class MetricsWriter:
@@ -51,7 +66,7 @@ class MetricsWriter:
         self.file.flush()
 
     def write(self, iteration: int, name: str, value: float) -> None:
-        self.csv.writerow((iteration, name, repr(float(value))))
+        self.csv.writerow((iteration, cell(name), repr(float(value))))
         self.file.flush()
 
     def close(self) -> None:
@@ -73,7 +88,7 @@ def read(path: str | Path) -> dict[str, tuple[list[int], list[float]]]:
             if not row:
                 continue
             try:
-                iteration, name, value = int(row[0]), row[1], float(row[2])
+                iteration, name, value = int(row[0]), uncell(row[1]), float(row[2])
             except (ValueError, IndexError):
                 shown = ",".join(row)
                 shown = shown if len(shown) <= 80 else shown[:80] + "..."

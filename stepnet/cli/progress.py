@@ -114,7 +114,7 @@ class Monitor:
         self.last_draw = now
         width = 24
         filled = width * self.done // max(self.total, 1)
-        self.err.write(f"\r\033[K{self.step} [{'#' * filled}{'.' * (width - filled)}] {self.status()}")
+        self.err.write(f"\r\033[K{one_line(self.step)} [{'#' * filled}{'.' * (width - filled)}] {self.status()}")
         self.err.flush()
         self.bar_shown = True
 
@@ -140,7 +140,8 @@ class Monitor:
             text = _text(value)
             if text is None:
                 return False
-            self.note(f"{self.label()}{one_line(name)}:\n{text}")   # one string (generated text): as it is
+            lines = "\n".join(map(one_line, text.split("\n")))   # generated text: its lines, no escapes
+            self.note(f"{self.label()}{one_line(name)}:\n{lines}")
             return True
         if self.metrics is not None:
             self.metrics.write(self.done, name, x)

@@ -30,22 +30,29 @@ from ..kernels import jit
 
 # --------------------------------------------------------------------------------------------- output
 def format_blob(name: str, value, count: int = 6) -> str:
+    """The result line of a fetched blob; its name and strings (from the model) with control and format
+    characters escaped."""
     if isinstance(value, (str, bytes)):
-        return f"{name}: string {value!r}"
+        return one_line(f"{name}: string {value!r}")
     if isinstance(value, Int8Tensor):
-        return f"{name}: Int8Tensor {value.summary(count)}"
+        return one_line(f"{name}: Int8Tensor {value.summary(count)}")
     arr = np.asarray(value)
     flat = arr.reshape(-1)
     head = np.array2string(flat[:count], precision=5, separator=", ", max_line_width=200)
     more = f" ... ({flat.size} values)" if flat.size > count else ""
-    return f"{name}: shape {tuple(arr.shape)} {arr.dtype} {head}{more}"
+    return one_line(f"{name}: shape {tuple(arr.shape)} {arr.dtype} {head}{more}")
 
 
 def save_npz(path: Path, arrays: dict) -> None:
+    """--save: the blobs as an .npz (io.files.npz_bytes: safe member names, no pickles), written atomically."""
     from ..io.files import npz_bytes
 
-    proto.atomic_write(path, npz_bytes({k: v.dequantize() if isinstance(v, Int8Tensor) else np.asarray(v)
-                                        for k, v in arrays.items()}))   # Int8: the real values
+    try:
+        data = npz_bytes({k: v.dequantize() if isinstance(v, Int8Tensor) else np.asarray(v)
+                          for k, v in arrays.items()})   # Int8: the real values
+    except ArgumentError as e:
+        raise e.located(f"--save {path}") from None
+    proto.atomic_write(path, data)
 
 
 def _fused_cells(text: str) -> str:
@@ -164,7 +171,7 @@ def _run(a, ws, model, predict_def, monitor: Monitor, profiler: Profiler | None)
         value = value.dequantize() if isinstance(value, Int8Tensor) else value   # an Int8 image: its real values
         proto.atomic_write(Path(path), images.image_bytes(value, layout, images.format_of(path)))
         if not a.quiet:
-            print(f"saved {name} as image {path}")
+            print(f"saved {one_line(name)} as image {path}")
     return 0
 
 

@@ -171,8 +171,8 @@ def cmd_export(a) -> int:
         return 0
     init, predict = write_pair(result, a.output, text=a.format == "pbtxt")
     print(f"wrote {init} ({len(result.params)} blobs, {values} values) and {predict} ({len(result.predict.op)} ops; "
-          f"outputs: {', '.join(result.predict.external_output)})")
-    feeds = " ".join(f"--feed {n}=..." for n in result.feeds)
+          f"outputs: {_short(result.predict.external_output, 100)})")
+    feeds = " ".join(f"--feed {one_line(n)}=..." for n in result.feeds)
     print(f"run it: stepnet run {init} {predict}" + (f" {feeds}" if feeds else ""))
     return 0
 

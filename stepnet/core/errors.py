@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import difflib
+import unicodedata
 from dataclasses import dataclass
 
 
@@ -118,12 +119,25 @@ def did_you_mean(name: str, choices, n: int = 3) -> str:
     return f" (did you mean {', '.join(close)}?)" if close else ""
 
 
-# Control characters (C0 but tab, DEL, C1) and Unicode's line and paragraph separators, escaped: names and text
-# quoted from a file can hold any of them, and a message stays one line that cannot drive the terminal.
-_CONTROLS = str.maketrans({c: repr(c)[1:-1] for c in [*map(chr, range(32)), *map(chr, range(127, 160)),
-                                                      "\u2028", "\u2029"] if c != "\t"})
+class _Escapes(dict):
+    """str.translate's table for one_line, filled as characters are met: each control or format character
+    (Unicode categories Cc, Cf, Zl, Zp: C0 but tab, DEL, C1, zero-width and bidi marks, the BOM, line and
+    paragraph separators) maps to its escape as repr writes it ('\\x1b', '\\u202e'), any other to itself
+    (remembered for the first 65536 characters met: text of every code point cannot grow it without bound)."""
+
+    def __missing__(self, code: int):
+        c = chr(code)
+        escape = repr(c)[1:-1] if c != "\t" and unicodedata.category(c) in _ESCAPED else code
+        if escape != code or len(self) < 65536:
+            self[code] = escape
+        return escape
+
+
+_ESCAPED = {"Cc", "Cf", "Zl", "Zp"}
+_CONTROLS = _Escapes()
 
 
 def one_line(text: str) -> str:
-    """text with every character that would break the line (or reach the terminal as a control) escaped."""
+    """text with every character that would break the line, reach the terminal as a control, or hide or reorder
+    text (zero-width, bidi) escaped: names and text quoted from a file can hold any of them."""
     return text.translate(_CONTROLS)

@@ -12,6 +12,9 @@ checkpoint; any other from the plan's own deterministic setup fill when there is
 constants), else from the checkpoint. The init net holds each as a GivenTensor*Fill of its dtype and shape."""
 from __future__ import annotations
 
+import contextlib
+import os
+import secrets
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -254,13 +257,54 @@ def output_dir(path) -> Path:
 
 
 def write_pair(result: Export, directory, text: bool = False) -> list[Path]:
-    """DIR/init_net.pb and DIR/predict_net.pb (.pbtxt with text), each written atomically."""
+    """DIR/init_net.pb and DIR/predict_net.pb (.pbtxt with text) as a pair: both are written whole beside their
+    paths first (proto.write_temp), and renamed over them only then; a failure leaves the old pair (a failed
+    second rename puts the old init back, from a hard link kept until then)."""
     d = output_dir(directory)
     suffix = ".pbtxt" if text else ".pb"
     paths = [d / f"init_net{suffix}", d / f"predict_net{suffix}"]
-    proto.save(result.init, paths[0])
-    proto.save(result.predict, paths[1])
+    staged, old = [], None
+    try:
+        for path, message in zip(paths, (result.init, result.predict)):
+            staged.append(proto.write_temp(path, proto.to_text(message).encode() if text else
+                                           message.SerializeToString()))
+        old = _linked(paths[0])
+        os.replace(staged[0], paths[0])
+        try:
+            os.replace(staged[1], paths[1])
+        except BaseException:
+            _put_back(paths[0], old)
+            raise
+    except OSError as e:
+        raise FileFormatError(f"{d}: cannot write {paths[0].name} and {paths[1].name} ({e.strerror})") from None
+    finally:
+        for leftover in [*staged, old]:
+            if leftover:
+                with contextlib.suppress(OSError):
+                    os.unlink(leftover)
     return paths
+
+
+def _linked(path: Path):
+    """A hard link to the file at path (named as write_temp names temporaries, so remove_stale_temps finds one a
+    killed write left), to put it back with; None when there is none, False when the filesystem cannot link."""
+    if not os.path.lexists(path):
+        return None
+    link = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    try:
+        os.link(path, link)
+    except OSError:
+        return False
+    return link
+
+
+def _put_back(path: Path, old) -> None:
+    """Undo a rename over path: the old file back (a _linked link), or none when there was none."""
+    with contextlib.suppress(OSError):
+        if old is None:
+            os.unlink(path)
+        elif old:
+            os.replace(old, path)
 
 
 def write_npz(result: Export, out) -> Path:

@@ -137,24 +137,58 @@ class Interrupted(KeyboardInterrupt):
 
 class Checkpointer:
     """The plan boundary callback of `stepnet run --checkpoint PATH [--checkpoint-every N]`: saves every N
-    iterations of an outermost iterating step and, once `interrupt()` was called (Ctrl-C), at the next boundary,
-    then stops the run with Interrupted. Every save replaces PATH atomically."""
+    iterations of an outermost iterating step and, once `interrupt()` was called (Ctrl-C, acknowledged at once),
+    at the next boundary, then stops the run with Interrupted. Every save replaces PATH atomically; a Ctrl-C
+    during a save lets it finish, and a second Ctrl-C before the save it asked for stops the run without it."""
 
     def __init__(self, path, every: int | None = None):
         self.path, self.every, self.interrupted = path, every, False
         self.saves = 0
+        self.saving = False          # a save is under way (or done, and only Interrupted follows): Ctrl-C waits
+        self.saved: Position | None = None
 
     def interrupt(self, *_signal) -> None:
-        """Ask for a checkpoint at the next boundary (a SIGINT handler); a second Ctrl-C stops at once."""
-        import signal
-
-        self.interrupted = True
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        """The SIGINT handler: ask for a checkpoint at the next boundary and say so at once; a second Ctrl-C
+        stops the run at once (KeyboardInterrupt, saying no checkpoint was written) unless a save is under way,
+        which it lets finish."""
+        if self.saving:
+            self.interrupted = True
+            say(f"stepnet: interrupted; finishing the checkpoint being written to {self.path}, then stopping")
+        elif self.interrupted:
+            held = (f"; {self.path} holds the checkpoint of step path {list(self.saved.path)} after "
+                    f"{self.saved.done} iteration(s)" if self.saved else f"; {self.path} was not written")
+            raise KeyboardInterrupt(f"stopped at once, without the checkpoint (Ctrl-C came again before its "
+                                    f"save began){held}")
+        else:
+            self.interrupted = True
+            say(f"stepnet: interrupted; saving a checkpoint to {self.path} at the end of this iteration (Ctrl-C "
+                "again to stop without it)")
 
     def __call__(self, position: Position, ws) -> None:
-        if self.interrupted and not position.finished:
-            save(ws, self.path, position)
-            raise Interrupted(self.path, position)
-        if self.every and position.done and position.done % self.every == 0:
-            save(ws, self.path, position)
+        stop = self.interrupted and not position.finished
+        if stop or (self.every and position.done and position.done % self.every == 0):
+            self._save(ws, position)
             self.saves += 1
+        if self.saving:   # still set after a save that a Ctrl-C asked for or came during: stop here
+            raise Interrupted(self.path, position)
+
+    def _save(self, ws, position: Position) -> None:
+        """save(), which a Ctrl-C cannot break off (interrupt() lets it finish)."""
+        self.saving = True
+        try:
+            save(ws, self.path, position)
+            self.saved = position
+        finally:
+            self.saving = self.interrupted   # after a save a Ctrl-C asked for, only Interrupted follows
+
+
+def say(line: str) -> None:
+    """A line on stderr from a signal handler, written to the descriptor: the code interrupted may be inside a
+    write to sys.stderr (a progress bar's), which a second write would enter again. On a terminal it starts on
+    a line of its own."""
+    import os
+
+    try:
+        os.write(2, (("\n" if os.isatty(2) else "") + line + "\n").encode(errors="backslashreplace"))
+    except OSError:
+        pass

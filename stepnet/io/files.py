@@ -11,7 +11,7 @@ import os
 import stat
 from typing import BinaryIO
 
-from ..core.errors import FileFormatError
+from ..core.errors import ArgumentError, FileFormatError
 
 PROTOBUF_LIMIT = 2**31 - 1  # protobuf parses no message of 2 GiB or more
 
@@ -82,16 +82,52 @@ def read_regular(path, what: str = "file", limit: int | None = None, missing: st
 
 
 def npz_bytes(arrays) -> bytes:
-    """An .npz archive of {name: array} as np.savez writes it, for any names: np.savez(file, **arrays) takes a
-    blob named `file` for its own parameter (a TypeError) and one named `allow_pickle` as a flag (the blob lost)."""
+    """An .npz archive of {name: array} as np.savez writes it, for any names np.savez takes (np.savez(file,
+    **arrays) takes a blob named `file` for its own parameter and one named `allow_pickle` as a flag), without a
+    pickle: strings are stored as numpy strings ('S' for bytes, which drops trailing NULs; 'U' otherwise).
+    Names come from models: one that cannot name a member safely (npz_member) is an ArgumentError."""
     import io
     import zipfile
 
     import numpy as np
 
+    members = [(npz_member(name), name, value) for name, value in arrays.items()]   # every name checked first
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED, allowZip64=True) as z:
-        for name, value in arrays.items():
-            with z.open(f"{name}.npy", "w", force_zip64=True) as member:
-                np.lib.format.write_array(member, np.asanyarray(value), allow_pickle=True)
+        for member, name, value in members:
+            with z.open(member, "w", force_zip64=True) as out:
+                np.lib.format.write_array(out, _no_objects(name, np.asanyarray(value)), allow_pickle=False)
     return buf.getvalue()
+
+
+def npz_member(name: str) -> str:
+    """name + '.npy', the member of blob `name` in an .npz, when a tool extracting the archive writes it as an
+    ordinary file inside the folder it extracts to: parts separated by '/' (Caffe2's scopes: 'gpu_0/fc_w'), as
+    np.savez keeps them, but no absolute path, no '..', no hidden file, no backslash, nothing unprintable."""
+    member = f"{name}.npy"
+    why = ("it holds a backslash" if "\\" in name else
+           "it holds a control, format or other unprintable character" if not name.isprintable() else
+           f"{len(member.encode())} bytes is over 255" if len(member.encode()) > 255 else
+           "a part of it is empty or starts with '.' (an absolute path, '..', a hidden file)"
+           if any(not part or part.startswith(".") for part in name.split("/")) else "")
+    if why:
+        shown = repr(name) if len(name) <= 80 else repr(name[:77]) + "..."
+        raise ArgumentError(f"blob {shown} cannot name a member of an .npz archive: {why}")
+    return member
+
+
+def _no_objects(name: str, arr):
+    """arr with Python strings as numpy strings; an ArgumentError for any other Python object (a pickle)."""
+    import numpy as np
+
+    if not arr.dtype.hasobject:
+        return arr
+    items = arr.reshape(-1).tolist()
+    if all(isinstance(v, bytes) for v in items):
+        return np.array(items, dtype=bytes).reshape(arr.shape)
+    if all(isinstance(v, (str, bytes)) for v in items):
+        return np.array([v.decode("utf-8", "backslashreplace") if isinstance(v, bytes) else v for v in items],
+                        dtype=str).reshape(arr.shape)
+    kinds = ", ".join(sorted({type(v).__name__ for v in items} - {"str", "bytes"}))
+    raise ArgumentError(f"blob {name!r} holds Python objects ({kinds}), which an .npz holds only as pickles; "
+                        "stepnet writes none")

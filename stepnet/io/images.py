@@ -37,6 +37,20 @@ def _pil():
     return Image
 
 
+def open_as_named(Image, f, path):
+    """The image in f, opened by the reader of the format path's suffix names and no other: Pillow guessing by
+    content would hand PostScript saved as .png to its EPS reader, which runs Ghostscript."""
+    fmt = format_of(path)
+    Image.init()
+    if fmt not in Image.OPEN:
+        raise FileFormatError(f"{path}: this Pillow cannot read {fmt} images")
+    try:
+        return Image.open(f, formats=[fmt])
+    except Image.UnidentifiedImageError:
+        raise FileFormatError(f"{path}: not an image Pillow can read as {fmt}, the format its suffix names (stepnet "
+                              "opens no other: a file of another format needs that format's suffix)") from None
+
+
 def read_image(path, layout: str = "rgb") -> np.ndarray:
     """The image as a uint8 array 1×H×W×C in the given channel layout."""
     Image = _pil()
@@ -45,9 +59,11 @@ def read_image(path, layout: str = "rgb") -> np.ndarray:
         raise FileFormatError(f"{path}: no such image file")
     with open_regular(path, "the image") as f:
         try:
-            with Image.open(f) as im:
+            with open_as_named(Image, f, path) as im:
                 im.load()
                 arr = np.asarray(im.convert(LAYOUTS[layout]))
+        except StepnetError:
+            raise
         except Exception as e:  # noqa: BLE001 - Pillow meeting a bad file raises OSError, ValueError, SyntaxError, ...
             raise FileFormatError(f"{path}: not an image Pillow can read ({type(e).__name__}: {e})") from None
     if arr.ndim == 2:

@@ -207,13 +207,25 @@ def check_replaceable(path) -> None:
 
 
 def atomic_write(path, data: bytes) -> None:
-    """Write bytes to path so that readers see the old file or the whole new one, never a part. Only a regular
-    file (or nothing) may be at path: symlinks, FIFOs, devices and directories are refused."""
+    """Write bytes to path so that readers see the old file or the whole new one, never a part: to a temporary
+    beside it (write_temp), then renamed over it. Only a regular file (or nothing) may be at path: symlinks,
+    FIFOs, devices and directories are refused."""
+    tmp = write_temp(path, data)
+    try:
+        os.replace(tmp, path)
+    except BaseException as e:
+        _failed(path, tmp, e)
+
+
+def write_temp(path, data: bytes) -> str:
+    """A new file beside path (`.NAME.XXXXXXXX.tmp`) holding data, synced, with the mode open() would give, to be
+    renamed over path; atomic_write's checks of path first, and its stale temporaries removed. A failed write
+    removes it and raises FileFormatError."""
     path = Path(path)
     check_replaceable(path)
-    directory = path.parent if str(path.parent) else Path(".")
+    remove_stale_temps(path)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as e:
         raise FileFormatError(f"{path}: cannot write ({e.strerror})") from None
     try:
@@ -224,13 +236,45 @@ def atomic_write(path, data: bytes) -> None:
             os.umask(umask)
             os.fchmod(f.fileno(), 0o666 & ~umask)  # what open() would give, not mkstemp's 0600
             os.fsync(f.fileno())
-        os.replace(tmp, path)
     except BaseException as e:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        if isinstance(e, OSError):
-            raise FileFormatError(f"{path}: cannot write ({e.strerror})") from None
-        raise
+        _failed(path, tmp, e)
+    return tmp
+
+
+def _failed(path, tmp: str, error: BaseException):
+    """Remove the temporary of a failed write and raise: an OSError as FileFormatError, anything else as is."""
+    if os.path.exists(tmp):
+        os.unlink(tmp)
+    if isinstance(error, OSError):
+        raise FileFormatError(f"{path}: cannot write ({error.strerror})") from None
+    raise error
+
+
+STALE_SECONDS = 15 * 60   # a temporary of atomic_write untouched this long is one a killed write left
+
+
+def remove_stale_temps(path) -> None:
+    """Remove the temporaries that killed writes of path left beside it (SIGKILL cannot be caught, so the write
+    could not): files named exactly as atomic_write names them for path, regular, the user's own, and untouched
+    for STALE_SECONDS (a write under way keeps touching its file)."""
+    import re
+    import time
+
+    path = Path(path)
+    pattern = re.compile(re.escape(f".{path.name}.") + r"[a-z0-9_]{8}\.tmp")   # mkstemp's 8 random characters
+    uid = os.getuid() if hasattr(os, "getuid") else None
+    try:
+        with os.scandir(path.parent) as entries:
+            stale = [e for e in entries if pattern.fullmatch(e.name)]
+    except OSError:
+        return
+    for entry in stale:
+        try:
+            st = entry.stat(follow_symlinks=False)
+            if stat.S_ISREG(st.st_mode) and uid in (None, st.st_uid) and time.time() - st.st_mtime > STALE_SECONDS:
+                os.unlink(entry.path)
+        except OSError:
+            pass   # gone already, or not ours to remove: the write goes on
 
 
 def to_text(message: Message) -> str:

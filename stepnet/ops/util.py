@@ -13,7 +13,7 @@ import warnings
 import numpy as np
 
 from ..core import backend
-from ..core.errors import ArgumentError, DTypeError, MissingBlobError, OpError, ShapeError, StepnetWarning
+from ..core.errors import ArgumentError, DTypeError, MissingBlobError, OpError, ShapeError, StepnetWarning, one_line
 from ..core.int8 import Int8Tensor
 from ..core.spec import TensorSpec
 from .base import like, out_spec, size_of
@@ -65,8 +65,9 @@ def _print_shape(specs, to_file=0, limit=0, every_n=1):
 def print_op(ctx, xp, x, *, to_file, limit, every_n):
     """Print the input blob's name, type, dims and first `limit` values (default 1000) to stdout, on runs
     1, 1+every_n, 1+2*every_n, ... Limitation: `to_file` (Caffe2 writes <root folder>/<blob>.log) is not
-    supported; stepnet warns once per op and prints to stdout instead. A workspace `reporter` may take the value
-    instead (the command line shows scalars as labeled results)."""
+    supported; stepnet warns once per op and prints to stdout instead. Control and format characters of the name
+    and strings are escaped (errors.one_line). A workspace `reporter` may take the value instead (the command
+    line shows scalars as labeled results)."""
     _check_every_n(every_n)
     state = ctx.state
     if to_file and not state.get("warned"):
@@ -79,7 +80,8 @@ def print_op(ctx, xp, x, *, to_file, limit, every_n):
         reporter = ctx.workspace.reporter   # e.g. the CLI's: a scalar becomes a labeled result and a metric
         if reporter is not None and reporter(ctx.opdef.input[0], x):
             return
-        print(format_tensor(ctx.opdef.input[0], x, limit if limit > 0 else PRINT_LIMIT_DEFAULT), flush=True)
+        line = format_tensor(ctx.opdef.input[0], x, limit if limit > 0 else PRINT_LIMIT_DEFAULT)
+        print(one_line(line), flush=True)   # the blob's name and strings come from the file: one line, no escapes
 
 
 # --------------------------------------------------------------------------------------------- counters
