@@ -73,8 +73,8 @@ def test_the_scripts_are_the_originals_with_only_their_imports_changed():
         assert hashlib.sha256(text.encode()).hexdigest() == digest, name
 
 
-def test_the_readme_lists_exactly_these_scripts():
-    readme = (HERE.parents[1] / "README.md").read_text()
+def test_the_docs_list_exactly_these_scripts():
+    readme = (HERE.parents[1] / "docs" / "caffe2.md").read_text()
     section = readme.split("## Caffe2 Python scripts", 1)[1].split("\n## ", 1)[0]
     listed = re.findall(r"^\| `([\w.]+\.py)` \|", section, re.M)
     origins = re.findall(r"^\| `scripts/[a-z_]+\.py` \| [\w/]+ \| `(?:[\w.-]+/)*([\w.]+\.py)` \|",
