@@ -139,7 +139,7 @@ def _gather_gradient(g):
 @op("Gather", inputs=2, outputs=1, inplace=NOT_IN_PLACE,
     args={"axis": 0, "wrap_indices": Arg("bool", None), "match_outer": False, "dense_gradient": False,
           "output_first_dim": Arg("int", None)},
-    shape=folding(_gather_shape, lambda: gather), gradient=_gather_gradient)
+    shape=folding(_gather_shape, lambda: gather), gradient=_gather_gradient, grows="shapes")
 def gather(xp, data, indices, axis, wrap_indices, match_outer, dense_gradient, output_first_dim):
     """DATA[INDICES] along `axis`: shape data[:axis] + indices.shape + data[axis+1:]. Negative indices count
     from the end when wrap_indices (default: only for axis 0, as in later Caffe2)."""
@@ -157,7 +157,7 @@ def _batch_gather_shape(specs):
     return _gather_spec(specs[0], specs[1], 1, False, False)
 
 
-@op("BatchGather", inputs=2, outputs=1, inplace=NOT_IN_PLACE, shape=_batch_gather_shape,
+@op("BatchGather", inputs=2, outputs=1, inplace=NOT_IN_PLACE, shape=_batch_gather_shape, grows="shapes",
     gradient=single_gradient("BatchGatherGradient", ["I0", "I1", "GO0"]))
 def batch_gather(xp, data, indices):
     """DATA[:, INDICES]: the same gather for every row of the batch (DATA at least 2-D)."""
@@ -195,7 +195,7 @@ def _gather_ranges_shape(specs):
     return [out_spec((total,), data.dtype), out_spec(ranges.shape[:1], np.int32)]
 
 
-@op("GatherRanges", inputs=2, outputs=2, inplace=NOT_IN_PLACE, shape=_gather_ranges_shape)
+@op("GatherRanges", inputs=2, outputs=2, inplace=NOT_IN_PLACE, shape=_gather_ranges_shape, grows="values")
 def gather_ranges(xp, data, ranges):
     """Concatenate DATA[start:start+length] for every (start, length) in RANGES (N, M, 2); also the int32
     gathered length of each of the N examples."""
@@ -227,7 +227,7 @@ def _one_hot_shape(specs):
 
 
 @op("OneHot", inputs=2, outputs=1, inplace=NOT_IN_PLACE, host_inputs=(1,), gradient=NO_GRADIENT,
-    shape=_one_hot_shape)
+    shape=_one_hot_shape, grows="values")
 def one_hot(xp, indices, index_size):
     """float32 (N, index_size) rows with a 1 at each index (index_size: a 1-element int64 tensor)."""
     n = _one_hot_size(indices, index_size, host_ints)
@@ -252,7 +252,7 @@ def _batch_one_hot_checks(data, lengths, values, read) -> tuple[int, int]:
     return data.shape[0], size   # the columns are sum(lengths), which the check makes the size of `values`
 
 
-@op("BatchOneHot", inputs=3, outputs=1, inplace=NOT_IN_PLACE, gradient=NO_GRADIENT,
+@op("BatchOneHot", inputs=3, outputs=1, inplace=NOT_IN_PLACE, gradient=NO_GRADIENT, grows="shapes",
     shape=lambda s: [out_spec(_batch_one_hot_checks(*s, known_ints), s[0].dtype)])
 def batch_one_hot(xp, data, lengths, values):
     """Encode column j of DATA (N, D) against its own dictionary: the next lengths[j] entries of `values`;
