@@ -57,13 +57,17 @@ CASES = {
                    "(1000000,) float32"),
     "MatMul": Case("MatMul", {"a": np.ones((1000, 1), f32), "b": np.ones((1, 1000), f32)}, {},
                    "(1000, 1000) float32"),
+    "GatherRanges": Case("GatherRanges", {"d": np.ones(1000, f32), "r": np.full((1, 1000, 2), [0, 1000], i32)}, {},
+                         "(1000000,) float32"),
+    "FC": Case("FC", {"x": np.ones((1000, 1), f32), "w": np.ones((1000, 1), f32), "b": np.ones(1000, f32)}, {},
+               "(1000, 1000) float32"),
     "LengthsTile-long": Case("LengthsTile", {"d": np.ones((100, 100), f32), "l": np.full(100, 100, i32)}, {},
                              "(10000, 100) float32"),   # lengths of 100 entries: more than specs carry statically
 }
 
 
 def model(case: Case) -> NetDef:
-    outputs = ["y", "split"] if case.op == "Concat" else ["y"]
+    outputs = ["y", "y_more"] if case.op in ("Concat", "GatherRanges") else ["y"]
     return NetDef(name="model", op=[make_op(case.op, list(case.inputs), outputs, **case.args)])
 
 

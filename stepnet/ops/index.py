@@ -173,15 +173,21 @@ def _ranges_checks(data, ranges) -> None:
         raise ShapeError(f"RANGES must have shape (N, M>=1, 2) of (start, length) pairs, got {rs}")
 
 
-def _range_picks(pairs, size: int):
-    """The DATA positions that RANGES (N, M, 2) select, in order, after checking each range fits."""
-    picks = []
+def _ranges_used(pairs, size: int):
+    """The (start, length) pairs of RANGES (N, M, 2) that select something, in order, after checking each fits."""
+    used = []
     for n, m in np.argwhere(pairs[:, :, 1] != 0):
-        start, length = pairs[n, m]
+        start, length = (int(v) for v in pairs[n, m])
         if length < 0 or start < 0 or start + length > size:
             raise ShapeError(f"RANGES[{n}, {m}] = (start {start}, length {length}) does not fit in DATA of "
                              f"size {size}")
-        picks.append(np.arange(start, start + length))
+        used.append((start, length))
+    return used
+
+
+def _range_picks(pairs, size: int):
+    """The DATA positions that RANGES (N, M, 2) select, in order, after checking each range fits."""
+    picks = [np.arange(start, start + length) for start, length in _ranges_used(pairs, size)]
     return np.concatenate(picks) if picks else np.zeros(0, np.int64)
 
 
@@ -189,9 +195,10 @@ def _gather_ranges_shape(specs):
     data, ranges = specs
     _ranges_checks(data, ranges)
     values = known_ints(ranges, "RANGES")
-    total = None
+    total = None          # (summed, not gathered: the output may be far larger than RANGES)
     if values is not None:
-        total = _range_picks(np.asarray(values, dtype=np.int64).reshape(ranges.shape), data.shape[0]).size
+        total = sum(n for _, n in _ranges_used(np.asarray(values, dtype=np.int64).reshape(ranges.shape),
+                                               data.shape[0]))
     return [out_spec((total,), data.dtype), out_spec(ranges.shape[:1], np.int32)]
 
 

@@ -99,11 +99,13 @@ class OpSchema:
         return f"{lo} or more" if hi == float("inf") else f"{lo} to {hi}"
 
 
-def _grows(type_: str, grows, shape):
+def _grows(type_: str, grows, shape, shapes_from_inputs: bool):
     if grows not in (None, "shapes", "values"):
         raise ValueError(f"{type_}: grows must be None, 'shapes' or 'values', got {grows!r}")
     if grows and shape is None:
         raise ValueError(f"{type_}: an op that grows its outputs needs a shape function (the executor's size check)")
+    if grows == "values" and shapes_from_inputs:   # (the compiled runner would keep one run's sizes)
+        raise ValueError(f"{type_}: outputs sized by input values do not follow from the input shapes")
     return grows
 
 
@@ -161,7 +163,7 @@ class Registry:
             host_inputs=frozenset(host_inputs), inplace_kernel=inplace_kernel,
             gradient=gradient, shape=shape, alloc=alloc, specialize=specialize,
             fused_kernel=None if fused is None else fused(kernel), shapes_from_inputs=shapes_from_inputs,
-            grows=_grows(type_, grows, shape),
+            grows=_grows(type_, grows, shape, shapes_from_inputs),
             doc=(doc or kernel.__doc__ or "").strip(),
             family=kernel.__module__.rsplit(".", 1)[-1])
         names = (type_, *aliases)
