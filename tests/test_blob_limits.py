@@ -176,6 +176,25 @@ def test_a_while_doubling_a_tensor_is_stopped_at_the_limit(op_type, temporary_op
     assert peak[0] < (3 if op_type == "Concat" else 4) * MIB   # x and its doubling at most, never a runaway
 
 
+@pytest.mark.parametrize("op_type", ["If", "Do"])
+def test_the_nets_of_if_and_do_meet_the_workspaces_limit(op_type):
+    """(A Do runs in a workspace of its own, which once took the default limits: its nets escaped the flag.)"""
+    def nested(n: int) -> NetDef:
+        inner = NetDef(name="inner", op=[make_op("ConstantFill", [], ["y"], shape=[n], value=1.0)])
+        if op_type == "If":
+            return NetDef(name="model", op=[make_op("If", ["c"], ["y"], then_net=inner)])
+        return NetDef(name="model", op=[make_op("CreateScope", [], ["scope"]),
+                                        make_op("Do", ["c", "scope"], ["y", "scope"], net=inner, inner_blobs=["c", "y"],
+                                                outer_blobs_idx=[0, 1])])
+    ws = Workspace(limits=SMALL)
+    ws.feed("c", np.array([True]))
+    ws.run_net_once(nested(1000))
+    assert ws.fetch("y").shape == (1000,)
+    with pytest.raises(ResourceError, match=rf"^net 'model/{op_type}#\d\.\w+\(inner\)', op #0 \(ConstantFill\): "
+                                            r"blob 'y' would be \(1000000,\) float32"):
+        ws.run_net_once(nested(1000000))
+
+
 def _save(nd: NetDef, path) -> str:
     save(nd, path)
     return str(path)
