@@ -142,10 +142,11 @@ def parse_size(text: str) -> int:
 
 def check_specs(limit: int, names, specs, where: str) -> None:
     """Static form of the blob limit: refuse any inferred output (a TensorSpec) whose shape and dtype are
-    known and take more than limit bytes."""
+    known and take more than limit bytes (a shape function's output, statically or before a kernel)."""
     for name, s in zip(names, specs):
-        if s.shape is not None and None not in s.shape and s.dtype is not None:
-            check_blob(limit, name, s.shape, s.dtype, where)
+        shape = getattr(s, "shape", None)
+        if shape is not None and None not in shape and s.dtype is not None:
+            check_blob(limit, name, shape, s.dtype, where)
 
 
 # --------------------------------------------------------------------------------------------- command line

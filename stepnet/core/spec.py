@@ -23,13 +23,17 @@ class TensorSpec:
     quant: tuple | None = None
 
     @classmethod
-    def of(cls, array) -> "TensorSpec":
+    def of(cls, array, values: bool = False) -> "TensorSpec":
+        """The spec of an array, with the values of a small integer one (as static inference keeps them); with
+        `values`, those of every integer array and of small float ones (what sizes an op's outputs at run time:
+        lengths, indices, scales), on the host."""
         if isinstance(array, Int8Tensor):
             return cls(array.shape, array.dtype, None, (array.scale, array.zero_point))
         arr = np.asarray(array) if not hasattr(array, "shape") else array
-        value = None
-        if arr.size <= SMALL_VALUE and arr.dtype.kind in "iub":
-            value = np.array(arr.get() if hasattr(arr, "get") else arr)
+        value, small, kind = None, arr.size <= SMALL_VALUE, arr.dtype.kind
+        if (kind in "iub" and (small or values)) or (values and small and kind == "f"):
+            host = arr.get() if hasattr(arr, "get") else arr
+            value = np.array(host) if small else np.asarray(host)
         return cls(tuple(arr.shape), np.dtype(arr.dtype), value)
 
     def __str__(self):

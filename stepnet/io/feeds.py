@@ -22,19 +22,20 @@ DEFLATE_RATIO = 1032       # the most a DEFLATE stream expands: an .npz member c
 def parse_feed(spec: str, max_blob_bytes: int | None = None) -> dict:
     """NAME=FILE.npy | NAME=FILE.npz | FILE.npz | NAME=VALUE[:dtype] | [NAME=]IMAGE[:layout] -> {name: array}.
     An image without a name is keyed None: it feeds the predict net's first external input. With
-    max_blob_bytes, an array of a .npy/.npz file whose header says it is larger is refused before loading."""
+    max_blob_bytes, an array of a .npy/.npz file or an image whose header says it is larger is refused before
+    loading."""
     name, sep, value = spec.partition("=")
     if not sep:
         if spec.endswith(".npz"):
             return dict(_load_npz(Path(spec), max_blob_bytes))
         if images.is_image_path(spec):
-            return {None: images.read_image(*images.split_layout(spec))}
+            return {None: images.read_image(*images.split_layout(spec), max_blob_bytes)}
         raise ArgumentError(f"--feed {spec!r}: expected NAME=FILE.npy, NAME=FILE.npz, FILE.npz, NAME=VALUE "
                             "or [NAME=]IMAGE.png[:layout]")
     if not name:
         raise ArgumentError(f"--feed {spec!r}: the blob name before '=' is empty")
     if images.is_image_path(value):
-        return {name: images.read_image(*images.split_layout(value))}
+        return {name: images.read_image(*images.split_layout(value), max_blob_bytes, name)}
     if value.endswith((".npy", ".npz")) or Path(value).suffix in {".npy", ".npz"}:
         path = Path(value)
         if value.endswith(".npz"):

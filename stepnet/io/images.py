@@ -3,11 +3,13 @@ channel layout (rgb, bgr, rgba, bgra, gray)."""
 from __future__ import annotations
 
 import io
+import warnings
 from pathlib import Path
 
 import numpy as np
 
 from ..core.errors import ArgumentError, FileFormatError, StepnetError, did_you_mean
+from ..core.limits import check_blob
 from .files import open_regular
 
 SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".ppm", ".pgm", ".tif", ".tiff"}
@@ -51,15 +53,24 @@ def open_as_named(Image, f, path):
                               "opens no other: a file of another format needs that format's suffix)") from None
 
 
-def read_image(path, layout: str = "rgb") -> np.ndarray:
-    """The image as a uint8 array 1×H×W×C in the given channel layout."""
+def read_image(path, layout: str = "rgb", max_blob_bytes: int | None = None, name: str | None = None) -> np.ndarray:
+    """The image as a uint8 array 1×H×W×C in the given channel layout. With max_blob_bytes, an image whose header
+    gives more is refused before it is decoded (a few KB of PNG may hold a 13000×13000 image); name: its blob."""
     Image = _pil()
     path = Path(path)
     if not path.exists() and not path.is_symlink():
         raise FileFormatError(f"{path}: no such image file")
     with open_regular(path, "the image") as f:
         try:
-            with open_as_named(Image, f, path) as im:
+            with warnings.catch_warnings():   # (the limit below is the check; Pillow's bomb warning is noise)
+                if max_blob_bytes is not None:
+                    warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+                im = open_as_named(Image, f, path)
+            with im:
+                if max_blob_bytes is not None:
+                    width, height = im.size
+                    check_blob(max_blob_bytes, name or str(path), (1, height, width, len(LAYOUTS[layout])),
+                               np.uint8, f"--feed {path}")
                 im.load()
                 arr = np.asarray(im.convert(LAYOUTS[layout]))
         except StepnetError:

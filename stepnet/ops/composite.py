@@ -32,7 +32,7 @@ def _conv_relu_shape(specs, **args):
     return _conv_shape(specs, **args)
 
 
-@op("ConvRelu", inputs=(2, 3), outputs=1, inplace=(), args=CONV_ARGS, shape=_conv_relu_shape)
+@op("ConvRelu", inputs=(2, 3), outputs=1, inplace=(), args=CONV_ARGS, shape=_conv_relu_shape, grows="shapes")
 def conv_relu(xp, X, W, b=None, **args):
     """max(0, Conv(X, filter, bias)) with every Conv argument (kernel, stride, pad, dilation, group, order)."""
     _check_ranks(X, W)

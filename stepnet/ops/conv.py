@@ -117,7 +117,7 @@ def _conv_specialize(X, W, b=None, *, order, group, float16_compute, no_gradient
 
 
 @op("Conv", inputs=(2, 3), outputs=1, inplace=(), aliases=("Conv1D", "Conv2D", "Conv3D"), shape=_conv_shape,
-    gradient=_conv_gradient, specialize=_conv_specialize,
+    gradient=_conv_gradient, specialize=_conv_specialize, grows="shapes",
     args={**window_args("kernel", "stride", "pad", "dilation"), "group": 1, "float16_compute": False,
           "no_gradient_to_input": False})
 def conv(xp, X, W, b=None, *, order, group, float16_compute, no_gradient_to_input, **args):
@@ -182,6 +182,7 @@ def _conv_transpose_shape(specs, *, order, group, legacy_pad, no_gradient_to_inp
 
 
 @op("ConvTranspose", inputs=(2, 3), outputs=1, inplace=(), shape=_conv_transpose_shape, gradient=_conv_gradient,
+    grows="shapes",
     args={**window_args("kernel", "stride", "pad", "adj"), "group": 1, "no_gradient_to_input": False})
 def conv_transpose(xp, X, W, b=None, *, order, group, legacy_pad, no_gradient_to_input, **args):
     """The adjoint of Conv: X (N x M x in) with filter M x C/group x kernel (NCHW) gives

@@ -173,7 +173,7 @@ def _register_binary(type_, fn, allowed, inplace, doc, gradient, what="A and B",
 
     kernel.__name__ = kernel.__qualname__ = type_.lower()
     op(type_, inputs=2, outputs=1, args=dict(BROADCAST_ARGS), inplace=inplace, shape=shape, gradient=gradient,
-       doc=doc, shapes_from_inputs=True)(kernel)
+       doc=doc, shapes_from_inputs=True, grows="shapes")(kernel)
 
 
 def _divide(xp, a, b):
@@ -288,7 +288,7 @@ def _pow_gradient(g):
 
 
 @op("Pow", inputs=(1, 2), outputs=1, inplace=[(0, 0), (1, 0)],
-    args={"exponent": Arg("float", None), **BROADCAST_ARGS}, shape=_pow_shape, gradient=_pow_gradient)
+    args={"exponent": Arg("float", None), **BROADCAST_ARGS}, shape=_pow_shape, gradient=_pow_gradient, grows="shapes")
 def pow_(xp, x, e=None, exponent=None, broadcast=False, axis=-1, axis_str="", order="NCHW"):
     """X ** exponent, with the exponent from the `exponent` argument (one input) or a second input
     (broadcast like Add)."""

@@ -349,8 +349,8 @@ def _check_lengths(lengths) -> None:
 def _lengths_range_fill_shape(specs):
     """The output length is the sum of the lengths: known when their values are."""
     _check_lengths(specs[0])
-    value = fold(lengths_range_fill, specs)
     total = None if specs[0].value is None else int(specs[0].value.astype(np.int64).sum())
+    value = fold(lengths_range_fill, specs) if total is not None and total <= SMALL_VALUE else None
     return [fill_spec((total,), np.int32, value)]
 
 

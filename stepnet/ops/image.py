@@ -42,28 +42,39 @@ def image_pads(pad, pad_t, pad_l, pad_b, pad_r, pads) -> tuple[int, int, int, in
     return (pad_t, pad_l, pad_b, pad_r)
 
 
-def source_index(size: int, before: int, after: int, mode: str):
-    """For each output position along one axis: the input index it copies and whether it is inside."""
+def padded_size(size: int, before: int, after: int, mode: str) -> int:
+    """The length of an axis of `size` padded by (before, after) (negative: cropped), checked; Python ints only,
+    so that a shape function sizes a huge output without building it."""
     out = size + before + after
     if out <= 0:
         raise ShapeError(f"padding ({before}, {after}) leaves no output along an axis of size {size}")
-    idx = np.arange(out) - before
+    if mode == "reflect" and max(abs(before), abs(size + after - 1)) > 2 * size - 2:
+        raise ShapeError(f"reflect padding ({before}, {after}) needs an axis longer than the pad, "
+                         f"got size {size}; use mode 'edge' or smaller pads")
+    return out
+
+
+def source_index(size: int, before: int, after: int, mode: str):
+    """For each output position along one axis: the input index it copies and whether it is inside."""
+    idx = np.arange(padded_size(size, before, after, mode)) - before
     inside = (idx >= 0) & (idx < size)
-    if mode == "edge":
-        idx = np.clip(idx, 0, size - 1)
-    elif mode == "reflect":
+    if mode == "reflect":
         idx = np.abs(idx)
         idx = np.minimum(idx, 2 * size - 2 - idx)  # one reflection about each edge, edge sample excluded
-        if idx.min() < 0 or idx.max() >= size:
-            raise ShapeError(f"reflect padding ({before}, {after}) needs an axis longer than the pad, "
-                             f"got size {size}; use mode 'edge' or smaller pads")
     else:
         idx = np.clip(idx, 0, size - 1)
     return idx, inside
 
 
-def pad_plan(x, *, pad, pad_t, pad_l, pad_b, pad_r, pads, mode, value, order, legacy_pad, stride):
+def pad_plan(x, **args):
     """PadImage's checks; the row and column plans (source index, inside mask) and the height axis."""
+    (t, left, b, r), h_axis = pad_sides(x, **args)
+    return (source_index(x.shape[h_axis], t, b, args["mode"]),
+            source_index(x.shape[h_axis + 1], left, r, args["mode"]), h_axis)
+
+
+def pad_sides(x, *, pad, pad_t, pad_l, pad_b, pad_r, pads, mode, value, order, legacy_pad, stride):
+    """PadImage's checks of its arguments; ((top, left, bottom, right), the height axis)."""
     check_order(order)
     check_float(X=x)
     if mode not in PAD_MODES:
@@ -74,16 +85,14 @@ def pad_plan(x, *, pad, pad_t, pad_l, pad_b, pad_r, pads, mode, value, order, le
         raise ArgumentError(f"PadImage does not support stride, got stride={stride}")
     if x.ndim != 4 or x.size == 0:
         raise ShapeError(f"PadImage needs a non-empty 4-d image ({order}), got shape {x.shape}")
-    t, left, b, r = image_pads(pad, pad_t, pad_l, pad_b, pad_r, pads)
-    h_axis = 2 if order == "NCHW" else 1
-    return (source_index(x.shape[h_axis], t, b, mode), source_index(x.shape[h_axis + 1], left, r, mode),
-            h_axis)
+    return image_pads(pad, pad_t, pad_l, pad_b, pad_r, pads), (2 if order == "NCHW" else 1)
 
 
 def _pad_shape(specs, **args):
-    (rows, _), (cols, _), h_axis = pad_plan(Meta(specs[0]), **args)
+    (t, left, b, r), h_axis = pad_sides(Meta(specs[0]), **args)
     shape = list(specs[0].shape)
-    shape[h_axis:h_axis + 2] = [rows.size, cols.size]
+    shape[h_axis:h_axis + 2] = [padded_size(shape[h_axis], t, b, args["mode"]),
+                                padded_size(shape[h_axis + 1], left, r, args["mode"])]
     return [out_spec(shape, specs[0].dtype)]
 
 
@@ -92,7 +101,7 @@ PAD_ARGS = {"pad": Arg("int", None), "pad_t": Arg("int", None), "pad_l": Arg("in
             "mode": "constant", "value": 0.0, "order": "NCHW", "legacy_pad": 0, "stride": 1}
 
 
-@op("PadImage", inputs=1, outputs=1, inplace=[], shape=_pad_shape, args=PAD_ARGS,
+@op("PadImage", inputs=1, outputs=1, inplace=[], shape=_pad_shape, args=PAD_ARGS, grows="shapes",
     gradient=single_gradient("PadImageGradient", ["GO0"]))
 def pad_image(xp, x, *, pad, pad_t, pad_l, pad_b, pad_r, pads, mode, value, order, legacy_pad, stride):
     """Pad (or, with negative pads, crop) the two spatial axes of a 4-d image.
@@ -142,7 +151,7 @@ def _resize_shape(specs, *, width_scale, height_scale, order):
         return []
     shape = list(specs[0].shape)
     for i, scale in enumerate((hs, ws)):
-        shape[h_axis + i] = nearest_index(shape[h_axis + i], scale).size
+        shape[h_axis + i] = nearest_size(shape[h_axis + i], scale)
     return [out_spec(shape, specs[0].dtype)]
 
 
@@ -152,6 +161,7 @@ def _resize_nearest_gradient(g):
 
 
 @op("ResizeNearest", inputs=(1, 2), outputs=1, inplace=[], shape=_resize_shape, gradient=_resize_nearest_gradient,
+    grows="values",
     args={"width_scale": 1.0, "height_scale": 1.0, "order": "NCHW"})
 def resize_nearest(xp, x, *scales, width_scale, height_scale, order):
     """Nearest-neighbour resize of a 4-d image: out size = floor(in·scale); output pixel i reads input pixel
@@ -165,12 +175,17 @@ def resize_nearest(xp, x, *scales, width_scale, height_scale, order):
     return x[:, :, rows, cols] if order == "NCHW" else x[:, rows, cols, :]
 
 
-def nearest_index(size: int, scale: float):
-    s = np.float32(scale)
-    out = int(np.float32(size) * s)
+def nearest_size(size: int, scale: float) -> int:
+    """The length of an axis of `size` resized by `scale` (floor in float32, as Caffe2), checked."""
+    out = int(np.float32(size) * np.float32(scale))
     if out <= 0:
         raise ShapeError(f"scale {scale} shrinks an axis of size {size} to nothing")
-    idx = (np.arange(out, dtype=np.float32) / s).astype(np.int64)
+    return out
+
+
+def nearest_index(size: int, scale: float):
+    """For each output position along a resized axis: the input index it reads."""
+    idx = (np.arange(nearest_size(size, scale), dtype=np.float32) / np.float32(scale)).astype(np.int64)
     return np.minimum(idx, size - 1)
 
 

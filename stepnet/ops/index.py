@@ -139,7 +139,7 @@ def _gather_gradient(g):
 @op("Gather", inputs=2, outputs=1, inplace=NOT_IN_PLACE,
     args={"axis": 0, "wrap_indices": Arg("bool", None), "match_outer": False, "dense_gradient": False,
           "output_first_dim": Arg("int", None)},
-    shape=folding(_gather_shape, lambda: gather), gradient=_gather_gradient)
+    shape=folding(_gather_shape, lambda: gather), gradient=_gather_gradient, grows="shapes")
 def gather(xp, data, indices, axis, wrap_indices, match_outer, dense_gradient, output_first_dim):
     """DATA[INDICES] along `axis`: shape data[:axis] + indices.shape + data[axis+1:]. Negative indices count
     from the end when wrap_indices (default: only for axis 0, as in later Caffe2)."""
@@ -157,7 +157,7 @@ def _batch_gather_shape(specs):
     return _gather_spec(specs[0], specs[1], 1, False, False)
 
 
-@op("BatchGather", inputs=2, outputs=1, inplace=NOT_IN_PLACE, shape=_batch_gather_shape,
+@op("BatchGather", inputs=2, outputs=1, inplace=NOT_IN_PLACE, shape=_batch_gather_shape, grows="shapes",
     gradient=single_gradient("BatchGatherGradient", ["I0", "I1", "GO0"]))
 def batch_gather(xp, data, indices):
     """DATA[:, INDICES]: the same gather for every row of the batch (DATA at least 2-D)."""
@@ -173,15 +173,21 @@ def _ranges_checks(data, ranges) -> None:
         raise ShapeError(f"RANGES must have shape (N, M>=1, 2) of (start, length) pairs, got {rs}")
 
 
-def _range_picks(pairs, size: int):
-    """The DATA positions that RANGES (N, M, 2) select, in order, after checking each range fits."""
-    picks = []
+def _ranges_used(pairs, size: int):
+    """The (start, length) pairs of RANGES (N, M, 2) that select something, in order, after checking each fits."""
+    used = []
     for n, m in np.argwhere(pairs[:, :, 1] != 0):
-        start, length = pairs[n, m]
+        start, length = (int(v) for v in pairs[n, m])
         if length < 0 or start < 0 or start + length > size:
             raise ShapeError(f"RANGES[{n}, {m}] = (start {start}, length {length}) does not fit in DATA of "
                              f"size {size}")
-        picks.append(np.arange(start, start + length))
+        used.append((start, length))
+    return used
+
+
+def _range_picks(pairs, size: int):
+    """The DATA positions that RANGES (N, M, 2) select, in order, after checking each range fits."""
+    picks = [np.arange(start, start + length) for start, length in _ranges_used(pairs, size)]
     return np.concatenate(picks) if picks else np.zeros(0, np.int64)
 
 
@@ -189,13 +195,14 @@ def _gather_ranges_shape(specs):
     data, ranges = specs
     _ranges_checks(data, ranges)
     values = known_ints(ranges, "RANGES")
-    total = None
+    total = None          # (summed, not gathered: the output may be far larger than RANGES)
     if values is not None:
-        total = _range_picks(np.asarray(values, dtype=np.int64).reshape(ranges.shape), data.shape[0]).size
+        total = sum(n for _, n in _ranges_used(np.asarray(values, dtype=np.int64).reshape(ranges.shape),
+                                               data.shape[0]))
     return [out_spec((total,), data.dtype), out_spec(ranges.shape[:1], np.int32)]
 
 
-@op("GatherRanges", inputs=2, outputs=2, inplace=NOT_IN_PLACE, shape=_gather_ranges_shape)
+@op("GatherRanges", inputs=2, outputs=2, inplace=NOT_IN_PLACE, shape=_gather_ranges_shape, grows="values")
 def gather_ranges(xp, data, ranges):
     """Concatenate DATA[start:start+length] for every (start, length) in RANGES (N, M, 2); also the int32
     gathered length of each of the N examples."""
@@ -227,7 +234,7 @@ def _one_hot_shape(specs):
 
 
 @op("OneHot", inputs=2, outputs=1, inplace=NOT_IN_PLACE, host_inputs=(1,), gradient=NO_GRADIENT,
-    shape=_one_hot_shape)
+    shape=_one_hot_shape, grows="values")
 def one_hot(xp, indices, index_size):
     """float32 (N, index_size) rows with a 1 at each index (index_size: a 1-element int64 tensor)."""
     n = _one_hot_size(indices, index_size, host_ints)
@@ -252,7 +259,7 @@ def _batch_one_hot_checks(data, lengths, values, read) -> tuple[int, int]:
     return data.shape[0], size   # the columns are sum(lengths), which the check makes the size of `values`
 
 
-@op("BatchOneHot", inputs=3, outputs=1, inplace=NOT_IN_PLACE, gradient=NO_GRADIENT,
+@op("BatchOneHot", inputs=3, outputs=1, inplace=NOT_IN_PLACE, gradient=NO_GRADIENT, grows="shapes",
     shape=lambda s: [out_spec(_batch_one_hot_checks(*s, known_ints), s[0].dtype)])
 def batch_one_hot(xp, data, lengths, values):
     """Encode column j of DATA (N, D) against its own dictionary: the next lengths[j] entries of `values`;

@@ -172,6 +172,7 @@ def _concat_shape(specs, *, axis, order, add_axis, Y_scale, Y_zero_point):
 
 
 @op("Int8Concat", inputs=(1, None), outputs=(1, 2), inplace=(), gradient=INT8_GRADIENT, shape=_concat_shape,
+    grows="shapes",
     args={"axis": Arg("int", None), "order": Arg("str", None), "add_axis": 0, **QUANT_ARGS})
 def int8_concat(xp, *xs, axis, order, add_axis, Y_scale, Y_zero_point):
     """The inputs' uint8 codes joined along `axis` (default: C for order NHWC or NCHW, else 0) with input 0's

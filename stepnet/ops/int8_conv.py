@@ -91,7 +91,7 @@ def _register_conv(op_type: str, relu: bool, doc: str):
 
     kernel.__name__ = kernel.__qualname__ = op_type
     op(op_type, inputs=(2, 3), outputs=1, inplace=(), gradient=INT8_GRADIENT, args=CONV_ARGS,
-       shape=_conv_shape(op_type, relu), doc=doc)(kernel)
+       shape=_conv_shape(op_type, relu), doc=doc, grows="shapes")(kernel)
 
 
 _CONV_DOC = ("2-D convolution of an NHWC uint8 Int8 image X with a filter M x KH x KW x C/group and an int32 "
@@ -123,7 +123,8 @@ def _fc_shape(specs, *, Y_scale, Y_zero_point):
     return [int8_spec((m, n), qy)]
 
 
-@op("Int8FC", inputs=3, outputs=1, inplace=(), gradient=INT8_GRADIENT, args=QUANT_ARGS, shape=_fc_shape)
+@op("Int8FC", inputs=3, outputs=1, inplace=(), gradient=INT8_GRADIENT, args=QUANT_ARGS, shape=_fc_shape,
+    grows="shapes")
 def int8_fc(xp, X, W, B, *, Y_scale, Y_zero_point):
     """Y = X W^T + b for X flattened to M x K from axis 1 and W N x K, in QNNPACK's integer arithmetic,
     requantized to Y_scale / Y_zero_point; output M x N."""

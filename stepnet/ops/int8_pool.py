@@ -27,7 +27,7 @@ import numpy as np
 
 from ..core.errors import ArgumentError, ShapeError
 from ..core.int8 import Int8Tensor
-from .image import nearest_index
+from .image import nearest_index, nearest_size
 from .int8_base import (
     INT8_GRADIENT, QUANT_ARGS, activation_range, avgpool_quantize, check_nhwc, int8_input, int8_spec, output_quant,
     positive_scale, same_quant)
@@ -77,7 +77,7 @@ def _register_max_pool(op_type: str, relu: bool, doc: str):
 
     kernel.__name__ = kernel.__qualname__ = op_type
     op(op_type, inputs=1, outputs=1, inplace=(), gradient=INT8_GRADIENT, args={**POOL_ARGS, **QUANT_ARGS},
-       shape=shape, doc=doc)(kernel)
+       shape=shape, doc=doc, grows="shapes")(kernel)
 
 
 _MAX_DOC = ("The maximum uint8 code of each window of an NHWC Int8 image (padding never wins), keeping X's "
@@ -116,7 +116,7 @@ def _register_average_pool(op_type: str, relu: bool, doc: str):
 
     kernel.__name__ = kernel.__qualname__ = op_type
     op(op_type, inputs=1, outputs=1, inplace=(), gradient=INT8_GRADIENT, args={**POOL_ARGS, **QUANT_ARGS},
-       shape=shape, doc=doc)(kernel)
+       shape=shape, doc=doc, grows="shapes")(kernel)
 
 
 _AVG_DOC = ("The mean of each window of an NHWC Int8 image, padding counted as X's zero point (every window is "
@@ -128,27 +128,28 @@ _register_average_pool("Int8AveragePoolRelu", True, _AVG_DOC.format(relu=", then
 
 # --------------------------------------------------------------------------------------------- resize
 def resize_plan(X, width_scale, height_scale, Y_scale, Y_zero_point):
-    """Int8ResizeNearest's checks; (X's quantization, row indices, column indices)."""
+    """Int8ResizeNearest's checks; (X's quantization, output rows, output columns)."""
     quant = same_quant("Int8ResizeNearest", int8_input("Int8ResizeNearest", "X", X), Y_scale, Y_zero_point)
     if not (width_scale > 0 and height_scale > 0):
         raise ArgumentError(f"Int8ResizeNearest needs width_scale and height_scale > 0, got {width_scale:g} and "
                             f"{height_scale:g}")
     if len(X.shape) != 4:
         raise ShapeError(f"Int8ResizeNearest needs a 4-D NHWC image X, got shape {tuple(X.shape)}")
-    return quant, nearest_index(X.shape[1], height_scale), nearest_index(X.shape[2], width_scale)
+    return quant, nearest_size(X.shape[1], height_scale), nearest_size(X.shape[2], width_scale)
 
 
 def _resize_shape(specs, *, width_scale, height_scale, Y_scale, Y_zero_point):
     quant, rows, cols = resize_plan(specs[0], width_scale, height_scale, Y_scale, Y_zero_point)
     n, _, _, c = specs[0].shape
-    return [int8_spec((n, rows.size, cols.size, c), quant)]
+    return [int8_spec((n, rows, cols, c), quant)]
 
 
-@op("Int8ResizeNearest", inputs=1, outputs=1, inplace=(), gradient=INT8_GRADIENT, shape=_resize_shape,
+@op("Int8ResizeNearest", inputs=1, outputs=1, inplace=(), gradient=INT8_GRADIENT, shape=_resize_shape, grows="shapes",
     args={"width_scale": 1.0, "height_scale": 1.0, **QUANT_ARGS})
 def int8_resize_nearest(xp, X, *, width_scale, height_scale, Y_scale, Y_zero_point):
     """Nearest-neighbour resize of an NHWC Int8 image: out size floor(in * scale), output pixel i reads input
     pixel min(floor(i / scale), in - 1) in float32; keeps X's quantization."""
-    quant, rows, cols = resize_plan(X, width_scale, height_scale, Y_scale, Y_zero_point)
+    quant, _, _ = resize_plan(X, width_scale, height_scale, Y_scale, Y_zero_point)
+    rows, cols = nearest_index(X.shape[1], height_scale), nearest_index(X.shape[2], width_scale)
     data = X.data[:, xp.asarray(rows)[:, None], xp.asarray(cols)[None, :], :]
     return Int8Tensor(data, *quant)

@@ -125,7 +125,7 @@ def _fused_fc(regular):
 
 
 @op("FC", inputs=3, args={"axis": 1, "axis_w": 1, "float16_compute": False}, inplace=(),
-    shape=_fc_shape(False), gradient=_fc_gradient, specialize=_fc_specialize(False), fused=_fused_fc)
+    shape=_fc_shape(False), gradient=_fc_gradient, specialize=_fc_specialize(False), fused=_fused_fc, grows="shapes")
 def fc(xp, X, W, b, axis=1, axis_w=1, float16_compute=False):
     """Fully connected layer Y = X·Wᵀ + b on the 2-D views of X (at axis, M x K) and W (at axis_w, N x K);
     Y has shape X.shape[:axis] + [N]."""
@@ -133,7 +133,8 @@ def fc(xp, X, W, b, axis=1, axis_w=1, float16_compute=False):
 
 
 @op("FCTransposed", inputs=3, args={"axis": 1, "axis_w": 1, "float16_compute": False}, inplace=(),
-    shape=_fc_shape(True), gradient=_fc_gradient, specialize=_fc_specialize(True), shapes_from_inputs=True)
+    shape=_fc_shape(True), gradient=_fc_gradient, specialize=_fc_specialize(True), shapes_from_inputs=True,
+    grows="shapes")
 def fc_transposed(xp, X, W, b, axis=1, axis_w=1, float16_compute=False):
     """FC with a pre-transposed weight: Y = X·W + b, W viewed as K x N at axis_w."""
     return _fc(xp, X, W, b, axis, axis_w, transposed=True)
@@ -200,7 +201,7 @@ def _matmul_gradient(g):
 
 
 @op("MatMul", inputs=(2, 3), args={"axis_a": 1, "axis_b": 1, "trans_a": 0, "trans_b": 0}, inplace=(),
-    shape=_matmul_shape, gradient=_matmul_gradient, shapes_from_inputs=True)
+    shape=_matmul_shape, gradient=_matmul_gradient, shapes_from_inputs=True, grows="shapes")
 def matmul(xp, A, B, like=None, axis_a=1, axis_b=1, trans_a=0, trans_b=0):
     """Y = op(A)·op(B) on the 2-D views of A (at axis_a) and B (at axis_b), op = transpose when trans_*.
 
@@ -271,7 +272,7 @@ def _batch_matmul_gradient(g):
 
 
 @op("BatchMatMul", inputs=2, args={"trans_a": 0, "trans_b": 0, "broadcast": 0, "use_scratch": 0}, inplace=(),
-    shape=_batch_matmul_shape, gradient=_batch_matmul_gradient, shapes_from_inputs=True)
+    shape=_batch_matmul_shape, gradient=_batch_matmul_gradient, shapes_from_inputs=True, grows="shapes")
 def batch_matmul(xp, A, B, trans_a=0, trans_b=0, broadcast=0, use_scratch=0):
     """Y[i] = op(A[i])·op(B[i]) over the leading (batch) dims; op transposes the last two dims when trans_*.
 

@@ -67,7 +67,7 @@ def _pack_shape(specs, *, max_length, pad_minf, return_presence_mask):
     return outs + ([value_dependent((lengths.shape[0], t), np.bool_)] if return_presence_mask else [])
 
 
-@op("PackSegments", inputs=2, outputs=(1, 2), inplace=(), shape=_pack_shape,
+@op("PackSegments", inputs=2, outputs=(1, 2), inplace=(), shape=_pack_shape, grows="values",
     args={"max_length": -1, "pad_minf": False, "return_presence_mask": False},
     gradient=single_gradient("UnpackSegments", ["I0", "GO0"], ["GI1"]))
 def pack_segments(xp, lengths, data, *, max_length, pad_minf, return_presence_mask):
@@ -153,7 +153,7 @@ def _rnn_shape(forward: bool):
     return shape
 
 
-@op("PackRNNSequence", inputs=2, outputs=1, inplace=(), shape=_rnn_shape(True),
+@op("PackRNNSequence", inputs=2, outputs=1, inplace=(), shape=_rnn_shape(True), grows="values",
     gradient=single_gradient("UnpackRNNSequence", ["GO0", "I1"]))
 def pack_rnn_sequence(xp, values, lengths):
     """VALUES (sum(LENGTHS), ...), LENGTHS (N) -> (T, N, ...), T = max(LENGTHS): column c holds sequence c's

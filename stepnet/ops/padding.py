@@ -94,7 +94,7 @@ def _padding_gradient(inverse):
     return maker
 
 
-@op("AddPadding", inputs=(1, 4), outputs=(1, 2), inplace=(), args=PAD_ARGS, shape=_add_shape,
+@op("AddPadding", inputs=(1, 4), outputs=(1, 2), inplace=(), args=PAD_ARGS, shape=_add_shape, grows="shapes",
     gradient=_padding_gradient("RemovePadding"))
 def add_padding(xp, data, *rest, padding_width, end_padding_width):
     """DATA (N, ...), (LENGTHS, (START_PADDING, (END_PADDING))) -> DATA with padding_width rows of

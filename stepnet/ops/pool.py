@@ -80,7 +80,7 @@ def _pool_gradient(g):
 
 
 @op("MaxPool", inputs=1, outputs=1, inplace=(), aliases=("MaxPool1D", "MaxPool2D", "MaxPool3D"),
-    args=POOL_ARGS, shape=_pool_shape("MaxPool"), gradient=_pool_gradient)
+    args=POOL_ARGS, shape=_pool_shape("MaxPool"), gradient=_pool_gradient, grows="shapes")
 def max_pool(xp, X, **args):
     """Maximum over each window; padding never wins (it holds the dtype's lowest value, Caffe2's start)."""
     xc, g, order = _windows(xp, X, "MaxPool", args)
@@ -91,7 +91,8 @@ def max_pool(xp, X, **args):
 
 @op("AveragePool", inputs=1, outputs=1, inplace=(),
     aliases=("AveragePool1D", "AveragePool2D", "AveragePool3D"),
-    args={**POOL_ARGS, "count_include_pad": False}, shape=_pool_shape("AveragePool"), gradient=_pool_gradient)
+    args={**POOL_ARGS, "count_include_pad": False}, shape=_pool_shape("AveragePool"), gradient=_pool_gradient,
+    grows="shapes")
 def average_pool(xp, X, *, count_include_pad, **args):
     """Mean over each window: divided by its valid pixels, or by the kernel size with count_include_pad."""
     xc, g, order = _windows(xp, X, "AveragePool", args)
@@ -104,7 +105,7 @@ def average_pool(xp, X, *, count_include_pad, **args):
 
 
 @op("LpPool", inputs=1, outputs=1, inplace=(), args={**POOL_ARGS, "p": 2.0}, shape=_pool_shape("LpPool"),
-    gradient=_pool_gradient)
+    gradient=_pool_gradient, grows="shapes")
 def lp_pool(xp, X, *, p, **args):
     """(sum over each window of |x|^p)^(1/p) (lp_pool_op.cc); padding contributes nothing."""
     xc, g, order = _windows(xp, X, "LpPool", args)

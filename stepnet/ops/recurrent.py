@@ -13,6 +13,7 @@ import numpy as np
 
 from ..core import backend
 from ..core.errors import ArgumentError, ShapeError, StepnetError
+from ..core.limits import check_blob
 from ..graph.step_nets import FORWARD, Link, Recurrence, StepNets, run
 from ..io.proto import NetDef, parse_text
 from ..io.validate import NET_IN_ARG, decode_text
@@ -82,8 +83,9 @@ def _distinct_names(step_net: NetDef, backward: NetDef | None) -> None:
                             "keeps its nets by name (as Caffe2's does), so they need different names")
 
 
-def _init_state(ws, name: str, init, T: int, N: int):
-    """The (T + L) x N x D state tensor with its first L rows from the initial value (spec §3.5)."""
+def _init_state(ws, name: str, init, T: int, N: int, where):
+    """The (T + L) x N x D state tensor with its first L rows from the initial value (spec §3.5), held to the
+    blob limit before it is allocated (T and N come from the sequence, D from the initial value)."""
     if init.ndim not in (1, 2, 3):
         raise ShapeError(f"initial value of recurrent state {name!r} has rank {init.ndim} {tuple(init.shape)}; "
                          "it must be 1-D (D, broadcast), 2-D (N x D) or 3-D (L x N x D)")
@@ -96,6 +98,7 @@ def _init_state(ws, name: str, init, T: int, N: int):
     shape = (T + L, N, D)
     state = blob.value
     if state is None or tuple(state.shape) != shape or state.dtype != init.dtype or type(state) is not type(init):
+        check_blob(ws.limits.max_blob_bytes, name, shape, init.dtype, where)
         state = blob.value = _empty_like(init, shape)
     state[:L] = init.reshape((L, N, D)) if init.ndim >= 2 else init.reshape(1, 1, D)
     blob.view = False
@@ -165,7 +168,7 @@ class _Forward:
             raise ShapeError(f"input 0 (the sequence) must be T x N x ..., got {tuple(x0.shape)}")
         T, N = x0.shape[0], x0.shape[1]
         for state, r in zip(self.states, self.init_ids):
-            _init_state(ws, state, inputs[r], T, N)
+            _init_state(ws, state, inputs[r], T, N, ctx.label)
         scratch_blob = ctx.outputs[-1]
         scratch = scratch_blob.value
         if not isinstance(scratch, StepWorkspaces):

@@ -86,6 +86,9 @@ class OpSchema:
     fused_kernel: Callable | None = None      # the kernel with numba's fused arithmetic (Workspace.fused_cells)
     shapes_from_inputs: bool = False          # output shapes and dtypes follow from the inputs' shapes and dtypes,
                                               # never from their values (what the compiled runner may buffer)
+    grows: str | None = None                  # "shapes" / "values": an output may outgrow the inputs, by their
+                                              # shapes and the arguments / by their values too (checked before the
+                                              # kernel against the blob limit through `shape`)
     doc: str = ""
     family: str = ""
 
@@ -94,6 +97,16 @@ class OpSchema:
         if lo == hi:
             return str(lo)
         return f"{lo} or more" if hi == float("inf") else f"{lo} to {hi}"
+
+
+def _grows(type_: str, grows, shape, shapes_from_inputs: bool):
+    if grows not in (None, "shapes", "values"):
+        raise ValueError(f"{type_}: grows must be None, 'shapes' or 'values', got {grows!r}")
+    if grows and shape is None:
+        raise ValueError(f"{type_}: an op that grows its outputs needs a shape function (the executor's size check)")
+    if grows == "values" and shapes_from_inputs:   # (the compiled runner would keep one run's sizes)
+        raise ValueError(f"{type_}: outputs sized by input values do not follow from the input shapes")
+    return grows
 
 
 def _range(n) -> tuple[int, float]:
@@ -114,7 +127,7 @@ class Registry:
     def op(self, type_: str, **record) -> Callable[[Callable], Callable]:
         """Decorator registering kernel under type_ with its full record: inputs=1, outputs=1 (a count or a
         (min, max) pair, None = unbounded), args, inplace, enforce_inplace, context, random, devices,
-        host_inputs, gradient, shape, alloc, doc, aliases, inplace_kernel, specialize, fused, shapes_from_inputs.
+        host_inputs, gradient, shape, alloc, doc, aliases, inplace_kernel, specialize, fused, shapes_from_inputs, grows.
         Raises once the registry is frozen. specialize (for hot CPU ops) is called once per input signature (the
         shape and dtype of every input) with that call's inputs and the arguments, does every check that depends
         only on them and returns fast(*inputs), the kernel without those checks for inputs of that signature
@@ -126,7 +139,10 @@ class Registry:
         allocate; the executor refuses any over the workspace's Limits.max_blob_bytes. shapes_from_inputs: the
         output shapes and dtypes follow from the inputs' shapes and dtypes (never their values), so the compiled
         runner may keep the outputs in buffers; context="structure": a context op that reads only its own op's
-        structure from the context."""
+        structure from the context. grows ("shapes" or "values"): an output may be larger than the inputs by
+        more than a dtype's width (a broadcast, a product of dims, a size argument, lengths): the executor runs
+        the shape function on the inputs' specs before the kernel (for "shapes" once per input signature, for
+        "values" at every call with the inputs' values) and refuses any output over Limits.max_blob_bytes."""
         def register(kernel: Callable) -> Callable:
             if self._frozen:
                 raise RuntimeError(f"cannot register operator {type_}: the registry is frozen once stepnet.ops "
@@ -138,7 +154,7 @@ class Registry:
     def _add(self, type_, kernel, *, inputs=1, outputs=1, args=None, inplace=ANY_INPLACE, enforce_inplace=(),
              context=False, random=False, devices="same", host_inputs=(), gradient=None, shape=None, alloc=None,
              doc=None, aliases=(), inplace_kernel=None, specialize=None, fused=None,
-             shapes_from_inputs=False) -> tuple[str, ...]:
+             shapes_from_inputs=False, grows=None) -> tuple[str, ...]:
         allow = inplace if inplace == ANY_INPLACE else frozenset(inplace)
         schema = OpSchema(
             type=type_, kernel=kernel, inputs=_range(inputs), outputs=_range(outputs),
@@ -147,6 +163,7 @@ class Registry:
             host_inputs=frozenset(host_inputs), inplace_kernel=inplace_kernel,
             gradient=gradient, shape=shape, alloc=alloc, specialize=specialize,
             fused_kernel=None if fused is None else fused(kernel), shapes_from_inputs=shapes_from_inputs,
+            grows=_grows(type_, grows, shape, shapes_from_inputs),
             doc=(doc or kernel.__doc__ or "").strip(),
             family=kernel.__module__.rsplit(".", 1)[-1])
         names = (type_, *aliases)

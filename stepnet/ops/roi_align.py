@@ -209,7 +209,7 @@ def _pool_groups(xp, xt, ids, wy, wx):
         yield m, out
 
 
-@op("RoIAlign", inputs=2, outputs=1, inplace=(), shape=_shape, args=ROI_ARGS,
+@op("RoIAlign", inputs=2, outputs=1, inplace=(), shape=_shape, args=ROI_ARGS, grows="shapes",
     gradient=single_gradient("RoIAlignGradient", ["I0", "I1", "GO0"]))
 def roi_align(xp, x, rois, *, spatial_scale, pooled_h, pooled_w, sampling_ratio, aligned, order):
     """X (N, C, H, W) (or NHWC), RoIs (R, 5) [batch index, x1, y1, x2, y2] or (R, 4) for one image ->

@@ -126,7 +126,7 @@ def _gradient(g):
     _grad_op(g)
 
 
-@op("RoIPool", inputs=2, outputs=(1, 2), inplace=(), shape=_shape, args=ARGS, gradient=_gradient)
+@op("RoIPool", inputs=2, outputs=(1, 2), inplace=(), shape=_shape, args=ARGS, gradient=_gradient, grows="shapes")
 def roi_pool(xp, x, rois, *, spatial_scale, pooled_h, pooled_w, is_test, order):
     """X (N, C, H, W), RoIs (R, 5) [batch index, x1, y1, x2, y2] -> Y (R, C, pooled_h, pooled_w)[, argmaxes
     int32 (R, C, pooled_h, pooled_w)]: each bin's max (0 when the bin is empty; NaNs never win, and a bin

@@ -141,6 +141,7 @@ def _unsorted_shape(specs, *, num_segments):
 
 
 @op("UnsortedSegmentSum", inputs=2, outputs=1, inplace=(), args={"num_segments": -1}, shape=_unsorted_shape,
+    grows="values",
     gradient=single_gradient("UnsortedSegmentSumGradient", ["GO0", "I1"]))
 def unsorted_segment_sum(xp, data, segment_ids, *, num_segments):
     """Sum of the DATA rows with each id, ids in any order; num_segments rows out (default max id + 1), 0 for

@@ -67,7 +67,7 @@ def scatter_rows(xp, targets, values, n: int):
 
 
 # ------------------------------------------------------------------------------------- lengths / segments
-@op("LengthsToSegmentIds", inputs=1, outputs=1, inplace=NOT_IN_PLACE, gradient=SHOULD_NOT_DO_GRADIENT,
+@op("LengthsToSegmentIds", inputs=1, outputs=1, inplace=NOT_IN_PLACE, gradient=SHOULD_NOT_DO_GRADIENT, grows="values",
     shape=lambda s: [out_spec((total(known_lengths(s[0], "lengths")),), np.int32)])
 def lengths_to_segment_ids(xp, lengths):
     """[1, 3, 0, 2] -> int32 [0, 1, 1, 1, 3, 3]."""
@@ -115,6 +115,7 @@ def _segment_count(segment_ids, data, read) -> int | None:
 
 
 @op("SegmentIdsToLengths", inputs=(1, 2), outputs=1, inplace=NOT_IN_PLACE, gradient=SHOULD_NOT_DO_GRADIENT,
+    grows="values",
     shape=lambda s: [out_spec((_segment_count(s[0], s[1:], known_ints),), np.int32)])
 def segment_ids_to_lengths(xp, segment_ids, *data):
     """Sorted segment ids -> int32 length of every segment; the number of segments is the second input's first
@@ -134,6 +135,7 @@ def _tile_rows(data, lengths, read) -> int | None:
 
 
 @op("LengthsTile", inputs=2, outputs=1, inplace=NOT_IN_PLACE, gradient=single_gradient("LengthsSum", ["GO0", "I1"]),
+    grows="values",
     shape=lambda s: [out_spec((_tile_rows(*s, known_ints), *s[0].shape[1:]), s[0].dtype)])
 def lengths_tile(xp, data, lengths):
     """Repeat row i of DATA lengths[i] times."""
@@ -293,7 +295,7 @@ GATHER_ARGS = {"axis": Arg("int", None), "dense_gradient": Arg("bool", None),
 
 
 @op("SparseToDense", inputs=(2, 3), outputs=1, inplace=NOT_IN_PLACE,
-    args={"output_first_dim": 0, **GATHER_ARGS}, shape=_sparse_to_dense_shape,
+    args={"output_first_dim": 0, **GATHER_ARGS}, shape=_sparse_to_dense_shape, grows="values",
     gradient=single_gradient("Gather", ["GO0", "I0"], ["GI1"]))
 def sparse_to_dense(xp, indices, values, *data_to_infer_dim, output_first_dim, **_gather):
     """Dense tensor with VALUES[k] added into row INDICES[k] (duplicates sum); its first dimension is

@@ -74,7 +74,7 @@ def _concat_gradient(g):
 # `split` is accepted and ignored: Split's gradient is a Concat that carries Split's arguments.
 @op("Concat", inputs=(1, None), outputs=(1, 2), inplace=NOT_IN_PLACE,
     args={"axis": Arg("int", None), "order": Arg("str", None), "add_axis": 0, "split": Arg("ints", None)},
-    shape=folding(_concat_shape, lambda: concat), gradient=_concat_gradient, shapes_from_inputs=True)
+    shape=folding(_concat_shape, lambda: concat), gradient=_concat_gradient, shapes_from_inputs=True, grows="shapes")
 def concat(xp, *xs, axis, order, add_axis, split):
     """Join inputs along `axis` (or stack them on a new axis with add_axis=1); also the int32 sizes along
     it."""
@@ -259,7 +259,8 @@ def _tile_gradient(g):
 
 
 @op("Tile", inputs=(1, 3), outputs=1, inplace=NOT_IN_PLACE, host_inputs=(1, 2), gradient=_tile_gradient,
-    args={"tiles": Arg("int", None), "axis": Arg("int", None)}, shape=folding(_tile_shape, lambda: tile))
+    args={"tiles": Arg("int", None), "axis": Arg("int", None)}, shape=folding(_tile_shape, lambda: tile),
+    grows="values")
 def tile(xp, x, *params, tiles, axis):
     """Repeat X `tiles` times along `axis` (whole blocks from axis on); inputs 1 and 2 override the args."""
     tiles, axis = _tile_request(params, tiles, axis, host_ints)

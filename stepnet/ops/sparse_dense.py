@@ -77,7 +77,7 @@ def _batch_sparse_shape(specs, dense_last_dim, default_value):
     return [out_spec((lengths.shape[0], width), values.dtype)]
 
 
-@op("BatchSparseToDense", inputs=(3, 4), outputs=1, inplace=(), shape=_batch_sparse_shape,
+@op("BatchSparseToDense", inputs=(3, 4), outputs=1, inplace=(), shape=_batch_sparse_shape, grows="shapes",
     args={"dense_last_dim": Arg("int", -1, "the output's last dimension"),
           "default_value": Arg("float", 0.0, "the value of cells no index names")},
     gradient=single_gradient("BatchDenseToSparse", ["I0", "I1", "GO0"], ["GI2"]))
@@ -188,6 +188,7 @@ def _mask_shape(specs, mask, return_presence_mask, max_skipped_indices):
 
 
 @op("SparseToDenseMask", inputs=(3, 4), outputs=(1, 2), inplace=(), args=MASK_ARGS, shape=_mask_shape,
+    grows="shapes",
     gradient=_mask_gradient)
 def sparse_to_dense_mask(xp, indices, values, default, *lengths, mask, return_presence_mask, max_skipped_indices):
     """(INDICES, VALUES, DEFAULT[, LENGTHS]) -> [len(LENGTHS) x] len(mask) x DEFAULT's shape: the cell of

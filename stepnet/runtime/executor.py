@@ -8,7 +8,8 @@ import numpy as np
 
 from ..core import backend
 from ..core.errors import DeviceError, MissingBlobError, NetError, OpError, StepnetError, did_you_mean
-from ..core.limits import check_blob
+from ..core.limits import check_blob, check_specs, over_limit
+from ..core.spec import TensorSpec
 from ..graph.view import Graph
 from ..io.validate import MAX_DEPTH, NET_IN_ARG, too_deep_text
 from ..ops.binding import check_arity, check_inplace, describe, device_option, failure, op_label, parse_args
@@ -51,25 +52,31 @@ class BoundOp:
 
 
 class Specialized:
-    """A bound op's call for a record with `specialize` (hot CPU ops): bind once, check once per input
-    signature. The first call with a new signature (shape and dtype of every input) asks the record's
+    """A bound op's call that checks once per input signature (hot CPU ops with `specialize`, ops that grow
+    their outputs by their inputs' shapes): bind once, check once per signature. The first call with a new
+    signature (shape and dtype of every input) runs `check` (the blob limit's) and asks the record's
     specialize(*inputs, **args), which does every check that depends only on those and returns the kernel
-    without them; later calls of that signature go straight to it. Non-numpy inputs take the kernel."""
-    __slots__ = ("call", "specialize", "signature", "fast")
+    without them; later calls of that signature go straight to it. Non-numpy inputs take the checked kernel."""
+    __slots__ = ("call", "specialize", "check", "signature", "fast")
 
-    def __init__(self, call, specialize):
-        self.call, self.specialize, self.signature, self.fast = call, specialize, None, None
+    def __init__(self, call, specialize, check=None):
+        self.call, self.specialize, self.check, self.signature, self.fast = call, specialize, check, None, None
 
     def __call__(self, *values):
         sig = []
         for v in values:
             if type(v) is not np.ndarray:
+                if self.check is not None:
+                    self.check(*values)
                 return self.call(*values)
             sig.append((v.shape, v.dtype))
         sig = tuple(sig)
         if sig != self.signature:
             self.signature, self.fast = None, None
-            self.fast = self.specialize(*values) or self.call     # raises as the kernel would on bad inputs
+            if self.check is not None:
+                self.check(*values)
+            fast = self.specialize(*values) if self.specialize is not None else None
+            self.fast = fast or self.call     # (specialize raises as the kernel would on bad inputs)
             self.signature = sig
         return self.fast(*values)
 
@@ -150,14 +157,16 @@ class Net:
             call = functools.partial(kernel, ctx, xp, **args)
         else:
             call = functools.partial(kernel, xp, **args)
-        if schema.alloc is not None:
-            call = _alloc_checked(call, functools.partial(schema.alloc, **args), ws.limits.max_blob_bytes, label,
-                                  list(opdef.output))
+        check = _size_check(schema, args, ws.limits.max_blob_bytes, label, list(opdef.output))
         specialize = (schema.specialize if kernel is schema.kernel else    # a fused kernel may carry its own
                       getattr(kernel, "specialize", None) if kernel is schema.fused_kernel else None)
-        if specialize is not None and device.is_cpu and schema.alloc is None and not schema.context \
-                and not schema.random:
-            call = Specialized(call, functools.partial(specialize, **args))
+        once = device.is_cpu and not schema.context and not schema.random    # checks once per input signature
+        by_shapes = check is not None and schema.alloc is None and schema.grows == "shapes" and once
+        if check is not None and not by_shapes:
+            call = _checked(call, check)
+        elif once and (by_shapes or specialize is not None):
+            call = Specialized(call, None if specialize is None else functools.partial(specialize, **args),
+                               check)
         plain = call
         if ws.profiler is not None:   # opt-in timing, chosen once here: nets without a profiler run unchanged
             call = ws.profiler.timed(call, self.name, index, opdef.type)
@@ -184,7 +193,7 @@ class Net:
         """The flat loop: per bound op, read its input blobs, call it, store its results. trace: a list to get
         each op's (input values, output values) as the op saw and left them (what a compiled program is built
         from: a blob written again later holds another op's value at the end)."""
-        check, check_nan = self.mixed_devices, self.check_nan
+        check, check_nan, limit = self.mixed_devices, self.check_nan, self.workspace.limits.max_blob_bytes
         for bop in self.ops:
             values = [b.value for b in bop.inputs]
             if check:
@@ -200,33 +209,57 @@ class Net:
                 outs = bop.outputs
                 if len(outs) == 1 and type(result) is not tuple and type(result) is not list:
                     blob = outs[0]
-                    if type(result) is np.ndarray and not blob.view:
+                    if type(result) is np.ndarray and not blob.view and result.nbytes <= limit:
                         blob.value = result          # the common case of _store, inline
                     else:
-                        _store(blob, result)
+                        _store(blob, result, limit, bop)
                 else:
                     for blob, value in zip(outs, result):
                         if value is not None:
-                            _store(blob, value)
+                            _store(blob, value, limit, bop)
             if check_nan:
                 _check_finite(bop)
             if trace is not None:
                 trace.append((values, [b.value for b in bop.outputs]))
 
 
-def _alloc_checked(call, alloc, limit: int, label: str, outputs: list[str]):
-    """call, preceded by the check of what the op's record says it will allocate against the blob limit."""
+def _size_check(schema, args: dict, limit: int, label, outputs: list[str]):
+    """check(*inputs) refusing, before the kernel, an output over the blob limit: those the record's `alloc`
+    lists, or for a record that `grows`, those its shape function gives for the inputs' specs (with their
+    values for grows="values"); None for other ops (their results meet the limit when stored)."""
+    if schema.alloc is not None:
+        alloc = functools.partial(schema.alloc, **args)
+
+        def check(*values):
+            for i, shape, dtype in alloc(*values):
+                check_blob(limit, outputs[i], shape, dtype, label)
+        return check
+    if schema.grows is None:
+        return None
+    shape_fn, with_values = functools.partial(schema.shape, **args), schema.grows == "values"
+
+    def check(*values):
+        if all(hasattr(v, "shape") for v in values):     # (other values: the kernel's own error)
+            check_specs(limit, outputs, shape_fn([TensorSpec.of(v, with_values) for v in values]), label)
+    return check
+
+
+def _checked(call, check):
+    """call, preceded by check at every call."""
     def checked(*values):
-        for i, shape, dtype in alloc(*values):
-            check_blob(limit, outputs[i], shape, dtype, label)
+        check(*values)
         return call(*values)
     return checked
 
 
-def _store(blob, value) -> None:
-    """An op's result into its output blob: plain arrays as they are, write-through for views (Blob.set)."""
+def _store(blob, value, limit: int, bop) -> None:
+    """An op's result into its output blob: plain arrays as they are, write-through for views (Blob.set); an
+    array over the blob limit is refused, whatever op made it (the backstop of the checks before kernels)."""
     if type(value) is not np.ndarray:
         value = _as_value(value)
+    nbytes = getattr(value, "nbytes", 0)
+    if type(nbytes) is int and nbytes > limit:
+        raise over_limit(blob.name, value.shape, value.dtype, nbytes, limit, bop.label)
     if blob.view:
         blob.set(value)
     else:

@@ -295,12 +295,13 @@ class Workspace:
 class ScopeWorkspace(Workspace):
     """A Do op's workspace. It has no parent chain: it sees its own blobs and the outer blobs bound into it under
     inner names (Caffe2's forwarded blobs); it shares the outer workspace's device mode, strictness and random
-    generator."""
+    generator, and its policy: the limits and the log of files written (a model's nets in a Do meet the same
+    --max-blob-bytes, file root and write budget)."""
 
     def __init__(self, outer: Workspace):
-        super().__init__(None, gpu=outer.gpu, strict=outer.strict, check_nan=outer.check_nan,
+        super().__init__(None, gpu=outer.gpu, strict=outer.strict, check_nan=outer.check_nan, limits=outer.limits,
                          profiler=outer.profiler, reporter=outer.reporter)
-        self.rng = outer.rng
+        self.rng, self.written = outer.rng, outer.written
         self.forwarded: dict[str, Blob] = {}   # inner name -> the outer blob it stands for
         self._copies: dict[str, Blob] = {}     # inner name -> its local copy (copy_external_blobs), kept for reuse
 
