@@ -186,7 +186,8 @@ def test_cli_flags(dirs, capsys):
     assert os.listdir(outside) == ["out.minidb"]
     capsys.readouterr()
     # the user's own paths (--checkpoint, --save, --load, --feed) are not confined
-    assert main(["run", "plan.pbtxt", "-q", "--allow-any-path", "--checkpoint", str(outside / "ck.minidb"),
-                 "--fetch", "x", "--save", str(outside / "x.npz")]) == 0
-    assert main(["run", "plan.pbtxt", "-q", "--allow-any-path", "--load", str(outside / "ck.minidb")]) == 0
+    assert main(["run", "plan.pbtxt", "-q", "--allow-any-path", "--overwrite", "--checkpoint",
+                 str(outside / "ck.minidb"), "--fetch", "x", "--save", str(outside / "x.npz")]) == 0
+    assert main(["run", "plan.pbtxt", "-q", "--allow-any-path", "--overwrite", "--load",
+                 str(outside / "ck.minidb")]) == 0
     assert sorted(os.listdir(outside)) == ["ck.minidb", "out.minidb", "x.npz"]

@@ -85,7 +85,7 @@ def test_the_bashrc_is_never_replaced(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("HOME", str(tmp_path))
     bashrc = tmp_path / ".bashrc"
     bashrc.write_text("export PS1='$ '\n")
-    for db, extra in ((".bashrc", []), (str(bashrc), ["--allow-any-path"])):
+    for db, extra in ((".bashrc", ["--overwrite"]), (str(bashrc), ["--allow-any-path", "--overwrite"])):
         net = pth_attack(db)
         if os.path.isabs(db):
             net.op[1].arg.add(name="absolute_path", i=1)
@@ -128,7 +128,7 @@ def test_every_write_is_reported_and_counted(tmp_path, monkeypatch, capsys):
     assert code == 1 and "db './b.minidb' would be file 2 this run writes, over the limit of 1 files" in err
     assert "--max-write-files N" in err and not os.path.exists("b.minidb")
     assert out.splitlines() == [f"the model wrote a.minidb ({size} bytes) by net 'n', op #1 (Save)"]
-    code, _, err = run_cli(["run", "p.pbtxt", "-q", "--max-write-bytes", str(size + 1)], capsys)
+    code, _, err = run_cli(["run", "p.pbtxt", "-q", "--overwrite", "--max-write-bytes", str(size + 1)], capsys)
     assert code == 1 and "over the limit of" in err and "--max-write-bytes SIZE" in err
 
 
@@ -171,3 +171,31 @@ def test_the_policy_tests_fail_when_a_rule_is_broken(venv, monkeypatch):
     subprocess.run([sys.executable, "-c", f"import site; site.addsitedir({str(pth.parent)!r})"], cwd=venv,
                    check=True)
     assert (venv / "PWNED").exists()      # the line ran: that is what the policy prevents
+
+
+def test_a_run_replaces_no_database_from_before_it_unasked(tmp_path, monkeypatch, capsys):
+    """#27: a short run (--iterations 30, --profile, ...) never replaces a trained model silently: `stepnet run`
+    stops before it starts when a Save op's db is there already, names it and the flag; --overwrite replaces;
+    a Checkpoint op (its name formatted as it runs) is refused when it runs; Python keeps Caffe2's rule."""
+    monkeypatch.chdir(tmp_path)
+    plan = ('network { name: "train" op { type: "ConstantFill" output: "x" arg { name: "shape" ints: 2 } } } '
+            'network { name: "save" op { type: "Save" input: "x" arg { name: "db" s: "model.minidb" } '
+            'arg { name: "db_type" s: "minidb" } } }\n'
+            'execution_step { name: "train" network: "train" num_iter: 5 }\n'
+            'execution_step { name: "save" network: "save" }\n')
+    (tmp_path / "p.pbtxt").write_text(plan)
+    assert run_cli(["run", "p.pbtxt", "-q"], capsys)[0] == 0
+    trained = (tmp_path / "model.minidb").read_bytes()
+    code, out, err = run_cli(["run", "p.pbtxt", "-q", "--iterations", "1"], capsys)
+    assert code == 1 and err.startswith("stepnet: error: net 'save', op #0 (Save): db 'model.minidb' is there "
+                                        "already") and "--overwrite" in err and "the model wrote" not in out
+    assert (tmp_path / "model.minidb").read_bytes() == trained
+    assert run_cli(["run", "p.pbtxt", "-q", "--overwrite"], capsys)[0] == 0
+    ws = Workspace(limits=Limits(overwrite=False))
+    ws.feed("it", np.array([7], np.int64))
+    ws.feed("x", np.ones(2, np.float32))
+    minidb.save_blobs("ck_7.minidb", {"x": np.zeros(2, np.float32)})
+    with pytest.raises(FileAccessError, match=r"db './ck_7.minidb' was there before this run"):
+        ws.run_net_once(NetDef(name="ck", op=[make_op("Checkpoint", ["it", "x"], [], db="ck_%d.minidb",
+                                                      db_type="minidb", every=1)]))
+    Workspace().run_net_once(pth_attack("ck_7.minidb"))            # Python: Caffe2's rule, Save replaces

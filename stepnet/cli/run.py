@@ -9,51 +9,24 @@ import traceback
 import warnings
 from pathlib import Path
 
-import numpy as np
 
 from ..io import checkpoints, images, proto
 from ..io.feeds import parse_feed
 from ..core.errors import ArgumentError, MissingBlobError, StepnetError, StepnetWarning, one_line
 from ..graph.view import Graph
 from ..distributed.launch import per_rank
-from ..core.limits import add_limit_flags, format_bytes, limits_of
+from ..core.limits import add_limit_flags, limits_of
 from ..core.int8 import Int8Tensor
 from .metrics import MetricsWriter
 from ..runtime.plan import training_loops
 from ..runtime.profile import Profiler
 from .progress import Monitor
+from .results import format_blob, refuse_overwrites, report_writes, save_npz  # noqa: F401 - re-exported
 from .tools import (  # noqa: F401 - re-exported
     add_tool_parsers, cmd_convert, cmd_inspect, cmd_ops, cmd_synth_init, describe_net, op_table, unsupported_ops)
 from .onnx import add_parser as add_onnx_parser, run_in_onnxruntime
 from ..runtime.workspace import DEFAULT_THREADS, Workspace
 from ..kernels import jit
-
-# --------------------------------------------------------------------------------------------- output
-def format_blob(name: str, value, count: int = 6) -> str:
-    """The result line of a fetched blob; its name and strings (from the model) with control and format
-    characters escaped."""
-    if isinstance(value, (str, bytes)):
-        return one_line(f"{name}: string {value!r}")
-    if isinstance(value, Int8Tensor):
-        return one_line(f"{name}: Int8Tensor {value.summary(count)}")
-    arr = np.asarray(value)
-    flat = arr.reshape(-1)
-    head = np.array2string(flat[:count], precision=5, separator=", ", max_line_width=200)
-    more = f" ... ({flat.size} values)" if flat.size > count else ""
-    return one_line(f"{name}: shape {tuple(arr.shape)} {arr.dtype} {head}{more}")
-
-
-def save_npz(path: Path, arrays: dict) -> None:
-    """--save: the blobs as an .npz (io.files.npz_bytes: safe member names, no pickles), written atomically."""
-    from ..io.files import npz_bytes
-
-    try:
-        data = npz_bytes({k: v.dequantize() if isinstance(v, Int8Tensor) else np.asarray(v)
-                          for k, v in arrays.items()})   # Int8: the real values
-    except ArgumentError as e:
-        raise e.located(f"--save {path}") from None
-    proto.atomic_write(path, data)
-
 
 def _fused_cells(text: str) -> str:
     if text not in ("auto", "on", "off"):
@@ -101,6 +74,8 @@ def _run(a, ws, model, predict_def, monitor: Monitor, profiler: Profiler | None)
         feeds[_first_input(model, a)] = feeds.pop(None)
     is_plan = isinstance(model, proto.PlanDef)
     _check_checkpoint_flags(a, is_plan)
+    if not ws.limits.overwrite:   # before anything runs: a short run never replaces a trained model unasked
+        refuse_overwrites(ws, list(model.network) if is_plan else [model, *([predict_def] if predict_def else [])])
     if is_plan:
         if a.predict_net:
             raise ArgumentError(f"{a.model} is a PlanDef; give a second file only after an init NetDef")
@@ -190,14 +165,6 @@ def _describe_loops(plan, iterations: int | None) -> None:
     if iterations is not None and not loops:
         print(f"--iterations {iterations}: plan {plan.name!r} has no loop with num_iter > 1 outside loops with a "
               "stop blob; nothing was set", file=sys.stderr, flush=True)
-
-
-def report_writes(ws) -> None:
-    """One line per file the model's ops wrote this run (the write policy: none goes unsaid), quiet or not."""
-    for w in ws.written:
-        times = f", written {w.times} times" if w.times > 1 else ""
-        by = f" by {w.by}" if w.by is not None else ""
-        print(f"the model wrote {one_line(w.path)} ({format_bytes(w.size)}{times}){one_line(by)}", flush=True)
 
 
 def cmd_plot(a) -> int:

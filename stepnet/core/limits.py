@@ -42,7 +42,9 @@ class Limits:
     runs a model's ops only to read values, as the export commands do: they write nothing but what -o names).
     max_write_files / max_write_bytes: how many files, and how many bytes on disk, a run's models may write.
     trusted: the paths come from a program, not a model file (stepnet.compat: Caffe2 scripts are code, their
-    paths their own choice): no root, no write rules, no write budget."""
+    paths their own choice): no root, no write rules, no write budget. overwrite: whether a model may replace a
+    database that was there before the run (False for `stepnet run` without --overwrite: a short run never
+    replaces a trained model unasked)."""
     max_blob_bytes: int = field(default_factory=default_max_blob_bytes)
     file_root: str | os.PathLike | None = None
     any_path: bool = False
@@ -50,6 +52,7 @@ class Limits:
     max_write_files: int = 256
     max_write_bytes: int = 4 << 30
     trusted: bool = False
+    overwrite: bool = True
 
     def resolved(self) -> "Limits":
         """These limits with file_root an absolute, symlink-free directory (the working directory if None)."""
@@ -171,6 +174,9 @@ def add_limit_flags(parser, paths: bool) -> None:
         parser.add_argument("--allow-any-path", action="store_true",
                             help="let the model read and write db files outside the file root (the write policy "
                                  "still holds: database files only, nothing hidden, no Python environment)")
+        parser.add_argument("--overwrite", action="store_true",
+                            help="let the model's Save and Checkpoint ops replace databases that were there before "
+                                 "the run (without it such a run stops before it starts, naming the file)")
         parser.add_argument("--max-write-files", type=int, metavar="N",
                             help="the most files the model's ops may write in this run (default: 256)")
         parser.add_argument("--max-write-bytes", type=_size, metavar="SIZE",
@@ -184,4 +190,4 @@ def limits_of(args) -> Limits:
     if (given["max_write_files"] or 0) < 0:
         raise ArgumentError(f"--max-write-files needs a count >= 0, got {given['max_write_files']}")
     return Limits(file_root=getattr(args, "file_root", None), any_path=getattr(args, "allow_any_path", False),
-                  **{k: v for k, v in given.items() if v is not None})
+                  overwrite=getattr(args, "overwrite", True), **{k: v for k, v in given.items() if v is not None})

@@ -106,6 +106,10 @@ class WriteLog:
         else:
             entry.size, entry.times, entry.by = nbytes, entry.times + 1, where
 
+    def has(self, path: str) -> bool:
+        """Whether this run wrote path already."""
+        return os.path.abspath(path) in self.files
+
     def __iter__(self):
         return iter(self.files.values())
 

@@ -147,6 +147,10 @@ def _save(ctx, values, db, db_type, absolute_path, strip_prefix, blob_name_overr
     if not world.writes(db):   # under mpiexec only rank 0 writes a file whose path names no {rank}
         return
     data = minidb.pack_records(records)
+    if not limits.overwrite and os.path.lexists(path) and not ws.written.has(path):
+        raise FileAccessError(f"db {path!r} was there before this run (a trained model, perhaps): a model replaces "
+                              "such a file only when asked; pass --overwrite (Python: Limits(overwrite=True)), or "
+                              "move the file", at=ctx.label)
     if not limits.trusted and not minidb.replaceable(path):
         raise FileAccessError(f"db {path!r} exists and is not a stepnet database (minidb) or an empty file: a "
                               "model replaces no other file; give the db another name", at=ctx.label)
