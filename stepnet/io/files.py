@@ -8,6 +8,7 @@ reads a byte. Every file stepnet reads (models, minidb files, .npy/.npz feeds, i
 from __future__ import annotations
 
 import os
+import reprlib
 import stat
 from typing import BinaryIO
 
@@ -24,6 +25,17 @@ def describe_size(n: int) -> str:
         if n >= size:
             return f"{n / size:.1f} {unit}"
     return f"{n} bytes"
+
+
+def quoted(value, limit: int = 80) -> str:
+    """repr(value) for a message, cut (strings to `limit` characters, long numbers, deep or long containers):
+    what a file holds can be any size."""
+    cut = reprlib.Repr()
+    cut.maxlevel, cut.maxstring, cut.maxother, cut.maxlong = 3, limit, limit, 40
+    try:
+        return cut.repr(value)
+    except ValueError:   # an int of more digits than Python turns into text
+        return f"<a {type(value).__name__} too long to show>"
 
 
 def _kind(mode: int) -> str:

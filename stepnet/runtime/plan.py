@@ -15,6 +15,7 @@ import numpy as np
 
 from ..core import backend
 from ..io.checkpoints import FINISHED, Position, Resume
+from ..io.files import quoted
 from ..core.errors import PlanError, did_you_mean
 from ..graph.view import copy_net
 
@@ -251,8 +252,9 @@ def _check_position(plan, resume: Resume) -> None:
     steps = plan.execution_step
     for k in resume.position.path:
         if k >= len(steps):
-            raise PlanError(f"{resume.path}: the checkpoint was taken at step path {list(resume.position.path)}, "
-                            f"which plan {plan.name!r} does not have; resume with the plan that wrote it")
+            raise PlanError(f"the checkpoint was taken at step path {quoted(list(resume.position.path))}, which "
+                            f"plan {quoted(plan.name)} does not have; resume with the plan that wrote it",
+                            at=resume.path)
         steps = steps[k].substep
 
 
