@@ -5,11 +5,13 @@ from __future__ import annotations
 import re
 
 import pytest
+from google.protobuf import text_format
 
 from stepnet.builders import synth_rules
 from stepnet.builders.synth import synth_init
 from stepnet.cli.run import main
-from stepnet.io import proto
+from stepnet.core.errors import ResourceError
+from stepnet.io import files, proto
 from stepnet.testing import make_op
 
 
@@ -82,3 +84,39 @@ def test_a_rule_error_on_a_given_parameter_is_that_error(tmp_path, capsys):
     assert "op #0 (FC): axis_w=5 is out of range for a 2-D tensor" in one_error(capsys)
     net_file(tmp_path, _op("FC", {}))
     assert main(command) == 0
+
+
+# --------------------------------------------------------------------------------- text models' size
+def text_net(path, size: int):
+    """A valid text NetDef of exactly `size` bytes (a long string argument: the text parser's worst case)."""
+    head, tail = 'name: "n" op { type: "Relu" input: "x" output: "y" arg { name: "note" s: "', '" } }\n'
+    path.write_text(head + "a" * (size - len(head) - len(tail)) + tail)
+    return str(path)
+
+
+@pytest.mark.parametrize("name", ["net.pbtxt", "net"])   # named text, or found to be text by its bytes
+def test_a_text_model_over_the_text_limit_is_one_line(tmp_path, capsys, monkeypatch, name):
+    monkeypatch.setattr(files, "TEXT_LIMIT", 4096)
+    assert main(["inspect", text_net(tmp_path / name, 4097)]) == 1
+    err = one_error(capsys)
+    assert f"{name}: the model file {'' if name.endswith('.pbtxt') else '(text) '}is 4.0 KiB (4097 bytes), over the " \
+           "limit of 4.0 KiB for text (protobuf's Python text parser takes up to about 140 times" in err
+    assert "protoc --encode" in err
+    assert main(["inspect", text_net(tmp_path / name, 4096)]) == 0
+    assert len(proto.load(tmp_path / name).op[0].arg[0].s) > 4000
+
+
+def test_without_the_text_limit_the_text_is_parsed(tmp_path, monkeypatch):
+    monkeypatch.setattr(files, "TEXT_LIMIT", files.PROTOBUF_LIMIT)
+    assert len(proto.load(text_net(tmp_path / "net.pbtxt", 20000)).op[0].arg[0].s) > 19000
+
+
+def test_running_out_of_memory_while_parsing_names_the_file(tmp_path, capsys, monkeypatch):
+    def no_memory(*_args, **_kwargs):
+        raise MemoryError
+    path = text_net(tmp_path / "net.pbtxt", 1000)
+    monkeypatch.setattr(text_format, "Parse", no_memory)
+    assert main(["inspect", path]) == 1
+    assert f"{path}: ran out of memory parsing the model file (1000 bytes)" in one_error(capsys)
+    with pytest.raises(ResourceError):
+        proto.load(path)
