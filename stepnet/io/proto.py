@@ -222,7 +222,8 @@ def atomic_write(path, data: bytes) -> None:
     check_replaceable(path)
     directory = path.parent if str(path.parent) else Path(".")
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+        # (the name's first 32 characters: at most 128 bytes, so any name leaves room for the temporary's)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name[:32]}.", suffix=".tmp", dir=directory)
     except OSError as e:
         raise FileFormatError(f"{path}: cannot write ({e.strerror})") from None
     try:
