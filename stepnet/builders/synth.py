@@ -166,7 +166,7 @@ class _Walk:
                     self.specs[name] = s    # (a value-dependent output keeps the dims the caller gave)
             self._tag(key, opdef, args, site, ins)
         for name in self.params:
-            if name not in self.fills:
+            if name not in self.fills and not self.planning:   # (a planning walk skips the rules that fail)
                 raise ArgumentError(f"params gives dims for {name!r}, but it is not a parameter of net "
                                     f"{self.net.name!r}: an op makes it, or it is a data input")
         return self.fills, self.device

@@ -6,7 +6,10 @@ import math
 from dataclasses import dataclass
 
 from . import synth_widths as sw
-from ..core.errors import ShapeError
+from ..core.errors import ArgumentError, ShapeError, StepnetError
+from ..io.feeds import MAX_DIMS
+from ..io.files import quoted
+from ..ops.base import canonical_axis
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,14 @@ class Site:
                              f"give its shape: inputs={{{name!r}: DIMS}}", at=self.label)
         why = self.walk.why.get(name, "the shape of the op that makes it is unknown")
         raise self.cannot(next(iter(self.todo)), f"the shape of its input {name!r} is unknown: {why}")
+
+    def axis(self, shape, value: int, name: str = "axis") -> int:
+        """Argument `name` (its value) as an axis of shape, negative counting from the end; an ArgumentError at
+        the op when it is out of range."""
+        try:
+            return canonical_axis(value, len(shape), name)
+        except StepnetError as e:
+            raise e.located(self.label) from None
 
     def channels(self, shape) -> int:
         if len(shape) < 2:
@@ -133,10 +144,14 @@ def _conv_transpose(site):
 
 def _fc(transposed):
     def rule(site):
-        x, axis, aw = site.x(), site.args.get("axis", 1), site.args.get("axis_w", 1)
-        k = math.prod(x[axis % len(x):])
-        w = site.known(1)
-        if w is None:
+        x, aw, w = site.x(), site.args.get("axis_w", 1), site.known(1)
+        k = math.prod(x[site.axis(x, site.args.get("axis", 1)):])
+        if w is not None:
+            aw = site.axis(w, aw, "axis_w")
+        elif not 1 <= aw < MAX_DIMS:   # the weight made here has aw + 1 dims
+            raise ArgumentError(f"axis_w={aw} is out of range for the weight synth-init makes (1..{MAX_DIMS - 1})",
+                                at=site.label)
+        else:
             site.free = True
             w = (k,) + (1,) * (aw - 1) + (site.out,) if transposed else (site.out,) + (1,) * (aw - 1) + (k,)
         n = math.prod(w[aw:]) if transposed else math.prod(w[:aw])
@@ -154,8 +169,8 @@ def _per_channel(*values):
 
 
 def _layer_norm(site):
-    x, axis = site.x(), site.args.get("axis", 1)
-    dims = tuple(x[axis % len(x):])
+    x = site.x()
+    dims = tuple(x[site.axis(x, site.args.get("axis", 1)):])
     yield 1, Fill(dims, value=1.0)
     yield 2, Fill(dims, value=0.0)
 
@@ -171,16 +186,19 @@ def _binary(value):
             return
         if j == 0:
             raise site.cannot(j, "with broadcast=1 operand A is the larger one and cannot be inferred from B")
-        axis, axis_str = site.args.get("axis", -1), site.args.get("axis_str", "")
+        axis, axis_str, order = site.args.get("axis", -1), site.args.get("axis_str", ""), site.args.get("order", "NCHW")
         if axis == -1 and axis_str:
-            axis = site.args.get("order", "NCHW").index(axis_str)
-        yield j, Fill((other[axis],) if other else (), value=value)
+            if len(axis_str) != 1 or axis_str not in order:
+                raise ArgumentError(f"axis_str {quoted(axis_str)} is not one letter of order {quoted(order)}",
+                                    at=site.label)
+            axis = order.index(axis_str)
+        yield j, Fill((other[site.axis(other, axis)],) if other else (), value=value)
     return rule
 
 
 def _elementwise_linear(site):
-    x, axis = site.x(), site.args.get("axis", 1)
-    d = math.prod(x[axis % len(x):])
+    x = site.x()
+    d = math.prod(x[site.axis(x, site.args.get("axis", 1)):])
     yield 1, Fill((d,), value=1.0)
     yield 2, Fill((d,), value=0.0)
 
@@ -189,6 +207,8 @@ def _anchors(site):
     """GenerateProposals' anchors: (A, 4) real anchors for scores of A channels at the op's stride, (A, 5)
     rotated ones when the deltas have 5A channels."""
     scores, deltas = site.x(0), site.x(1)
+    if len(scores) != 4:
+        raise site.cannot(3, f"the scores {scores} are not 4-D (images, A, H, W), so they give no anchor count A")
     a = scores[1]
     box = 5 if len(deltas) == 4 and deltas[1] == 5 * a else 4
     values = sw.anchors(a, 1.0 / site.args.get("spatial_scale", 1.0 / 16), box)

@@ -33,6 +33,9 @@ def add_parser(sub) -> None:
     e.add_argument("--load", metavar="CHECKPOINT", help="take weights from a minidb checkpoint (after the init net)")
     e.add_argument("--net", metavar="NAME", help="with a plan file: the net to export (the plan's nets that run "
                                                   "before it make its weights)")
+    e.add_argument("--external-data", action="store_true",
+                   help="write the weights to OUT.onnx.data beside the model (ONNX external data), as models with "
+                        "more than 2 GiB of weights need")
     e.add_argument("--list-ops", action="store_true", help="list the ops that export, and exit")
     e.set_defaults(func=cmd_export_onnx)
 
@@ -107,14 +110,15 @@ def cmd_export_onnx(a) -> int:
         from ..io.minidb import load_blobs
         params = {k: v for k, v in load_blobs(a.load).items() if hasattr(v, "shape") and v.dtype != object}
     result = export_onnx(predict, init, inputs=_inputs(a.input), outputs=a.output or None, params=params,
-                         opset=a.opset, rnn=a.rnn)
+                         opset=a.opset, rnn=a.rnn, external_data=a.external_data)
     result.save(a.output_file)
     for note in result.notes:
         print(f"note: {note}")
     graph = result.model.graph
     ins = ", ".join(f"{i.name} {_dims(i)}" for i in graph.input)
-    print(f"wrote {a.output_file}: opset {result.opset}, {len(graph.node)} nodes, inputs {ins or 'none'}, outputs "
-          f"{', '.join(result.outputs)}")
+    data = f" (weights in {a.output_file}.data)" if a.external_data else ""
+    print(f"wrote {a.output_file}{data}: opset {result.opset}, {len(graph.node)} nodes, inputs {ins or 'none'}, "
+          f"outputs {', '.join(result.outputs)}")
     return 0
 
 

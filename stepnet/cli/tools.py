@@ -10,7 +10,7 @@ from ..io import proto
 from ..core.errors import ArgumentError, did_you_mean, one_line
 from ..io.feeds import parse_dims
 from ..graph.view import walk
-from ..export.draw import COLLAPSE_AT, MAX_OPS
+from ..export.draw import COLLAPSE_AT, MAX_EDGES, MAX_OP_EDGES, MAX_OPS
 from ..core.limits import add_limit_flags, limits_of
 from ..ops import REGISTRY
 from ..ops.registry import REQUIRED
@@ -154,7 +154,7 @@ def cmd_draw(a) -> int:
     from ..export.draw import Options, draw
 
     models = [proto.load(path) for path in a.models]
-    options = Options(backward=a.backward, max_ops=a.max_ops, collapse=a.collapse, nets=a.net)
+    options = Options(backward=a.backward, max_ops=a.max_ops, max_edges=a.max_edges, collapse=a.collapse, nets=a.net)
     done = draw(models, a.output, options)
     print(f"wrote {done.path}" + (f"; {done.note}" if done.note else ""))
     return 0
@@ -186,6 +186,9 @@ def add_tool_parsers(sub) -> None:
     d.add_argument("--backward", action="store_true", help="also draw backward step nets and gradient ops' nets")
     d.add_argument("--max-ops", type=int, default=MAX_OPS, metavar="N",
                    help=f"draw at most N ops, then a note (default {MAX_OPS})")
+    d.add_argument("--max-edges", type=int, default=MAX_EDGES, metavar="N",
+                   help=f"stop drawing ops once N edges are drawn, then a note (default {MAX_EDGES}; an op's "
+                        f"inputs or outputs past {MAX_OP_EDGES} are drawn as one)")
     d.add_argument("--collapse", choices=("auto", "yes", "no"), default="auto",
                    help=f"draw runs of a repeated block once, labelled ×k (auto: in nets over {COLLAPSE_AT} ops)")
     d.add_argument("--net", action="append", default=[], metavar="NAME", help="for a plan: draw only this net")

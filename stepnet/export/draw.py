@@ -6,9 +6,11 @@ version is a small ellipse between the op that writes it and the ops that read i
 shaded green, declared outputs outlined bold). A RecurrentNetwork's step net (its backward step net with
 `backward=True`), If's then/else nets and While/Do bodies are nested clusters around the op; a plan draws each of
 its nets as a cluster (nets that only fill blobs as one box) and its execution steps as a note. Long runs of a
-repeated op-type sequence are drawn once in a cluster labelled ×k, and drawing stops after `max_ops` ops with a
-note saying how many were left out. Every name from a file reaches the dot text only escaped (HTML-like labels),
-and node ids are generated, so no name can change the graph."""
+repeated op-type sequence are drawn once in a cluster labelled ×k; an op's inputs and outputs beyond MAX_OP_EDGES
+are one "… k more" node, and drawing stops after `max_ops` ops or `max_edges` edges (what dot's layout time
+grows with) with a note saying how many were left out. Every name from a file reaches the dot text only escaped
+(HTML-like labels), and node ids are generated, so no name can change the graph. `dot` runs in its own process
+group, ended with stepnet: on an error, Ctrl-C or its timeout, and (Linux) when stepnet itself is killed."""
 from __future__ import annotations
 
 import html
@@ -28,6 +30,9 @@ from ..io.validate import NET_IN_ARG
 
 COLLAPSE_AT = 100      # collapse="auto": nets with more ops than this have their repeated blocks collapsed
 MAX_OPS = 600          # default --max-ops
+MAX_EDGES = 2000       # default --max-edges
+MAX_OP_EDGES = 16      # inputs (and outputs) of one op drawn before the rest become one "… k more" node
+MAX_KINDS = 12         # op types listed in a plan's init-net box
 MAX_STEP_LINES = 40   # lines of a plan's execution-step note
 MAX_LABEL = 48         # characters of a name shown before it is cut with "…"
 RENDER_TIMEOUT_S = 300
@@ -51,10 +56,12 @@ def text(value, limit: int = MAX_LABEL) -> str:
 
 @dataclass
 class Options:
-    """backward: draw backward step nets (and the nets of gradient ops); max_ops: the most ops drawn (then a
-    note); collapse: 'auto' (nets over COLLAPSE_AT ops), 'yes' or 'no'; nets: for a plan, only these nets."""
+    """backward: draw backward step nets (and the nets of gradient ops); max_ops, max_edges: no op is drawn once
+    this many ops or edges are (then a note); collapse: 'auto' (nets over COLLAPSE_AT ops), 'yes' or 'no'; nets:
+    for a plan, only these nets."""
     backward: bool = False
     max_ops: int = MAX_OPS
+    max_edges: int = MAX_EDGES
     collapse: str = "auto"
     nets: Sequence[str] = ()
 
@@ -65,6 +72,7 @@ class _Dot:
     lines: list = field(default_factory=list)
     ids: int = 0
     drawn: int = 0
+    edges: int = 0
     skipped: int = 0
 
     def new_id(self, kind: str) -> str:
@@ -72,15 +80,16 @@ class _Dot:
         return f"{kind}{self.ids}"
 
     def full(self) -> bool:
-        return self.drawn >= self.options.max_ops
+        return self.drawn >= self.options.max_ops or self.edges >= self.options.max_edges
 
 
 def to_dot(models: Sequence, options: Options | None = None, title: str | None = None) -> str:
     """The dot text of one picture of the given models: NetDefs (an init net among several nets marks its
     outputs as parameters and is not drawn itself) and PlanDefs."""
     options = options or Options()
-    if options.max_ops < 1:
-        raise ArgumentError(f"max_ops must be at least 1, got {options.max_ops}")
+    for name in ("max_ops", "max_edges"):
+        if getattr(options, name) < 1:
+            raise ArgumentError(f"{name} must be at least 1, got {getattr(options, name)}")
     if options.collapse not in ("auto", "yes", "no"):
         raise ArgumentError(f"collapse must be 'auto', 'yes' or 'no', got {options.collapse!r}")
     d = _Dot(options)
@@ -103,8 +112,10 @@ def to_dot(models: Sequence, options: Options | None = None, title: str | None =
     for plan in plans:
         _plan(d, plan, filled)
     if d.skipped:
+        limit = (f"max_ops {options.max_ops}; raise it with --max-ops N" if d.drawn >= options.max_ops else
+                 f"max_edges {options.max_edges}; raise it with --max-edges N")
         d.lines.append(f'  {d.new_id("note")} [shape=note, style=filled, fillcolor="#FFFFFF", label=<{d.skipped} '
-                       f'more ops not drawn (max_ops {options.max_ops}; raise it with --max-ops N)>];')
+                       f'more ops not drawn ({limit})>];')
     d.lines.append("}")
     return "\n".join(d.lines) + "\n"
 
@@ -131,7 +142,8 @@ def _plan(d: _Dot, plan: PlanDef, filled: set) -> None:
             counts = {}
             for op in net.op:
                 counts[op.type] = counts.get(op.type, 0) + 1
-            kinds = ", ".join(f"{text(t)}×{c}" for t, c in sorted(counts.items()))
+            kinds = ", ".join(f"{text(t)}×{c}" for t, c in sorted(counts.items())[:MAX_KINDS])
+            kinds += f", … {len(counts) - MAX_KINDS} more types" if len(counts) > MAX_KINDS else ""
             d.lines.append(f'    {d.new_id("init")} [shape=box, style="rounded,filled", fillcolor="{FILL["fill"]}", '
                            f'fontsize=10, label=<<B>net {text(net.name)}</B><BR/>init: {len(net.op)} ops '
                            f'({kinds})>];')
@@ -209,13 +221,18 @@ def _net(d: _Dot, net: NetDef, filled: set, level: int, cluster: bool, label: st
         if d.full():
             d.skipped += 1 + sum(1 for _ in _nested_ops(op, level))
             continue
-        op_ids[i] = _op(d, op, i, graph, params, filled, level, sub_indent)
-        for j, name in enumerate(op.input):
-            if name in params and graph.in_versions[i][j] == 0:
-                continue
-            edges.append(f"{inner}{blob(name, graph.in_versions[i][j])} -> {op_ids[i]};")
-        for j, name in enumerate(op.output):
-            edges.append(f"{inner}{op_ids[i]} -> {blob(name, graph.out_versions[i][j])};")
+        oid = op_ids[i] = _op(d, op, i, graph, params, filled, level, sub_indent)
+        ins = [(name, v) for name, v in zip(op.input, graph.in_versions[i]) if not (name in params and v == 0)]
+        outs = list(zip(op.output, graph.out_versions[i]))
+        edges += [f"{inner}{blob(name, v)} -> {oid};" for name, v in ins[:MAX_OP_EDGES]]
+        edges += [f"{inner}{oid} -> {blob(name, v)};" for name, v in outs[:MAX_OP_EDGES]]
+        for rest, kind, arrow in ((ins, "inputs", "{} -> " + oid), (outs, "outputs", oid + " -> {}")):
+            if len(rest) > MAX_OP_EDGES:
+                more = d.new_id("more")
+                tail.append(f'{inner}{more} [shape=plaintext, fontsize=9, label=<… {len(rest) - MAX_OP_EDGES} '
+                            f'more {kind}>];')
+                edges.append(f"{inner}{arrow.format(more)} [style=dotted];")
+        d.edges += min(len(ins), MAX_OP_EDGES + 1) + min(len(outs), MAX_OP_EDGES + 1)
     if open_block is not None:
         d.lines.append(f"{inner}}}")
     d.lines += tail + edges   # after the body: a node belongs to the cluster where it first appears
@@ -243,8 +260,11 @@ def _op(d: _Dot, op, index: int, graph: Graph, params: set, filled: set, level: 
         rows.append(f'<TR><TD><FONT POINT-SIZE="9">{text(op.name)}</FONT></TD></TR>')
     ps = [n for j, n in enumerate(op.input) if n in params and graph.in_versions[index][j] == 0]
     if ps:
+        ps = list(dict.fromkeys(ps))
+        shown = [text(p) for p in ps[:MAX_OP_EDGES]] + ([f"… {len(ps) - MAX_OP_EDGES} more"] if len(ps) > MAX_OP_EDGES
+                                                         else [])
         rows.append(f'<TR><TD BGCOLOR="{PARAM_BG}"><FONT POINT-SIZE="9" COLOR="{PARAM_FG}">'
-                    + "<BR/>".join(text(p) for p in dict.fromkeys(ps)) + "</FONT></TD></TR>")
+                    + "<BR/>".join(shown) + "</FONT></TD></TR>")
     label = f'<<TABLE BORDER="0" CELLBORDER="0" CELLSPACING="0" CELLPADDING="1">{"".join(rows)}</TABLE>>'
     box = (f'{oid} [shape=box, style="rounded,filled", fillcolor="{FILL[role(op)]}", color="#4A5A78", '
            f'margin="0.08,0.03", label={label}];')
@@ -281,19 +301,58 @@ class Drawn:
 
 
 def render(dot_text: str, fmt: str) -> bytes:
-    """dot_text laid out by Graphviz's `dot -T<fmt>` (found on PATH); a StepnetError if it fails."""
+    """dot_text laid out by Graphviz's `dot -T<fmt>` (found on PATH); a StepnetError if it fails or takes more than
+    RENDER_TIMEOUT_S. dot runs in a process group of its own, killed on any way out of here but success (an
+    error, Ctrl-C, the timeout), and on Linux also when this process dies (PR_SET_PDEATHSIG), so no dot outlives
+    stepnet."""
     exe = shutil.which("dot")
     if exe is None:
         raise StepnetError("Graphviz's dot is not installed")
+    posix = os.name == "posix"
+    proc = subprocess.Popen([exe, f"-T{fmt}"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=posix, preexec_fn=_die_with_parent())
     try:
-        done = subprocess.run([exe, f"-T{fmt}"], input=dot_text.encode(), capture_output=True,
-                              timeout=RENDER_TIMEOUT_S, check=False)
+        out, err = proc.communicate(dot_text.encode(), timeout=RENDER_TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        raise StepnetError(f"dot -T{fmt} took more than {RENDER_TIMEOUT_S} s; draw fewer ops (--max-ops N)") from None
-    if done.returncode != 0:
-        err = " ".join(done.stderr.decode(errors="replace").split())[:300]
-        raise StepnetError(f"dot -T{fmt} failed (exit {done.returncode}): {err}")
-    return done.stdout
+        raise StepnetError(f"dot -T{fmt} took more than {RENDER_TIMEOUT_S} s; draw fewer ops or edges (--max-ops N, "
+                           "--max-edges N)") from None
+    finally:
+        if proc.returncode is None:     # still running: the timeout, an error or Ctrl-C
+            _kill_group(proc)
+    if proc.returncode != 0:
+        err = " ".join(err.decode(errors="replace").split())[:300]
+        raise StepnetError(f"dot -T{fmt} failed (exit {proc.returncode}): {err}")
+    return out
+
+
+def _die_with_parent():
+    """On Linux, a function for the child to call before exec (Popen's preexec_fn) that has the kernel SIGKILL it
+    when its parent dies (prctl PR_SET_PDEATHSIG, looked up here, before the fork); elsewhere None."""
+    import ctypes
+    import signal
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    return lambda: prctl(1, signal.SIGKILL, 0, 0, 0)   # PR_SET_PDEATHSIG = 1
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """Kill dot and whatever it started (its process group, on POSIX), and reap it."""
+    import signal
+
+    try:
+        os.killpg(proc.pid, signal.SIGKILL) if os.name == "posix" else proc.kill()
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
+    for pipe in (proc.stdin, proc.stdout, proc.stderr):
+        if pipe is not None:
+            pipe.close()
 
 
 def draw(models: Sequence, out, options: Options | None = None, title: str | None = None) -> Drawn:

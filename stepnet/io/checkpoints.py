@@ -17,6 +17,7 @@ import numpy as np
 
 from ..core import backend
 from ..core.errors import FileFormatError
+from .files import quoted
 
 PREFIX = "__stepnet__/"
 POSITION = PREFIX + "plan_position"   # int64 [step path..., iterations done]; [-1] once the plan finished
@@ -83,7 +84,8 @@ def load(ws, path) -> int:
 
 class Resume:
     """A checkpoint to continue a plan run from: its position, and `restore(ws)` for the moment the run
-    reaches it."""
+    reaches it. A checkpoint may come from anyone: its position, readers and generator state are checked in
+    full (types, keys, ranges) here, before the run starts."""
 
     def __init__(self, path, max_blob_bytes: int | None = None):
         from .minidb import load_blobs
@@ -91,16 +93,12 @@ class Resume:
         self.path = str(path)
         self.blobs = load_blobs(path, max_blob_bytes=max_blob_bytes)
         if POSITION not in self.blobs:
-            raise FileFormatError(f"{self.path}: not a resumable checkpoint (it has no {POSITION!r}); it was not "
-                                  "written during a plan run with --checkpoint-every or an interrupt. Feed its "
-                                  "blobs with --load instead")
-        raw = [int(v) for v in np.asarray(self.blobs[POSITION]).reshape(-1)]
-        self.position = Position(FINISHED) if tuple(raw) == FINISHED else Position(tuple(raw[:-1]), raw[-1])
-        if self.position.finished:
-            raise FileFormatError(f"{self.path}: the run that wrote this checkpoint finished; there is nothing to "
-                                  "resume (feed its blobs with --load to start a new run from them)")
-        if not self.position.path or min(self.position.path) < 0 or self.position.done < 0:
-            raise FileFormatError(f"{self.path}: {POSITION!r} holds {raw}, which is no plan position")
+            raise FileFormatError(f"not a resumable checkpoint (it has no {POSITION!r}); it was not written during "
+                                  "a plan run with --checkpoint-every or an interrupt. Feed its blobs with --load "
+                                  "instead", at=self.path)
+        self.position = _position(self.blobs[POSITION], self.path)
+        self.readers: dict[str, dict] = _json(self.blobs, READERS, {str: READER}, self.path)
+        self.rng_state = _json(self.blobs, RNG, PCG64, self.path)
 
     def restore(self, ws) -> None:
         """Feed the saved blobs, move each data reader back to its record, restore the random generator."""
@@ -109,22 +107,87 @@ class Resume:
         for name, value in self.blobs.items():
             if not name.startswith(PREFIX):
                 ws.feed(name, value)
-        for name, state in _json(self.blobs, READERS, self.path).items():
+        for name, state in self.readers.items():
             reader = ws.find(name)
             if reader is None or not isinstance(reader.value, DBReader) or reader.value.source != state["source"]:
-                raise FileFormatError(f"{self.path}: the checkpoint has reader {name!r} of {state['source']!r}, but "
+                raise FileFormatError(f"the checkpoint has reader {quoted(name)} of {quoted(state['source'])}, but "
                                       "the resumed run made no such reader before this step: resume with the same "
-                                      "plan and data")
-            reader.value.seek(int(state["pos"]))
-        ws.rng.bit_generator.state = _json(self.blobs, RNG, self.path)
+                                      "plan and data", at=self.path)
+            try:
+                reader.value.seek(state["pos"])
+            except FileFormatError as e:   # a position past the db's end
+                raise e.located(self.path) from None
+        ws.rng.bit_generator.state = self.rng_state
 
 
-def _json(blobs: dict, name: str, where: str):
+# What the JSON blobs must hold: a dict maps its keys to forms (`str` as a key: any number of text keys), a range
+# holds an int (never a bool) in it, a type an instance, any other value itself.
+READER = {"source": str, "pos": range(2**63)}
+PCG64 = {"bit_generator": "PCG64", "state": {"state": range(2**128), "inc": range(2**128)},
+         "has_uint32": range(2), "uinteger": range(2**32)}   # numpy's default_rng, the workspace generator
+
+
+def _check(value, form, what: str, where: str) -> None:
+    """FileFormatError naming `what` (the path to value) unless value has `form`."""
+    if isinstance(form, dict):
+        if not isinstance(value, dict):
+            raise FileFormatError(f"{what} is {quoted(value)}, not a JSON object", at=where)
+        if str in form:
+            for key, item in value.items():
+                _check(item, form[str], f"{what}[{quoted(key)}]", where)
+            return
+        if value.keys() != form.keys():
+            raise FileFormatError(f"{what} has the keys {quoted(sorted(value))}; a checkpoint's has exactly "
+                                  f"{sorted(form)}", at=where)
+        for key, item in form.items():
+            _check(value[key], item, f"{what}[{key!r}]", where)
+    elif isinstance(form, range):
+        if type(value) is not int or value not in form:
+            top = f"2**{form.stop.bit_length() - 1}" if form.stop > 2**32 else form.stop   # powers of two
+            raise FileFormatError(f"{what} is {quoted(value)}, not an integer in [{form.start}, {top})", at=where)
+    elif isinstance(form, type):
+        if not isinstance(value, form):
+            raise FileFormatError(f"{what} is {quoted(value)}, not a {form.__name__}", at=where)
+    elif type(value) is not type(form) or value != form:
+        raise FileFormatError(f"{what} is {quoted(value)}; stepnet writes {form!r}", at=where)
+
+
+def _position(value, where: str) -> Position:
+    """The Position a POSITION blob holds: a 1-D integer tensor of a step path (at most MAX_DEPTH + 1 indices,
+    none negative) and the iterations done; FileFormatError for anything else, or a finished run."""
+    from .validate import MAX_DEPTH
+
+    if not (isinstance(value, np.ndarray) and value.dtype.kind in "iu" and value.ndim == 1
+            and 0 < value.size <= MAX_DEPTH + 2):
+        shown = f"a {value.dtype} tensor of shape {list(value.shape)}" if isinstance(value, np.ndarray) else \
+            f"a {type(value).__name__}"
+        raise FileFormatError(f"{POSITION!r} is {shown}, not a plan position (a step path and a count of "
+                              "iterations, as int64)", at=where)
+    raw = [int(v) for v in value]
+    if tuple(raw[:len(FINISHED)]) == FINISHED and len(raw) <= len(FINISHED) + 1:
+        raise FileFormatError("the run that wrote this checkpoint finished; there is nothing to resume (feed its "
+                              "blobs with --load to start a new run from them)", at=where)
+    if len(raw) < 2 or min(raw) < 0:
+        raise FileFormatError(f"{POSITION!r} holds {quoted(raw)}, which is no plan position", at=where)
+    return Position(tuple(raw[:-1]), raw[-1])
+
+
+def _json(blobs: dict, name: str, form, where: str):
+    """The JSON value blob `name` holds, of `form` (_check); FileFormatError when it is missing, not JSON (NaN
+    and Infinity included) or of another form."""
     raw = blobs.get(name)
     try:
-        return json.loads(raw.decode() if isinstance(raw, bytes) else raw)
-    except (TypeError, ValueError, UnicodeDecodeError):
+        if not isinstance(raw, (str, bytes)):
+            raise TypeError
+        value = json.loads(raw.decode() if isinstance(raw, bytes) else raw, parse_constant=_no_constant)
+    except (TypeError, ValueError, RecursionError):   # UnicodeDecodeError and JSONDecodeError are ValueErrors
         raise FileFormatError(f"{name!r} is missing or not valid JSON", at=where) from None
+    _check(value, form, name, where)
+    return value
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not JSON")
 
 
 class Interrupted(KeyboardInterrupt):

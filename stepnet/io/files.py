@@ -8,12 +8,14 @@ reads a byte. Every file stepnet reads (models, minidb files, .npy/.npz feeds, i
 from __future__ import annotations
 
 import os
+import reprlib
 import stat
 from typing import BinaryIO
 
 from ..core.errors import ArgumentError, FileFormatError
 
 PROTOBUF_LIMIT = 2**31 - 1  # protobuf parses no message of 2 GiB or more
+TEXT_LIMIT = 16 * 2**20     # text-format models: Python's protobuf text parser takes up to ~140 times a string's size
 
 _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
@@ -26,13 +28,26 @@ def describe_size(n: int) -> str:
     return f"{n} bytes"
 
 
+def quoted(value, limit: int = 80) -> str:
+    """repr(value) for a message, cut (strings to `limit` characters, long numbers, deep or long containers):
+    what a file holds can be any size."""
+    cut = reprlib.Repr()
+    cut.maxlevel, cut.maxstring, cut.maxother, cut.maxlong = 3, limit, limit, 40
+    try:
+        return cut.repr(value)
+    except ValueError:   # an int of more digits than Python turns into text
+        return f"<a {type(value).__name__} too long to show>"
+
+
 def _kind(mode: int) -> str:
     return next((text for test, text in _KINDS if test(mode)), "not a regular file")
 
 
-def _over(path, what: str, size: str, limit: int) -> FileFormatError:
-    why = " (protobuf parses no message of 2 GiB or more)" if limit == PROTOBUF_LIMIT else ""
-    return FileFormatError(f"{path}: {what} is {size}, over the limit of {describe_size(limit)}{why}")
+def over(path, what: str, size: str, limit: int) -> FileFormatError:
+    why = {PROTOBUF_LIMIT: " (protobuf parses no message of 2 GiB or more)",
+           TEXT_LIMIT: " for text (protobuf's Python text parser takes up to about 140 times a file's size in memory; "
+                       "convert it to a binary .pb, e.g. protoc --encode=caffe2.NetDef caffe2.proto < IN > OUT)"}
+    return FileFormatError(f"{path}: {what} is {size}, over the limit of {describe_size(limit)}{why.get(limit, '')}")
 
 
 def open_fd(path, what: str = "file", limit: int | None = None, missing: str = "") -> tuple[int, int]:
@@ -53,7 +68,7 @@ def open_fd(path, what: str = "file", limit: int | None = None, missing: str = "
                                   "only regular files")
         if limit is not None and st.st_size > limit:
             exact = f" ({st.st_size} bytes)" if st.st_size >= 1024 else ""
-            raise _over(path, what, describe_size(st.st_size) + exact, limit)
+            raise over(path, what, describe_size(st.st_size) + exact, limit)
         os.set_blocking(fd, True)
     except BaseException:
         os.close(fd)
@@ -77,7 +92,7 @@ def read_regular(path, what: str = "file", limit: int | None = None, missing: st
         except OSError as e:
             raise FileFormatError(f"{path}: cannot read {what} ({e.strerror})") from None
     if limit is not None and len(data) > limit:
-        raise _over(path, what, "larger than it said when opened", limit)
+        raise over(path, what, "larger than it said when opened", limit)
     return data
 
 

@@ -14,8 +14,9 @@ from google.protobuf.message import DecodeError, Message
 from google.protobuf.unknown_fields import UnknownFieldSet
 
 from .. import caffe2_pb2 as pb
-from ..core.errors import ArgumentError, FileFormatError
-from .files import PROTOBUF_LIMIT, read_regular
+from ..core.errors import ArgumentError, FileFormatError, ResourceError
+from . import files
+from .files import PROTOBUF_LIMIT, describe_size, read_regular
 from .tensors import (NUMPY_OF, array_to_tensor, data_type_of, join_chunks, numpy_dtype,  # noqa: F401 - re-exported
                       tensor_to_array)
 from .validate import MAX_DEPTH, check_strings, check_text_depth, decode_text, too_deep_text, wire_depth
@@ -175,17 +176,25 @@ def _is_text(data: bytes, path: Path) -> bool:
 
 
 def load(path, kind: str | None = None) -> Message:
-    """Read a .pb (binary) or .pbtxt (text) file into a NetDef or PlanDef (or kind=...)."""
+    """Read a .pb (binary) or .pbtxt (text) file into a NetDef or PlanDef (or kind=...). Text is parsed only up
+    to files.TEXT_LIMIT bytes; running out of memory while parsing is a ResourceError naming the file."""
     path = Path(path)
-    data = read_regular(path, "the model file", PROTOBUF_LIMIT)
+    named_text = path.suffix.lower() in TEXT_SUFFIXES
+    data = read_regular(path, "the model file", files.TEXT_LIMIT if named_text else PROTOBUF_LIMIT)
     if not data.strip():
         if kind is None:
             raise FileFormatError(f"{path}: file is empty (pass kind= to read it as an empty message)")
         return _kind_class(kind)()
-    if _is_text(data, path):
-        text = decode_text(data, str(path), "the text-format file")
-        return parse_text(text, kind, str(path))
-    return parse_binary(data, kind, str(path))
+    try:
+        if not _is_text(data, path):
+            return parse_binary(data, kind, str(path))
+        if len(data) > files.TEXT_LIMIT:
+            raise files.over(path, "the model file (text)", f"{describe_size(len(data))} ({len(data)} bytes)",
+                             files.TEXT_LIMIT)
+        return parse_text(decode_text(data, str(path), "the text-format file"), kind, str(path))
+    except MemoryError:
+        raise ResourceError(f"{path}: ran out of memory parsing the model file ({describe_size(len(data))}); "
+                            "convert a text model to binary .pb, or free memory") from None
 
 
 _NOT_REGULAR = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a directory"),
@@ -225,7 +234,8 @@ def write_temp(path, data: bytes) -> str:
     check_replaceable(path)
     remove_stale_temps(path)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        # (the name's first 32 characters: at most 128 bytes, so any name leaves room for the temporary's)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name[:32]}.", suffix=".tmp", dir=path.parent)
     except OSError as e:
         raise FileFormatError(f"{path}: cannot write ({e.strerror})") from None
     try:
@@ -261,7 +271,7 @@ def remove_stale_temps(path) -> None:
     import time
 
     path = Path(path)
-    pattern = re.compile(re.escape(f".{path.name}.") + r"[a-z0-9_]{8}\.tmp")   # mkstemp's 8 random characters
+    pattern = re.compile(re.escape(f".{path.name[:32]}.") + r"[a-z0-9_]{8}\.tmp")   # mkstemp's 8 random characters
     uid = os.getuid() if hasattr(os, "getuid") else None
     try:
         with os.scandir(path.parent) as entries:

@@ -21,6 +21,7 @@ from ..distributed import world
 from ..core.errors import (ArgumentError, DTypeError, FileAccessError, FileFormatError, MissingBlobError, ShapeError,
                            did_you_mean)
 from ..io import proto
+from ..io.files import quoted
 from ..core.limits import blob_bytes, over_limit
 from ..io.tensors import check_tensor_proto
 from ..core.spec import spec
@@ -28,11 +29,18 @@ from .registry import NO_GRADIENT, SHOULD_NOT_DO_GRADIENT, Arg, op
 from ..io.dbreader import DBReader, check_db_type
 from .util import Mutex
 
+MAX_NAME, MAX_PATH = 255, 4096   # bytes in one name of a path and in a path (Linux's NAME_MAX and PATH_MAX)
+
+
 def full_path(workspace, db: str, absolute_path) -> str:
-    """Caffe2's rule: the db as given with absolute_path, else '<root folder>/<db>' ({rank}, {size} expanded)."""
-    if absolute_path:
-        return world.expand(db)
-    return f"{getattr(workspace, 'root_folder', None) or '.'}/{world.expand(db)}"
+    """Caffe2's rule: the db as given with absolute_path, else '<root folder>/<db>' ({rank}, {size} expanded);
+    an ArgumentError for a path no file system takes (a name over MAX_NAME bytes, a path over MAX_PATH)."""
+    path = world.expand(db) if absolute_path else f"{getattr(workspace, 'root_folder', None) or '.'}/{world.expand(db)}"
+    longest = max(len(name.encode("utf-8", "surrogateescape")) for name in path.split("/"))
+    if longest > MAX_NAME or len(path.encode("utf-8", "surrogateescape")) > MAX_PATH:
+        raise ArgumentError(f"db path {quoted(path)} is {len(path)} characters long with a name of {longest} bytes; "
+                            f"file systems take at most {MAX_NAME} bytes a name and {MAX_PATH} a path")
+    return path
 
 
 def _missing_file_hint(db: str, absolute_path) -> str:
@@ -171,17 +179,26 @@ def save(ctx, xp, *values, db, db_type, absolute_path, strip_prefix, blob_name_o
     _save(ctx, values, db, db_type, absolute_path, strip_prefix, blob_name_overrides, chunk_size)
 
 
-_FORMAT = re.compile(r"%([-+ #0]*\d*(?:\.\d+)?)(?:hh|h|ll|l|j|z|t|q|L)?([diouxX])")
+_FORMAT = re.compile(r"%([-+ #0]*)(\d*)(?:\.(\d*))?(?:hh|h|ll|l|j|z|t|q|L)?([diouxX])")
 
 
 def format_db_pattern(pattern: str, iteration: int) -> str:
-    """Caffe2's sprintf(pattern, iteration) for Checkpoint's db pattern (e.g. 'ckpt_%08d.minidb')."""
+    """Caffe2's sprintf(pattern, iteration) for Checkpoint's db pattern (e.g. 'ckpt_%08d.minidb'); a width or
+    precision over MAX_NAME (more than a file name holds) is an ArgumentError."""
     if not isinstance(pattern, str) or "%" not in pattern:    # (bytes: refused by world.expand)
         return pattern
+
+    def conversion(m: re.Match) -> str:
+        flags, width, precision, kind = m.groups()
+        for digits in (width, precision):
+            if digits and (len(digits) > 3 or int(digits) > MAX_NAME):
+                raise ArgumentError(f"db pattern {quoted(pattern)}: {quoted(m[0], 20)} pads the iteration to more "
+                                    f"than the {MAX_NAME} bytes a file name holds")
+        return f"%{flags}{width}{'' if precision is None else '.' + precision}{kind}"
     try:
-        return _FORMAT.sub(r"%\1\2", pattern) % iteration
+        return _FORMAT.sub(conversion, pattern) % iteration
     except (TypeError, ValueError) as e:
-        raise ArgumentError(f"db pattern {pattern!r} must hold one integer conversion such as %d "
+        raise ArgumentError(f"db pattern {quoted(pattern)} must hold one integer conversion such as %d "
                             f"({e})") from None
 
 

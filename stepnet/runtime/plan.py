@@ -15,8 +15,10 @@ import numpy as np
 
 from ..core import backend
 from ..io.checkpoints import FINISHED, Position, Resume
+from ..io.files import quoted
 from ..core.errors import PlanError, did_you_mean
 from ..graph.view import copy_net
+from ..ops.control import _may_change, _writes
 
 Progress = Callable[[str, int, int], None]
 Boundary = Callable[[Position, Any], None]
@@ -45,6 +47,7 @@ class PlanRun:
         self.done = 0                                                   # ... of which done
         self._units: dict[int, Loop] = {}    # id of a loop's innermost step -> its loop, while it runs
         self._budget: Loop | None = None     # the loop whose iteration budget is counted down
+        self._writes: dict[int, tuple] = {}  # id of a step with a stop blob -> ops.control._writes of its nets
 
     def net(self, name: str, ws):
         """The net bound in ws (Workspace.bind), created on first use in this run, replacing a same-named net
@@ -82,6 +85,8 @@ class PlanRun:
             ws = ws.child()
         if has_stop:
             total = 1 if step.only_once else None
+            if total is None:
+                self._check_can_stop(step, ws)
         else:
             total = step.num_iter if step.HasField("num_iter") else 1
         iterates = total is None or total > 1
@@ -145,6 +150,25 @@ class PlanRun:
                 self.step(sub, ws)
                 last_periodic[id(sub)] = now
         return False
+
+    def _check_can_stop(self, step, ws) -> None:
+        """A step that loops until its stop blob is true, whose stop blob is false (or absent) and which no net
+        of the step (its nets, report net, substeps) can change, would never end: a PlanError before it starts
+        (ops.control's rule for While)."""
+        name = step.should_stop_blob
+        blob = ws.find(name)
+        absent = blob is None or blob.value is None
+        if not absent and _should_stop(ws, name):
+            return
+        writes = self._writes.get(id(step))
+        if writes is None:
+            writes = self._writes[id(step)] = _writes([self.netdefs[n] for n in _step_nets(step) if n in self.netdefs])
+        if (writes[1] or name in writes[0]) if absent else _may_change(blob, name, writes, ws):
+            return
+        raise PlanError(f"execution step {quoted(step.name or '<unnamed step>')} runs until should_stop_blob "
+                        f"{quoted(name)} is true, but it is {'absent' if absent else 'false'} and no net of the "
+                        "step or its substeps writes it, so the step would never end; have one of its nets compute "
+                        "it, or give num_iter instead")
 
     def _reporter(self, step, ws):
         if not step.report_net:
@@ -241,6 +265,15 @@ def _iterates(step) -> bool:
     return bool(step.should_stop_blob) or (step.HasField("num_iter") and step.num_iter > 1)
 
 
+def _step_nets(step):
+    """The names of the nets a step runs: its own, its report net's, its substeps'."""
+    yield from step.network
+    if step.report_net:
+        yield step.report_net
+    for sub in step.substep:
+        yield from _step_nets(sub)
+
+
 def _setup_only(step) -> bool:
     """A step that never iterates, nor does any of its substeps: run again before a resumed step."""
     return not _iterates(step) and all(_setup_only(s) for s in step.substep)
@@ -251,8 +284,9 @@ def _check_position(plan, resume: Resume) -> None:
     steps = plan.execution_step
     for k in resume.position.path:
         if k >= len(steps):
-            raise PlanError(f"{resume.path}: the checkpoint was taken at step path {list(resume.position.path)}, "
-                            f"which plan {plan.name!r} does not have; resume with the plan that wrote it")
+            raise PlanError(f"the checkpoint was taken at step path {quoted(list(resume.position.path))}, which "
+                            f"plan {quoted(plan.name)} does not have; resume with the plan that wrote it",
+                            at=resume.path)
         steps = steps[k].substep
 
 

@@ -14,7 +14,7 @@ __all__ = ["ExportError", "InputDimsError", "MissingWeightError", "OpsetError", 
 
 def export_onnx(predict, init=None, **options):
     """Export a predict net (NetDef or path) and its init net to ONNX; returns an ExportResult. Options:
-    inputs, outputs, params, opset, rnn, check (see stepnet.export.onnx.exporter.export_onnx)."""
+    inputs, outputs, params, opset, rnn, check, external_data (see stepnet.export.onnx.exporter.export_onnx)."""
     from .exporter import export_onnx as export
     return export(predict, init, **options)
 

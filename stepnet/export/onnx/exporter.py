@@ -17,7 +17,8 @@ import numpy as np
 
 from ...core.version import VERSION
 from ...io import proto
-from ...core.errors import StepnetError, did_you_mean
+from ...core.errors import FileFormatError, StepnetError, did_you_mean
+from ...io.files import describe_size
 from ...ops.binding import op_label
 from ...graph.view import Graph
 from ...ops import REGISTRY
@@ -27,6 +28,8 @@ from .emit import MIN_OPSET, Emitter, to_tensor, value_info
 from .convert import ModelState, NetConverter, needs, version_before
 from .table import table
 
+MAX_INLINE_BYTES = 2**31 - 2**20   # weights one .onnx file holds: protobuf serializes no message of 2 GiB (less
+                                   # 1 MiB for the graph); more need --external-data
 TRAINING_FAMILIES = {"optim", "sparse_optim", "lr"}
 TRAINING_TYPES = {"Iter", "AtomicIter"}
 FORWARD_TYPES = {"StopGradient", "ZeroGradient"}   # named like gradient ops, but forward ops
@@ -41,8 +44,16 @@ class ExportResult:
     opset: int
     notes: list[str] = field(default_factory=list)
 
+    external_data: bool = False                     # the weights go to PATH.data beside the .onnx (save)
+
     def save(self, path) -> None:
-        proto.atomic_write(Path(path), self.model.SerializeToString())
+        """Write the model to path atomically; with external_data its weights go to `path.data` (ONNX's external
+        data, in one file beside it; the model is then checked from the files and self.model refers to them)."""
+        path = Path(path)
+        if not self.external_data:
+            proto.atomic_write(path, self.model.SerializeToString())
+            return
+        save_external(self.model, path)
 
 
 def default_opset() -> int:
@@ -170,15 +181,17 @@ def _missing(net, plan: _Plan, name: str, have_init: bool) -> Exception:
 
 
 def export_onnx(predict, init=None, *, inputs: dict | None = None, outputs=None, params: dict | None = None,
-                opset: int | None = None, rnn: str = "auto", check: bool = True) -> ExportResult:
+                opset: int | None = None, rnn: str = "auto", check: bool = True,
+                external_data: bool = False) -> ExportResult:
     """Export a predict net (NetDef or path) with its init net (NetDef, path or None) to an ONNX model.
 
     inputs: {blob: dims, TensorSpec, array or None (dims from the init net's fill)} — the graph inputs; a blob
     an op of the net writes cuts the net there (its first write is fed). outputs: blob names (default: the
     predict net's external outputs). params: more constant values {blob: array} (e.g. a checkpoint's).
     opset: default `default_opset()`. rnn: "auto" exports a RecurrentNetwork that is exactly an LSTM layer as an
-    ONNX LSTM node, "scan" every RecurrentNetwork as a Scan. Raises an ExportError subclass naming the op or blob
-    and the fix.
+    ONNX LSTM node, "scan" every RecurrentNetwork as a Scan. external_data: the result's save writes the weights
+    beside the .onnx (needed when they take more than MAX_INLINE_BYTES; the check then runs on the saved files).
+    Raises an ExportError subclass naming the op or blob and the fix.
     """
     onnx = require("onnx")
     from onnx import helper
@@ -230,14 +243,14 @@ def export_onnx(predict, init=None, *, inputs: dict | None = None, outputs=None,
     conv.fed_keys = plan.fed_keys
     conv.run(sorted(plan.needed))
     e.nodes = _live(e.nodes, set(out_names.values()))
-    model = _model(helper, e, state, fed, out_names, predict.name or "stepnet", opset)
+    model = _model(helper, e, state, fed, out_names, predict.name or "stepnet", opset, external_data)
     notes = [n for n in (cut_note, *_pruned_note(predict, ops, plan), *state.notes) if n]
-    if check:
+    if check and not external_data:
         try:
             onnx.checker.check_model(model, full_check=True)
         except Exception as err:  # noqa: BLE001 - the checker raises several kinds
             raise ExportError(f"the exported model fails onnx.checker: {str(err).splitlines()[0]}") from None
-    return ExportResult(model, list(fed), {k[0]: v for k, v in out_names.items()}, opset, notes)
+    return ExportResult(model, list(fed), {k[0]: v for k, v in out_names.items()}, opset, notes, external_data)
 
 
 def _pruned_note(net, ops, plan: _Plan) -> list[str]:
@@ -248,7 +261,8 @@ def _pruned_note(net, ops, plan: _Plan) -> list[str]:
     return [f"net {net.name!r}: left out {len(left)} op(s) that no exported output needs ({kinds})"]
 
 
-def _model(helper, e: Emitter, state: ModelState, fed: dict, out_names: dict, name: str, opset: int):
+def _model(helper, e: Emitter, state: ModelState, fed: dict, out_names: dict, name: str, opset: int,
+           external_data: bool):
     graph_inputs = [value_info(n, s.dtype, s.shape) for n, s in fed.items()]
     graph_outputs = []
     for (blob, _), n in out_names.items():
@@ -261,12 +275,57 @@ def _model(helper, e: Emitter, state: ModelState, fed: dict, out_names: dict, na
              if n in produced and n not in set(out_names.values()) and s.dtype is not None and s.dtype != object
              and s.shape is not None and None not in s.shape]
     used = _used_names(e.nodes)
-    inits = [to_tensor(n, v) for n, v in e.consts.items() if n in used or n in out_names.values()]
+    weights = {n: v for n, v in e.consts.items() if n in used or n in out_names.values()}
+    size = sum(_nbytes(v) for v in weights.values())
+    if size > MAX_INLINE_BYTES and not external_data:   # before any copy: serializing would fail after minutes
+        exact = f" ({size} bytes)" if size >= 1024 else ""
+        raise ExportError(f"the model's weights take {describe_size(size)}{exact}, more than one ONNX file "
+                          f"holds ({describe_size(MAX_INLINE_BYTES)}: protobuf's 2 GiB limit); export with "
+                          "--external-data to write them to a .data file beside the .onnx")
+    inits = [to_tensor(n, v) for n, v in weights.items()]
     g = helper.make_graph(e.nodes, name, graph_inputs, graph_outputs, initializer=inits, value_info=infos)
     ids = [helper.make_opsetid("", opset)]
     model = helper.make_model(g, opset_imports=ids, producer_name="stepnet", producer_version=VERSION)
     model.ir_version = helper.find_min_ir_version_for(ids)
     return model
+
+
+def _nbytes(value) -> int:
+    arr = np.asarray(value)
+    return sum(len(v) if isinstance(v, bytes) else len(str(v).encode()) for v in arr.reshape(-1)) \
+        if arr.dtype == object else arr.nbytes
+
+
+def save_external(model, path: Path) -> None:
+    """onnx.save with the weights in `path.data`, both written whole or not at all (onnx appends to a data file
+    already there, so it writes into a fresh directory beside path, checks the model from there, then both files
+    replace the old ones); FileFormatError when it cannot write."""
+    import os
+    import shutil
+    import tempfile
+
+    onnx = require("onnx")
+    data = path.with_name(path.name + ".data")
+    for p in (path, data):
+        proto.check_replaceable(p)
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    except OSError as err:
+        raise FileFormatError(f"{path}: cannot write ({err.strerror})") from None
+    try:
+        onnx.save_model(model, tmp / path.name, save_as_external_data=True, all_tensors_to_one_file=True,
+                        location=data.name, size_threshold=0)
+        (tmp / data.name).touch()   # (a model without weights: an empty file, never a stale one)
+        try:
+            onnx.checker.check_model(str(tmp / path.name), full_check=True)
+        except Exception as err:  # noqa: BLE001 - the checker raises several kinds
+            raise ExportError(f"the exported model fails onnx.checker: {str(err).splitlines()[0]}") from None
+        os.replace(tmp / data.name, data)
+        os.replace(tmp / path.name, path)
+    except OSError as err:
+        raise FileFormatError(f"{path}: cannot write ({err.strerror})") from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _live(nodes, outputs: set[str]) -> list:
