@@ -301,16 +301,16 @@ def while_op(ctx, xp, *_, loop_net, cond_net):
 
 def _writes(netdefs) -> tuple[frozenset, bool]:
     """(the blobs the ops of these nets, and of the nets nested in them, name as outputs; whether one of them
-    could write a blob without naming it: a context op other than If and While, whose nets are looked into —
-    Do's name mapping, Load's load_all, ...; Alias, whose output is its input's array; an unknown type)."""
-    from . import REGISTRY  # (the registry is complete by the time a net runs)
+    could write a blob without naming it: an op whose record says writes_unnamed (Do's name mapping, Load's
+    load_all, RecurrentNetwork's states, the queues; If and While are looked into instead); Alias, whose output
+    is its input's array; an unknown type)."""
+    from .registry import REGISTRY  # (the registry is complete by the time a net runs)
 
     names, unnamed, stack = set(), False, list(netdefs)
     while stack:
         for o in stack.pop().op:
             names.update(o.output)
-            unnamed = unnamed or o.type == "Alias" or o.type not in REGISTRY or (
-                REGISTRY.get(o.type).context and o.type not in ("If", "While"))
+            unnamed = unnamed or o.type == "Alias" or o.type not in REGISTRY or REGISTRY.get(o.type).writes_unnamed
             stack.extend(n for _, n in nested_nets(o))
     return frozenset(names), unnamed
 

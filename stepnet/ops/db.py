@@ -261,7 +261,7 @@ def _file_records(f: minidb.MiniDB):
 @op("Load", inputs=(0, None), outputs=(0, None), context=True, devices="any", gradient=NO_GRADIENT,
     args={"db": "", "dbs": Arg("strs", []), "db_type": "", "absolute_path": 0, "keep_device": 0,
           "load_all": 0, "allow_incomplete": False, "source_blob_names": Arg("strs", []), "add_prefix": "",
-          "strip_prefix": "", "shape": Arg("ints", []), "dtype": 1})
+          "strip_prefix": "", "shape": Arg("ints", []), "dtype": 1}, writes_unnamed=True)
 def load(ctx, xp, *readers, db, dbs, db_type, absolute_path, keep_device, load_all, allow_incomplete,
          source_blob_names, add_prefix, strip_prefix, shape, dtype):
     """Load blobs saved by Save into the outputs (matched by name, or by source_blob_names), or every blob of

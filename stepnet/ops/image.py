@@ -248,7 +248,7 @@ def _pre_checks(x, mean, noise_size) -> tuple:
 @op("PackedInt8BGRANHWCToNCHWCStylizerPreprocess", inputs=2, outputs=1, inplace=[], context=True,
     random=True, args={"noise_std": 10.0, "noise_size": 491},
     shape=lambda s, *, noise_std, noise_size, rng: [out_spec(_pre_checks(*map(Meta, s), noise_size),
-                                                             np.float32)])
+                                                             np.float32)], writes_unnamed=True)
 def stylizer_preprocess(ctx, xp, x, mean, *, noise_std, noise_size, rng):
     """uint8 BGRA images (N, H, W, 4) -> float32 (N, 3, H, W): Y[n, c] = X[n, :, :, c] − mean[c] + noise.
 

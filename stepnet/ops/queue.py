@@ -107,7 +107,7 @@ def _queue_alloc(*_, capacity, num_blobs, **__):
 
 @op("CreateBlobsQueue", inputs=0, outputs=1, context=True, devices="any", gradient=NO_GRADIENT,
     args={"capacity": 1, "num_blobs": 1, "enforce_unique_name": False, "field_names": Arg("strs", [])},
-    alloc=_queue_alloc)
+    alloc=_queue_alloc, writes_unnamed=True)
 def create_blobs_queue(ctx, xp, *, capacity, num_blobs, enforce_unique_name, field_names):
     """A queue of `capacity` records of `num_blobs` blobs, named after its output blob; its record blobs
     `<queue>_<i>_<j>` are created in the workspace (enforce_unique_name: none of them may exist yet). field_names
@@ -127,7 +127,7 @@ def create_blobs_queue(ctx, xp, *, capacity, num_blobs, enforce_unique_name, fie
 
 
 @op("EnqueueBlobs", inputs=(2, None), outputs=(1, None), enforce_inplace=IN_PLACE, context=True, devices="any",
-    gradient=NO_GRADIENT)
+    gradient=NO_GRADIENT, writes_unnamed=True)
 def enqueue_blobs(ctx, xp, queue, *_):
     """Put the data blobs (inputs 1..n, written in place as outputs 0..n-1) into the queue as one record; they are
     left holding the record's old contents. Fails on a closed full queue."""
@@ -139,7 +139,7 @@ def enqueue_blobs(ctx, xp, queue, *_):
 
 
 @op("DequeueBlobs", inputs=1, outputs=(1, None), context=True, devices="any", gradient=NO_GRADIENT,
-    args={"timeout_secs": 0.0})
+    args={"timeout_secs": 0.0}, writes_unnamed=True)
 def dequeue_blobs(ctx, xp, queue, *, timeout_secs):
     """Take the oldest record into the outputs. Fails on a closed empty queue. timeout_secs is accepted: with one
     op at a time nothing can arrive while waiting, so an empty open queue fails at once."""
@@ -157,7 +157,7 @@ def close_blobs_queue(ctx, xp, queue):
 
 
 @op("SafeEnqueueBlobs", inputs=(2, None), outputs=(2, None), enforce_inplace=IN_PLACE, context=True,
-    devices="any", gradient=NO_GRADIENT)
+    devices="any", gradient=NO_GRADIENT, writes_unnamed=True)
 def safe_enqueue_blobs(ctx, xp, queue, *_):
     """EnqueueBlobs with a status output (the last output): true when the queue was closed and full, so nothing
     was enqueued."""
@@ -170,7 +170,7 @@ def safe_enqueue_blobs(ctx, xp, queue, *_):
 
 
 @op("SafeDequeueBlobs", inputs=1, outputs=(2, None), context=True, devices="any", gradient=NO_GRADIENT,
-    args={"num_records": 1})
+    args={"num_records": 1}, writes_unnamed=True)
 def safe_dequeue_blobs(ctx, xp, queue, *, num_records):
     """DequeueBlobs with a status output (the last output): true when the queue was closed and empty. With
     num_records > 1 up to that many records are read and each column's tensors are concatenated along their
@@ -200,7 +200,7 @@ def safe_dequeue_blobs(ctx, xp, queue, *, num_records):
 
 
 @op("WeightedSampleDequeueBlobs", inputs=(1, None), outputs=(2, None), context=True, devices="any", random=True,
-    gradient=NO_GRADIENT, args={"weights": Arg("floats", []), "table_idx_blob": -1})
+    gradient=NO_GRADIENT, args={"weights": Arg("floats", []), "table_idx_blob": -1}, writes_unnamed=True)
 def weighted_sample_dequeue_blobs(ctx, xp, *queues, weights, table_idx_blob, rng):
     """Pick one input queue at random with probability proportional to `weights` (default: equal) and dequeue
     one record from it into the outputs (all but the last, the status: true when that queue was closed and

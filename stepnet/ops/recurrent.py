@@ -232,7 +232,8 @@ def _recurrent_network_gradient(g):
 
 @op("RecurrentNetwork", inputs=(1, None), outputs=(2, None), context=True, args=RNN_ARGS,
     gradient=_recurrent_network_gradient,
-    doc="Runs step_net once per timestep over link/alias windows of larger tensors (Caffe2's RNN op).")
+    doc="Runs step_net once per timestep over link/alias windows of larger tensors (Caffe2's RNN op).",
+    writes_unnamed=True)
 def recurrent_network(ctx, xp, *inputs, **args):
     fwd = ctx.state.get("forward")
     if fwd is None:
@@ -242,7 +243,7 @@ def recurrent_network(ctx, xp, *inputs, **args):
 
 
 @op("RecurrentNetworkBlobFetcher", inputs=1, outputs=1, context=True, args={"prefix": "rnn"},
-    gradient=NO_GRADIENT)
+    gradient=NO_GRADIENT, writes_unnamed=True)
 def blob_fetcher(ctx, xp, scratch, *, prefix):
     """Copy every step workspace's local blobs into this workspace as <prefix>_<blob><t>; output their names."""
     if not isinstance(scratch, StepWorkspaces):

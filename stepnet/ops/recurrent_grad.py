@@ -124,7 +124,8 @@ class _Backward:
 
 
 @op("RecurrentNetworkGradient", inputs=(1, None), outputs=(1, None), context=True, args=RNN_ARGS,
-    doc="Backpropagation through time for RecurrentNetwork, running backward_step_net from T-1 to 0.")
+    doc="Backpropagation through time for RecurrentNetwork, running backward_step_net from T-1 to 0.",
+    writes_unnamed=True)
 def recurrent_network_gradient(ctx, xp, *inputs, **args):
     bwd = ctx.state.get("backward")
     if bwd is None:

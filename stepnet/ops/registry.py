@@ -84,6 +84,8 @@ class OpSchema:
     alloc: Callable | None = None             # alloc(*inputs, **args) -> [(output, shape, dtype)] it will allocate
     specialize: Callable | None = None        # specialize(*inputs, **args) -> fast(*inputs) for that input signature
     fused_kernel: Callable | None = None      # the kernel with numba's fused arithmetic (Workspace.fused_cells)
+    writes_unnamed: bool = False              # a context op that may write blobs it does not name as outputs
+                                              # (Load's load_all, Do's mapping, RecurrentNetwork's states, queues)
     shapes_from_inputs: bool = False          # output shapes and dtypes follow from the inputs' shapes and dtypes,
                                               # never from their values (what the compiled runner may buffer)
     grows: str | None = None                  # "shapes" / "values": an output may outgrow the inputs, by their
@@ -154,7 +156,7 @@ class Registry:
     def _add(self, type_, kernel, *, inputs=1, outputs=1, args=None, inplace=ANY_INPLACE, enforce_inplace=(),
              context=False, random=False, devices="same", host_inputs=(), gradient=None, shape=None, alloc=None,
              doc=None, aliases=(), inplace_kernel=None, specialize=None, fused=None,
-             shapes_from_inputs=False, grows=None) -> tuple[str, ...]:
+             shapes_from_inputs=False, writes_unnamed=False, grows=None) -> tuple[str, ...]:
         allow = inplace if inplace == ANY_INPLACE else frozenset(inplace)
         schema = OpSchema(
             type=type_, kernel=kernel, inputs=_range(inputs), outputs=_range(outputs),
@@ -163,6 +165,7 @@ class Registry:
             host_inputs=frozenset(host_inputs), inplace_kernel=inplace_kernel,
             gradient=gradient, shape=shape, alloc=alloc, specialize=specialize,
             fused_kernel=None if fused is None else fused(kernel), shapes_from_inputs=shapes_from_inputs,
+            writes_unnamed=writes_unnamed,
             grows=_grows(type_, grows, shape, shapes_from_inputs),
             doc=(doc or kernel.__doc__ or "").strip(),
             family=kernel.__module__.rsplit(".", 1)[-1])

@@ -224,7 +224,8 @@ def do_gradient(g) -> None:
 
 @op("Do", inputs=(1, None), outputs=(1, None), context=True, devices="any", args=DO_ARGS, gradient=do_gradient,
     doc="Runs `net` in a child workspace from the workspace stack in its last input/output (CreateScope's blob); "
-        "inner_blobs/outer_blobs_idx bind the op's other inputs and outputs into it under inner names.")
+        "inner_blobs/outer_blobs_idx bind the op's other inputs and outputs into it under inner names.",
+    writes_unnamed=True)
 def do_op(ctx, xp, *_, **args):
     cfg = ctx.state.get("do")
     if cfg is None:
