@@ -60,3 +60,17 @@ def test_the_allowances_are_still_needed():
     within = sorted(p for p in OVER_MAX_LINES_FOR_NOW if counts.get(p, 0) <= MAX_LINES)
     assert not (has_file or gone or within), (
         f"remove from NO_TEST_FILE_YET: {has_file + gone}; from OVER_MAX_LINES_FOR_NOW: {within}")
+
+
+def test_every_install_hint_works_as_printed():
+    """core.extras is pyproject.toml's optional dependencies (but test and torch, which no message names), and no
+    message tells a user to `pip install 'stepnet[...]'` (stepnet is installed from a checkout: that fails)."""
+    import tomllib
+
+    from stepnet.core.extras import EXTRAS, install_hint
+
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert {k: tuple(v) for k, v in declared.items() if k not in ("test", "torch")} == EXTRAS
+    assert install_hint("onnx") == "pip install 'onnx>=1.16' 'onnxruntime>=1.18' (stepnet's `onnx` extra)"
+    hints = [p for p, text in ((p, p.read_text()) for p in PACKAGE.rglob("*.py")) if "stepnet[" in text]
+    assert not hints, f"install hints that fail as printed: {hints}"

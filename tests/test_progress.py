@@ -143,7 +143,7 @@ def test_plot_without_matplotlib_names_the_extra(tmp_path, capsys, monkeypatch):
     (tmp_path / "m.csv").write_text("iteration,name,value\n1,loss,2\n")
     assert main(["plot", str(tmp_path / "m.csv"), "-o", str(tmp_path / "l.png")]) == 1
     assert capsys.readouterr().err == ("stepnet: error: stepnet plot needs matplotlib: "
-                                       "pip install 'stepnet[plots]'\n")
+                                       "pip install 'matplotlib>=3.5' (stepnet's `plots` extra)\n")
 
 
 def test_metrics_target_must_be_a_regular_file(tmp_path):

@@ -18,6 +18,7 @@ import stat
 from pathlib import Path
 
 from ..core.errors import StepnetError, one_line
+from ..core.extras import install_hint
 
 HEADER = ("iteration", "name", "value")
 MAX_FILE_BYTES = 1 << 30   # a metrics file larger than this is not one a run wrote
@@ -123,7 +124,7 @@ def plot(path: str | Path, output: str | Path, names: list[str] | None = None, t
     try:
         import matplotlib
     except ImportError:
-        raise StepnetError("stepnet plot needs matplotlib: pip install 'stepnet[plots]'") from None
+        raise StepnetError(f"stepnet plot needs matplotlib: {install_hint('plots')}") from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

@@ -17,6 +17,7 @@ from ..graph.view import Graph
 from ..distributed.launch import per_rank
 from ..core.limits import add_limit_flags, limits_of
 from ..core.int8 import Int8Tensor
+from ..core.extras import install_hint
 from .metrics import MetricsWriter
 from ..runtime.plan import training_loops
 from ..runtime.profile import Profiler
@@ -32,7 +33,7 @@ def _fused_cells(text: str) -> str:
     if text not in ("auto", "on", "off"):
         raise argparse.ArgumentTypeError(f"--fused-cells is auto, on or off, got {text!r}")
     if text == "on" and not jit.installed():
-        raise argparse.ArgumentTypeError("--fused-cells on needs numba: pip install 'stepnet[fast]'")
+        raise argparse.ArgumentTypeError(f"--fused-cells on needs numba: {install_hint('fast')}")
     return text
 
 

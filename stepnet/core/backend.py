@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .extras import install_hint
 from .errors import DeviceError
 
 CPU, CUDA = 0, 1
@@ -228,8 +229,8 @@ def resolve(device_option, gpu: str = "auto") -> Device:
     if BACKENDS["cuda"].module() is not None:
         return Device("cuda", index)
     if gpu == "cuda":
-        raise DeviceError(f"an op asks for CUDA device {index} but CuPy or a GPU is not available; "
-                          "install stepnet[gpu] on a GPU machine, or run on the CPU (gpu='cpu' / --device cpu)")
+        raise DeviceError(f"an op asks for CUDA device {index} but CuPy or a GPU is not available; install it "
+                          f"on a GPU machine: {install_hint('gpu')}; or run on the CPU (gpu='cpu' / --device cpu)")
     return CPU_DEVICE
 
 

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.errors import ArgumentError, CollectiveError
+from ..core.extras import install_hint
 
-EXTRA = "pip install 'stepnet[mpi]'"
+EXTRA = install_hint("mpi")
 # What launchers set in every process they start: MPICH and Intel MPI (Hydra), Open MPI, PMIx, MVAPICH2.
 LAUNCH_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "MV2_COMM_WORLD_SIZE")
 FORCE = "STEPNET_MPI"  # "1": use MPI without a launcher's variables (a singleton MPI process); "0": never use MPI
@@ -53,7 +54,7 @@ def process_world() -> ProcessWorld:
         from mpi4py import MPI  # noqa: PLC0415 - MPI starts here, and only under a launcher
     except ImportError as e:
         raise CollectiveError(f"this process was started by mpiexec ({variable}={os.environ.get(variable)!r}) but "
-                              f"mpi4py cannot be imported ({e}); install the mpi extra: {EXTRA}") from None
+                              f"mpi4py cannot be imported ({e}); {EXTRA}") from None
     comm = MPI.COMM_WORLD
     return ProcessWorld(comm.Get_rank(), comm.Get_size(), comm, MPI)
 

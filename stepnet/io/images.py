@@ -10,6 +10,7 @@ import numpy as np
 
 from ..core.errors import ArgumentError, FileFormatError, StepnetError, did_you_mean
 from ..core.limits import check_blob
+from ..core.extras import install_hint
 from .files import open_regular
 
 SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".ppm", ".pgm", ".tif", ".tiff"}
@@ -35,7 +36,7 @@ def _pil():
     try:
         from PIL import Image
     except ImportError:
-        raise StepnetError("reading and writing images needs Pillow: pip install 'stepnet[image]'") from None
+        raise StepnetError(f"reading and writing images needs Pillow: {install_hint('image')}") from None
     return Image
 
 

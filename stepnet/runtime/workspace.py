@@ -10,6 +10,7 @@ from ..core.errors import MissingBlobError, NetError, did_you_mean
 from ..core.limits import Limits
 from ..core.writes import WriteLog
 from ..core.int8 import Int8Tensor
+from ..core.extras import install_hint
 from ..kernels import jit
 
 
@@ -88,7 +89,7 @@ class Workspace:
                               else (True if root else parent.compile_steps))
         # numba's fused kernels (cells, Softmax, one-row FC, one-hot FC gradient; the fast extra); None: if installed
         if fused_cells and not jit.installed():
-            raise ValueError("fused_cells=True needs numba: pip install 'stepnet[fast]'")
+            raise ValueError(f"fused_cells=True needs numba: {install_hint('fast')}")
         self.fused_cells = fused_cells if fused_cells is not None or root else parent.fused_cells
         if threads is not None and (type(threads) is not int or threads < 0):
             raise ValueError(f"threads must be an int >= 0, got {threads!r}")

@@ -20,7 +20,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1] / "models"))
 MPIEXEC = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("mpi4py") is None or MPIEXEC is None,
-                                reason="needs the mpi extra: pip install 'stepnet[mpi]'")
+                                reason="needs the mpi extra: pip install '.[mpi]'")
 ENV = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
 
 
@@ -115,8 +115,8 @@ def test_without_mpi4py_under_mpiexec_the_error_names_the_extra(tmp_path):
     env = {**ENV, "PYTHONPATH": str(blocker.parent)}
     r = stepnet(2, "run", "n.pbtxt", cwd=tmp_path, env=env, timeout=60)
     assert r.returncode == 1
-    assert r.stderr.count("mpi4py cannot be imported (mpi4py is blocked for this test); install the mpi extra: "
-                          "pip install 'stepnet[mpi]'") == 2
+    assert r.stderr.count("mpi4py cannot be imported (mpi4py is blocked for this test); pip install 'mpi4py>=4' "
+                          "mpich (stepnet's `mpi` extra)") == 2
 
 
 def test_char_rnn_on_two_ranks_trains_as_one_process(tmp_path):

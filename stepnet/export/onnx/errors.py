@@ -4,6 +4,7 @@ This module imports nothing from onnx, so the command line can catch these error
 from __future__ import annotations
 
 from ...core.errors import StepnetError
+from ...core.extras import install_hint
 
 
 class ExportError(StepnetError):
@@ -37,4 +38,4 @@ def require(module: str):
     try:
         return importlib.import_module(module)
     except ImportError:
-        raise MissingExtraError(f"this needs the {module} package: pip install 'stepnet[onnx]'") from None
+        raise MissingExtraError(f"this needs the {module} package: {install_hint('onnx')}") from None
