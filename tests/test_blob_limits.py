@@ -245,7 +245,7 @@ def test_an_image_feed_is_checked_from_its_header_before_decoding(tmp_path, monk
     assert loads == []                                  # refused before Pillow decoded a pixel
     monkeypatch.undo()
     monkeypatch.chdir(tmp_path)
-    _save(NetDef(name="init", op=[make_op("ConstantFill", [], ["y"], shape=[1], value=1.0)]), "init.pbtxt")
+    _save(NetDef(name="net", op=[make_op("Copy", ["X"], ["y"])]), "init.pbtxt")     # a net that reads X
     assert main(["run", "init.pbtxt", "--feed", "X=big.png", "--max-blob-bytes", "1M", "-q"]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("stepnet: error: --feed big.png: blob 'X' would be"), err

@@ -15,7 +15,7 @@ import pytest
 
 from stepnet.cli.run import main
 from stepnet.core.errors import StepnetError
-from stepnet.export import draw as drawing
+from stepnet.export import draw as drawing, graphviz
 from stepnet.export.draw import Options, to_dot
 from stepnet.io import proto
 from stepnet.testing import make_op
@@ -106,9 +106,9 @@ def wait_for(test, guard_s: float = 60.0) -> bool:
 
 @linux_only
 def test_dots_timeout_is_one_line_and_kills_its_group(slow_dot, monkeypatch):
-    monkeypatch.setattr(drawing, "RENDER_TIMEOUT_S", 1)
+    monkeypatch.setattr(graphviz, "RENDER_TIMEOUT_S", 1)
     with pytest.raises(StepnetError, match=r"^dot -Tsvg took more than 1 s; draw fewer ops or edges"):
-        drawing.render("digraph {}", "svg")
+        graphviz.render("digraph {}", "svg")
     pids = [int(p) for p in slow_dot.read_text().split()]
     assert wait_for(lambda: not any(map(alive, pids))), pids   # dot and the child it started
 
@@ -122,7 +122,7 @@ def test_ctrl_c_while_dot_runs_kills_it(slow_dot):
     try:
         signal.setitimer(signal.ITIMER_REAL, 0.05, 0.05)
         with pytest.raises(KeyboardInterrupt):
-            drawing.render("digraph {}", "svg")
+            graphviz.render("digraph {}", "svg")
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
@@ -132,7 +132,7 @@ def test_ctrl_c_while_dot_runs_kills_it(slow_dot):
 
 @linux_only
 def test_a_killed_stepnet_takes_dot_with_it(slow_dot, tmp_path):
-    code = "from stepnet.export.draw import render; render('digraph {}', 'svg')"
+    code = "from stepnet.export.graphviz import render; render('digraph {}', 'svg')"
     parent = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(ROOT)})
     try:
         assert wait_for(slow_dot.exists)
@@ -146,7 +146,7 @@ def test_a_killed_stepnet_takes_dot_with_it(slow_dot, tmp_path):
 @linux_only
 def test_without_the_death_signal_dot_outlives_a_killed_stepnet(slow_dot, monkeypatch):
     """The rule the previous test guards: with no PR_SET_PDEATHSIG, SIGKILL of stepnet leaves dot running."""
-    code = ("import stepnet.export.draw as d; d._die_with_parent = lambda: None; d.render('digraph {}', 'svg')")
+    code = ("import stepnet.export.graphviz as d; d._die_with_parent = lambda: None; d.render('digraph {}', 'svg')")
     parent = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(ROOT)})
     try:
         assert wait_for(slow_dot.exists)

@@ -105,14 +105,19 @@ def test_sampling_from_the_exported_pair_is_the_sample_plans(trained, tmp_path, 
     _, sample, ckpt = trained
     out = tmp_path / "sampler"
     assert main(["export-predict", str(sample), "--load", str(ckpt), "-o", str(out), "--format", "pbtxt"]) == 0
-    assert "outputs: generated" in capsys.readouterr().out
+    assert "outputs: generated, text" in capsys.readouterr().out   # the ids, and the `show` net's text of them
     assert main(["run", str(sample), "--load", str(ckpt), "--fetch", "generated", "--save",
                  str(tmp_path / "plan.npz"), "-q"]) == 0
+    capsys.readouterr()
     assert main(["run", str(out / "init_net.pbtxt"), str(out / "predict_net.pbtxt"), "--iterations", "30",
-                 "--fetch", "generated", "--save", str(tmp_path / "pair.npz"), "-q"]) == 0
+                 "--save", str(tmp_path / "pair.npz")]) == 0
+    printed = capsys.readouterr().out
     plan_ids, pair_ids = (np.load(tmp_path / f)["generated"] for f in ("plan.npz", "pair.npz"))
     assert pair_ids.shape == (30,) and pair_ids.max() < 65
     np.testing.assert_array_equal(pair_ids, plan_ids)   # same weights, state, seed: the same characters
+    vocab = build.vocabulary((ROOT / build.TEXT).read_text())
+    text = printed.split("text: shape (1,) text:\n", 1)[1]
+    assert text.startswith("".join(vocab[i] for i in pair_ids) + "\nsaved 2 blob(s)")   # it decodes its ids
 
 
 def test_npz_holds_the_weights(trained, tmp_path, capsys):

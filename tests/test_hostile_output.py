@@ -57,7 +57,7 @@ def test_run_result_lines_escape_names_and_strings(tmp_path, capsys):
     assert main(["run", str(path)]) == 0
     out = capsys.readouterr().out
     assert "\x1b" not in out and "\x07" not in out
-    assert "s\\x1b]0;pwned\\x07: shape (1,) object [b'v\\x1b[2J\\x1b[H']" in out
+    assert "s\\x1b]0;pwned\\x07: shape (1,) text:\nv\\x1b[2J\\x1b[H\n" in out
     assert format_blob(f"n{HIDDEN}", "t\x1b") == "n\\u200b\\u200f\\u202e\\u2066\\ufeff: string 't\\x1b'"
     assert format_blob("y", np.array([1.5, 2], np.float32)) == "y: shape (2,) float32 [1.5, 2. ]"
 

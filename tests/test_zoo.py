@@ -367,4 +367,5 @@ def test_init_net_missing_parameters_is_a_missing_blob_error(tmp_path, capsys):
     assert code == 1 and "MissingBlobError" in err
     line = [ln for ln in err.splitlines() if ln.startswith("stepnet: error:")][0]
     assert line.endswith("needs blobs that neither the init net makes nor --feed gives: fire4/expand3x3_b, "
-                         "conv10_w; feed them with --feed NAME=FILE.npy")
+                         "conv10_w; feed them with --feed NAME=FILE.npy; for trained weights, load the checkpoint "
+                         "their training run saved with --load CKPT")

@@ -146,7 +146,7 @@ class _Walk:
     def run(self):
         for key, net, index, opdef in _ops(self.net):
             label = op_label(net.name, index, opdef)
-            schema = REGISTRY.get(opdef.type)
+            schema = REGISTRY.get(opdef.type, at=label)
             check_arity(schema, opdef, label)      # the rules index the op's inputs
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")

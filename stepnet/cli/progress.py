@@ -2,12 +2,15 @@
 
 `Monitor` is both the plan run's progress callback (overall training iterations done, of the total) and the
 workspace's reporter (the scalars Print ops print). On a terminal it keeps one updating bar on stderr; not on
-a terminal (CI logs) it writes a plain line every `interval` seconds. Both show the overall count, the rate
-over the last `window` seconds, the ETA and the latest loss. Each reported scalar becomes a labeled line on
-stdout (`iteration 250/2000: train_loss = 1.98`) and, with a metrics writer, a CSV row.
+a terminal (CI logs), or with stdout piped (`| tee`), it writes a plain line every `interval` seconds. Both
+show the overall count, the rate over the last `window` seconds, the ETA and the latest loss. Each reported
+scalar becomes a labeled line on stdout (`iteration 250/2000: train_loss = 1.98`) and, with a metrics writer,
+a CSV row.
 """
 from __future__ import annotations
 
+import os
+import stat
 import sys
 import time
 from collections import deque
@@ -54,6 +57,19 @@ def _text(value) -> str | None:
     return item if isinstance(item, str) else None
 
 
+def bar_fits(err: TextIO, out: TextIO) -> bool:
+    """Whether a redrawn bar suits the streams: err is a terminal and out is not a pipe. Under `| tee` the result
+    lines reach the screen through tee, after the bar was redrawn, and would land on its line: plain progress
+    lines then, as in a log."""
+    if not err.isatty():
+        return False
+    try:
+        mode = os.fstat(out.fileno()).st_mode
+    except (AttributeError, OSError, ValueError):   # not a file descriptor (a StringIO): nothing can interleave
+        return True
+    return not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode))
+
+
 class Monitor:
     """Progress and results of one run. `show`: progress at all (False for --quiet; results are still printed
     and written to the metrics file)."""
@@ -64,7 +80,7 @@ class Monitor:
         self.err = err if err is not None else sys.stderr
         self.out = out if out is not None else sys.stdout
         self.show, self.metrics, self.clock = show, metrics, clock
-        self.tty = self.err.isatty() if tty is None else tty
+        self.tty = bar_fits(self.err, self.out) if tty is None else tty
         self.interval, self.window = interval, window
         self.done = self.total = 0
         self.step = ""

@@ -23,6 +23,10 @@ def format_blob(name: str, value, count: int = 6) -> str:
     if isinstance(value, Int8Tensor):
         return one_line(f"{name}: Int8Tensor {value.summary(count)}")
     arr = np.asarray(value)
+    if arr.size == 1 and arr.dtype.kind in "OSU" and isinstance(arr.reshape(-1)[0], (str, bytes)):
+        item = arr.reshape(-1)[0]   # one string (a sampler's text): its lines as a block, escaped line by line
+        text = item.decode("utf-8", "replace") if isinstance(item, bytes) else item
+        return f"{one_line(name)}: shape {tuple(arr.shape)} text:\n" + "\n".join(map(one_line, text.split("\n")))
     flat = arr.reshape(-1)
     head = np.array2string(flat[:count], precision=5, separator=", ", max_line_width=200)
     more = f" ... ({flat.size} values)" if flat.size > count else ""

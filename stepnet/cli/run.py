@@ -18,13 +18,15 @@ from ..distributed.launch import per_rank
 from ..core.limits import add_limit_flags, limits_of
 from ..core.int8 import Int8Tensor
 from ..core.extras import install_hint
+from ..core.version import VERSION
 from .metrics import MetricsWriter
 from ..runtime.plan import training_loops
 from ..runtime.profile import Profiler
 from .progress import Monitor
 from .results import format_blob, refuse_overwrites, report_writes, save_npz  # noqa: F401 - re-exported
 from .tools import (  # noqa: F401 - re-exported
-    add_tool_parsers, cmd_convert, cmd_inspect, cmd_ops, cmd_synth_init, describe_net, op_table, unsupported_ops)
+    add_tool_parsers, cmd_convert, cmd_inspect, cmd_ops, cmd_synth_init, describe_net, op_table, refuse_unread,
+    unsupported_ops)
 from .onnx import add_parser as add_onnx_parser, run_in_onnxruntime
 from ..runtime.workspace import DEFAULT_THREADS, Workspace
 from ..kernels import jit
@@ -57,8 +59,17 @@ def cmd_run(a) -> int:
                    profiler=profiler, threads=a.threads,
                    fused_cells={"auto": None, "on": True, "off": False}[a.fused_cells])
     monitor = Monitor(show=not a.quiet, metrics=MetricsWriter(a.metrics) if a.metrics else None)
+    if profiler is not None and not a.quiet:
+        print("stepnet: profiling: every op is timed, step-net ops at every timestep, and fused LSTM/GRU cells run "
+              "op by op, which adds to the run's time (docs/performance.md); the table's times are this run's",
+              file=sys.stderr, flush=True)
     try:
         return _run(a, ws, model, predict_def, monitor, profiler)
+    except MissingBlobError as e:
+        if a.load or a.resume:
+            raise
+        raise MissingBlobError(e.message, at=e.at, detail=f"{e.detail}; for trained weights, load the "
+                               "checkpoint their training run saved with --load CKPT") from None
     finally:
         monitor.close()
         if monitor.metrics is not None:
@@ -75,6 +86,8 @@ def _run(a, ws, model, predict_def, monitor: Monitor, profiler: Profiler | None)
         feeds[_first_input(model, a)] = feeds.pop(None)
     is_plan = isinstance(model, proto.PlanDef)
     _check_checkpoint_flags(a, is_plan)
+    refuse_unread(feeds, list(model.network) if is_plan else [model, *([predict_def] if predict_def else [])],
+                  "--feed")
     if not ws.limits.overwrite:   # before anything runs: a short run never replaces a trained model unasked
         refuse_overwrites(ws, list(model.network) if is_plan else [model, *([predict_def] if predict_def else [])])
     if is_plan:
@@ -206,6 +219,7 @@ def _check_inputs(ws, predict, init, a) -> None:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="stepnet", description="Run Caffe2 protobuf models on numpy/CuPy.")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
+    p.add_argument("--version", action="version", version=f"stepnet {VERSION}")
     sub = p.add_subparsers(dest="command", required=True)
 
     r = sub.add_parser("run", help="run a PlanDef, a NetDef, or an init net followed by a predict net")

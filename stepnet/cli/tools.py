@@ -68,12 +68,24 @@ def cmd_inspect(a) -> int:
     return 1 if (missing and a.strict) else 0
 
 
+def refuse_unread(names, nets, flag: str) -> None:
+    """A --feed / --input name that no op of the model (nested nets included) reads: one error, with the names
+    it reads that are close (a typo would otherwise be ignored)."""
+    from ..graph.view import walk
+
+    read = {name for nd in nets for _, _, _, op in walk(nd, level=1) for name in op.input}
+    for name in names:
+        if name is not None and name not in read:
+            raise ArgumentError(f"{flag} {name!r}: no op of the model reads that blob{did_you_mean(name, read)}")
+
+
 def print_shapes(nets, a) -> None:
     """Infer every blob's shape (init net first when given) and print them; mismatches raise before running."""
     from ..core.spec import spec
     from ..passes.shapes import infer_net
 
     given = {d.name: spec(d.shape, d.dtype or "float32") for d in map(parse_dims, a.input)}
+    refuse_unread(given, nets, "--input")
     limit = limits_of(a).max_blob_bytes
     known = infer_net(proto.load(a.init, kind="net"), {}, max_blob_bytes=limit) if a.init else {}
     known.update(given)  # fed inputs replace the init net's placeholders
@@ -154,7 +166,8 @@ def cmd_draw(a) -> int:
     from ..export.draw import Options, draw
 
     models = [proto.load(path) for path in a.models]
-    options = Options(backward=a.backward, max_ops=a.max_ops, max_edges=a.max_edges, collapse=a.collapse, nets=a.net)
+    options = Options(backward=a.backward, max_ops=a.max_ops, max_edges=a.max_edges, collapse=a.collapse, nets=a.net,
+                      max_size=a.max_size)
     done = draw(models, a.output, options)
     print(f"wrote {done.path}" + (f"; {done.note}" if done.note else ""))
     return 0
@@ -192,6 +205,8 @@ def add_tool_parsers(sub) -> None:
     d.add_argument("--collapse", choices=("auto", "yes", "no"), default="auto",
                    help=f"draw runs of a repeated block once, labelled ×k (auto: in nets over {COLLAPSE_AT} ops)")
     d.add_argument("--net", action="append", default=[], metavar="NAME", help="for a plan: draw only this net")
+    d.add_argument("--max-size", type=int, metavar="PX", help="scale the picture down to at most PX pixels on its "
+                   "longest side (at 96 dpi; the text shrinks with it; default: full-size text)")
     d.set_defaults(func=cmd_draw)
 
     e = sub.add_parser("export-predict", help="a trained plan's checkpoint as init_net.pb + predict_net.pb (or .npz)")

@@ -9,24 +9,25 @@ its nets as a cluster (nets that only fill blobs as one box) and its execution s
 repeated op-type sequence are drawn once in a cluster labelled ×k; an op's inputs and outputs beyond MAX_OP_EDGES
 are one "… k more" node, and drawing stops after `max_ops` ops or `max_edges` edges (what dot's layout time
 grows with) with a note saying how many were left out. Every name from a file reaches the dot text only escaped
-(HTML-like labels), and node ids are generated, so no name can change the graph. `dot` runs in its own process
-group, ended with stepnet: on an error, Ctrl-C or its timeout, and (Linux) when stepnet itself is killed."""
+(HTML-like labels), and node ids are generated, so no name can change the graph. Text is drawn at its full size
+(a PNG at 96 dpi): a big plan makes a big PNG, with a note saying how to get a smaller one (`max_size` scales
+it down, `nets` draws fewer nets); `graphviz.py` runs `dot`."""
 from __future__ import annotations
 
 import html
 import os
 import shutil
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
 from ..io import proto
 from .draw_blocks import Block, filled_blobs, is_init_net, parameters, repeated_blocks, role
-from ..core.errors import ArgumentError, StepnetError
+from ..core.errors import ArgumentError
 from ..graph.view import Graph, nested_nets, walk
 from ..io.proto import NetDef, PlanDef
 from ..io.validate import NET_IN_ARG
+from .graphviz import render
 
 COLLAPSE_AT = 100      # collapse="auto": nets with more ops than this have their repeated blocks collapsed
 MAX_OPS = 600          # default --max-ops
@@ -35,7 +36,8 @@ MAX_OP_EDGES = 16      # inputs (and outputs) of one op drawn before the rest be
 MAX_KINDS = 12         # op types listed in a plan's init-net box
 MAX_STEP_LINES = 40   # lines of a plan's execution-step note
 MAX_LABEL = 48         # characters of a name shown before it is cut with "…"
-RENDER_TIMEOUT_S = 300
+LARGE_PX = 4000        # a PNG wider or taller than this gets a note on how to make it smaller
+DPI = 96               # Graphviz's raster resolution, stated so that max_size means pixels
 FORMATS = {".svg": "svg", ".png": "png", ".dot": "dot", ".gv": "dot", ".pdf": "pdf"}
 FILL = {"forward": "#E3EDFD", "gradient": "#FBE3E1", "optimizer": "#FEEFD6", "data": "#DDF2E1", "loss": "#EDE1F5",
         "fill": "#EEEEEE"}
@@ -58,12 +60,14 @@ def text(value, limit: int = MAX_LABEL) -> str:
 class Options:
     """backward: draw backward step nets (and the nets of gradient ops); max_ops, max_edges: no op is drawn once
     this many ops or edges are (then a note); collapse: 'auto' (nets over COLLAPSE_AT ops), 'yes' or 'no'; nets:
-    for a plan, only these nets."""
+    for a plan, only these nets; max_size: the picture's longest side at most this many pixels (at 96 dpi; text
+    shrinks with it), None for full-size text."""
     backward: bool = False
     max_ops: int = MAX_OPS
     max_edges: int = MAX_EDGES
     collapse: str = "auto"
     nets: Sequence[str] = ()
+    max_size: int | None = None
 
 
 @dataclass
@@ -87,8 +91,8 @@ def to_dot(models: Sequence, options: Options | None = None, title: str | None =
     """The dot text of one picture of the given models: NetDefs (an init net among several nets marks its
     outputs as parameters and is not drawn itself) and PlanDefs."""
     options = options or Options()
-    for name in ("max_ops", "max_edges"):
-        if getattr(options, name) < 1:
+    for name in ("max_ops", "max_edges", "max_size"):
+        if getattr(options, name) is not None and getattr(options, name) < 1:
             raise ArgumentError(f"{name} must be at least 1, got {getattr(options, name)}")
     if options.collapse not in ("auto", "yes", "no"):
         raise ArgumentError(f"collapse must be 'auto', 'yes' or 'no', got {options.collapse!r}")
@@ -103,7 +107,7 @@ def to_dot(models: Sequence, options: Options | None = None, title: str | None =
     for plan in plans:
         filled |= filled_blobs(n for n in plan.network if is_init_net(n))
     d.lines += ["digraph stepnet {", '  graph [rankdir=TB, fontname="Helvetica", nodesep=0.25, ranksep=0.3, '
-                'compound=true];', '  node [fontname="Helvetica", fontsize=11];',
+                f'compound=true, dpi={DPI}{_size(options.max_size)}];', '  node [fontname="Helvetica", fontsize=11];',
                 '  edge [color="#555555", arrowsize=0.6];']
     if title:
         d.lines.append(f"  labelloc=t; label=<<B>{text(title, 200)}</B>>;")
@@ -118,6 +122,10 @@ def to_dot(models: Sequence, options: Options | None = None, title: str | None =
                        f'more ops not drawn ({limit})>];')
     d.lines.append("}")
     return "\n".join(d.lines) + "\n"
+
+
+def _size(max_size: int | None) -> str:
+    return f', size="{max_size / DPI:.4f},{max_size / DPI:.4f}"' if max_size else ""
 
 
 def _plan(d: _Dot, plan: PlanDef, filled: set) -> None:
@@ -300,61 +308,6 @@ class Drawn:
     note: str = ""
 
 
-def render(dot_text: str, fmt: str) -> bytes:
-    """dot_text laid out by Graphviz's `dot -T<fmt>` (found on PATH); a StepnetError if it fails or takes more than
-    RENDER_TIMEOUT_S. dot runs in a process group of its own, killed on any way out of here but success (an
-    error, Ctrl-C, the timeout), and on Linux also when this process dies (PR_SET_PDEATHSIG), so no dot outlives
-    stepnet."""
-    exe = shutil.which("dot")
-    if exe is None:
-        raise StepnetError("Graphviz's dot is not installed")
-    posix = os.name == "posix"
-    proc = subprocess.Popen([exe, f"-T{fmt}"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            start_new_session=posix, preexec_fn=_die_with_parent())
-    try:
-        out, err = proc.communicate(dot_text.encode(), timeout=RENDER_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        raise StepnetError(f"dot -T{fmt} took more than {RENDER_TIMEOUT_S} s; draw fewer ops or edges (--max-ops N, "
-                           "--max-edges N)") from None
-    finally:
-        if proc.returncode is None:     # still running: the timeout, an error or Ctrl-C
-            _kill_group(proc)
-    if proc.returncode != 0:
-        err = " ".join(err.decode(errors="replace").split())[:300]
-        raise StepnetError(f"dot -T{fmt} failed (exit {proc.returncode}): {err}")
-    return out
-
-
-def _die_with_parent():
-    """On Linux, a function for the child to call before exec (Popen's preexec_fn) that has the kernel SIGKILL it
-    when its parent dies (prctl PR_SET_PDEATHSIG, looked up here, before the fork); elsewhere None."""
-    import ctypes
-    import signal
-    import sys
-
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    return lambda: prctl(1, signal.SIGKILL, 0, 0, 0)   # PR_SET_PDEATHSIG = 1
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    """Kill dot and whatever it started (its process group, on POSIX), and reap it."""
-    import signal
-
-    try:
-        os.killpg(proc.pid, signal.SIGKILL) if os.name == "posix" else proc.kill()
-    except (ProcessLookupError, PermissionError):
-        pass
-    proc.wait()
-    for pipe in (proc.stdin, proc.stdout, proc.stderr):
-        if pipe is not None:
-            pipe.close()
-
-
 def draw(models: Sequence, out, options: Options | None = None, title: str | None = None) -> Drawn:
     """Draw models into `out` (.svg, .png, .pdf or .dot, by its suffix), atomically. Without Graphviz's dot, an
     .svg/.png/.pdf request writes the dot text next to it (OUT with suffix .dot) and says how to render it."""
@@ -373,8 +326,20 @@ def draw(models: Sequence, out, options: Options | None = None, title: str | Non
         proto.atomic_write(dot_path, dot_text.encode())
         return Drawn(dot_path, "dot", f"Graphviz's dot is not installed (Debian/Ubuntu: apt-get install graphviz), "
                      f"so {out} was not made; render it with: dot -T{fmt} {_shell(dot_path)} -o {_shell(out)}")
-    proto.atomic_write(out, render(dot_text, fmt))
-    return Drawn(out, fmt)
+    picture = render(dot_text, fmt)
+    proto.atomic_write(out, picture)
+    return Drawn(out, fmt, _large_note(picture, fmt, options or Options()))
+
+
+def _large_note(picture: bytes, fmt: str, options: Options) -> str:
+    """For a PNG over LARGE_PX drawn at full size: its size and how to make it smaller."""
+    if fmt != "png" or options.max_size or len(picture) < 24 or picture[12:16] != b"IHDR":
+        return ""
+    width, height = int.from_bytes(picture[16:20], "big"), int.from_bytes(picture[20:24], "big")
+    if max(width, height) <= LARGE_PX:
+        return ""
+    return (f"{width}×{height} px, its text at full size: view it at 100 % (or write .svg, which zooms), draw one "
+            "net with --net NAME, or scale it down with --max-size PX")
 
 
 def _shell(path: Path) -> str:

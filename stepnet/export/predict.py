@@ -87,6 +87,29 @@ def choose_nets(plan: PlanDef, names: Sequence[str] = ()) -> list[NetDef]:
     return [main]
 
 
+def shown_after(plan: PlanDef, chosen: Sequence[NetDef]) -> list[NetDef]:
+    """For a plan without a training net: the nets its steps run once after the chosen nets' loop that read what
+    the loop makes (a net that shows the result: the char-rnn sampler's `show` turns the sampled ids into text)."""
+    if any(role(op) == "gradient" for net in plan.network for op in net.op):
+        return []
+    by_name = {n.name: n for n in plan.network}
+    steps = list(_steps(plan))
+    main = chosen[-1].name
+    at = next((i for i, (step, _) in enumerate(steps) if main in step.network), None)
+    if at is None or not steps[at][1]:
+        return []
+    made = {name for net in chosen for op in net.op for name in op.output}
+    shown = []
+    for step, iterating in steps[at + 1:]:
+        if iterating:
+            continue
+        for net in (by_name[n] for n in step.network if n in by_name):
+            if any(name in made for op in net.op if _kept(op) for name in op.input):
+                shown.append(net)
+                made |= {name for op in net.op for name in op.output}
+    return shown
+
+
 def _kept(op: OperatorDef) -> bool:
     return role(op) not in DROPPED_ROLES and op.type not in DROPPED_TYPES
 
@@ -165,7 +188,11 @@ def export(plan, checkpoint, nets: Sequence[str] = (), outputs: Sequence[str] | 
     if isinstance(plan, NetDef):
         plan = PlanDef(name=plan.name, network=[plan])
     chosen = choose_nets(plan, nets)
-    predict = predict_net(chosen, outputs)
+    shown = [] if nets else shown_after(plan, chosen)
+    if shown and not outputs:   # the loop's outputs and what the nets after it show (the sampler's ids and text)
+        outputs = list(dict.fromkeys(default_outputs([op for n in chosen for op in n.op])
+                                     + default_outputs([op for n in shown for op in n.op])))
+    predict = predict_net(chosen + shown, outputs, name=chosen[-1].name)
     saved = {k: v for k, v in load_blobs(checkpoint, max_blob_bytes=max_blob_bytes).items()
              if not k.startswith("__stepnet__/")}
     all_ops = [op for net in plan.network for op in net.op]

@@ -146,3 +146,16 @@ def _no_objects(name: str, arr):
     kinds = ", ".join(sorted({type(v).__name__ for v in items} - {"str", "bytes"}))
     raise ArgumentError(f"blob {name!r} holds Python objects ({kinds}), which an .npz holds only as pickles; "
                         "stepnet writes none")
+
+
+def looks_like_text(data: bytes) -> bool:
+    """Whether a file's first bytes read as protobuf text (UTF-8, no control bytes but whitespace, a field name
+    first), as a .pbtxt saved under a .pb name does."""
+    head = bytes(data[:4096])
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError:
+        text = head[:-4].decode("utf-8", "ignore") if len(head) == 4096 else ""
+    stripped = text.lstrip()
+    return bool(stripped) and (stripped[0].isalpha() or stripped[0] == "#") and all(
+        c.isprintable() or c in "\t\n\r" for c in text)

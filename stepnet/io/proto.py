@@ -16,7 +16,7 @@ from google.protobuf.unknown_fields import UnknownFieldSet
 from .. import caffe2_pb2 as pb
 from ..core.errors import ArgumentError, FileFormatError, ResourceError
 from . import files
-from .files import PROTOBUF_LIMIT, describe_size, read_regular
+from .files import PROTOBUF_LIMIT, describe_size, looks_like_text, read_regular
 from .tensors import (NUMPY_OF, array_to_tensor, data_type_of, join_chunks, numpy_dtype,  # noqa: F401 - re-exported
                       tensor_to_array)
 from .validate import MAX_DEPTH, check_strings, check_text_depth, decode_text, too_deep_text, wire_depth
@@ -138,6 +138,10 @@ def parse_binary(data: bytes, kind: str | None = None, where: str = "<bytes>") -
         _check_wire_depth(data, failed, where)
     if msg is None:
         what = kind or "NetDef or PlanDef"
+        if looks_like_text(data):
+            raise FileFormatError(f"not a valid binary {what}, but it looks like text: a text protobuf file is "
+                                  "read as text by its name ending in .pbtxt; rename it (stepnet convert then makes "
+                                  "a binary .pb of it)", at=where)
         raise FileFormatError(f"not a valid binary {what} (truncated, not a Caffe2 protobuf file, or "
                               f"messages nested more than {MAX_DEPTH} levels deep)", at=where)
     if kind is None and (unknown or implausible):

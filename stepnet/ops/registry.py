@@ -212,11 +212,12 @@ class Registry:
             for name in names:
                 del self._ops[name], self._registered[name]
 
-    def get(self, type_: str) -> OpSchema:
+    def get(self, type_: str, at=None) -> OpSchema:
+        """type_'s record; an UnknownOpError (placed at `at`, the op asking: net, index, type) if there is none."""
         try:
             return self._ops[type_]
         except KeyError:
-            raise UnknownOpError(f"unknown operator type {type_!r}{did_you_mean(type_, self._ops)}") from None
+            raise UnknownOpError(f"unknown operator type {type_!r}{did_you_mean(type_, self._ops)}", at=at) from None
 
     def registered(self, type_: str) -> OpSchema:
         """type_'s record as its module registered it (not as a test hook has patched it): a compiled form

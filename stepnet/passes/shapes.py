@@ -42,7 +42,7 @@ def infer_net(netdef, known: dict[str, TensorSpec] | None = None, strict: bool =
     specs = dict(known or {})
     for index, opdef in enumerate(netdef.op):
         label = op_label(netdef.name, index, opdef)
-        schema = REGISTRY.get(opdef.type)
+        schema = REGISTRY.get(opdef.type, at=label)
         check_arity(schema, opdef, label)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

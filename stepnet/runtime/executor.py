@@ -7,7 +7,7 @@ import functools
 import numpy as np
 
 from ..core import backend
-from ..core.errors import DeviceError, MissingBlobError, NetError, OpError, StepnetError, did_you_mean
+from ..core.errors import DeviceError, MissingBlobError, NetError, OpError, did_you_mean
 from ..core.limits import check_blob, check_specs, over_limit
 from ..core.spec import TensorSpec
 from ..graph.view import Graph
@@ -126,10 +126,7 @@ class Net:
             raise NetError(f"device_option.node_name is {do.node_name!r}; it must be "
                            "empty at execution time (it is a partitioning hint): clear it to run the net here",
                            at=label)
-        try:
-            schema = REGISTRY.get(opdef.type)
-        except StepnetError as e:
-            raise e.located(label) from None
+        schema = REGISTRY.get(opdef.type, at=label)
         check_arity(schema, opdef, label)
         check_inplace(schema, opdef, label)
         args = parse_args(schema, opdef, label, self.strict, self.level)
