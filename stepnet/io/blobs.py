@@ -12,13 +12,12 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
-from google.protobuf.message import DecodeError
 
 from ..core import backend
 from ..core.errors import DTypeError, FileFormatError, MissingBlobError, StepnetError
 from .proto import BlobProto, DataType, DeviceOption, TensorProto
 from .tensors import array_to_tensor, element_count, join_chunks, segment_of, tensor_to_array
-from .validate import check_strings
+from .validate import parse_checked
 
 CHUNK_SEPARATOR = "#%"
 TENSOR_TYPE = "Tensor"
@@ -136,13 +135,7 @@ def blob_name_of_key(key: str, where: str = "") -> str:
 
 
 def parse_blob_proto(value: bytes, where: str) -> BlobProto:
-    proto = BlobProto()
-    try:
-        proto.ParseFromString(value)
-    except (DecodeError, RuntimeError, ValueError):
-        raise FileFormatError("the value is not a serialized BlobProto", at=where) from None
-    check_strings(proto, where)
-    return proto
+    return parse_checked(BlobProto(), value, where)
 
 
 def _numel(t: TensorProto) -> int:

@@ -13,7 +13,6 @@ import struct
 from typing import Any, Iterable, Iterator, Mapping
 
 import numpy as np
-from google.protobuf.message import DecodeError
 
 from ..core import backend
 from .blobs import (  # noqa: F401 - re-exported
@@ -25,7 +24,7 @@ from .files import open_regular
 from .proto import TensorProtos, atomic_write
 from . import int8_blob  # noqa: F401 - registers the Int8TensorCPU blob type
 from .tensors import array_to_tensor, check_tensor_proto, tensor_to_array
-from .validate import check_strings
+from .validate import parse_checked
 
 HEADER = struct.Struct("<ii")
 
@@ -191,12 +190,7 @@ def tensor_protos_record(arrays: Iterable) -> bytes:
 
 def parse_tensor_protos(value: bytes, where: str) -> list[np.ndarray]:
     """The arrays of one TensorProtos record (device details ignored)."""
-    protos = TensorProtos()
-    try:
-        protos.ParseFromString(value)
-    except (DecodeError, RuntimeError, ValueError):
-        raise FileFormatError("the value is not a serialized TensorProtos", at=where) from None
-    check_strings(protos, where)
+    protos = parse_checked(TensorProtos(), value, where)
     try:
         return [tensor_to_array(t) for t in protos.protos]
     except FileFormatError as e:

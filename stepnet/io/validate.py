@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 
 from google.protobuf.descriptor import FieldDescriptor
-from google.protobuf.message import Message
+from google.protobuf.message import DecodeError, Message
 
 from ..core.errors import FileFormatError
 
@@ -43,6 +43,17 @@ def _child_label(field_name: str, index: int | None, child: Message) -> str:
 
 def _path(parts) -> str:
     return " ".join(p for p in parts if p)
+
+
+def parse_checked(msg: Message, value: bytes, where: str) -> Message:
+    """msg parsed from value, its strings checked: one FileFormatError naming `where` and the message type if the
+    bytes are not one."""
+    try:
+        msg.ParseFromString(value)
+    except (DecodeError, RuntimeError, ValueError):
+        raise FileFormatError(f"the value is not a serialized {type(msg).__name__}", at=where) from None
+    check_strings(msg, where)
+    return msg
 
 
 def check_strings(msg: Message, where: str) -> None:
