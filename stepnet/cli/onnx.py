@@ -13,6 +13,7 @@ from ..io import proto
 from ..core.errors import ArgumentError, StepnetWarning
 from ..io.feeds import parse_dims
 from ..export.onnx.errors import ExportError
+from ..graph.view import plan_networks, step_network
 
 
 def add_parser(sub) -> None:
@@ -58,7 +59,7 @@ def _spec(shape, dtype):
 
 def _plan_nets(plan, name: str | None):
     """(init NetDef of the nets a plan runs before `name`, the net `name`)."""
-    nets = {n.name: n for n in plan.network}
+    nets = plan_networks(plan)
     if name not in nets:
         what = f"--net {name!r} is not one of" if name else "name the net to export with --net; choose among"
         raise ArgumentError(f"{what} the plan's nets ({', '.join(nets)})")
@@ -77,7 +78,7 @@ def _plan_nets(plan, name: str | None):
     walk(plan.execution_step)
     init = proto.NetDef(name=f"{plan.name}_before_{name}")
     for n in order:
-        init.op.extend(nets[n].op)
+        init.op.extend(step_network(plan, nets, n).op)
     return init, nets[name]
 
 

@@ -68,6 +68,8 @@ class Limits:
         """path unchanged if it lies under file_root once symlinks are resolved (for a file to be created, its
         parent's); else a FileAccessError naming the path, the root and the flags that allow it (after
         `where`, e.g. the net and op). A write where `writes` is False is refused wherever the path lies."""
+        if "\0" in path:
+            raise FileAccessError(f"db path {path!r} holds a NUL byte, which no file name can", at=where or None)
         if write and not self.writes:
             raise FileAccessError(f"db path {path!r}: this command runs the model's ops only to compute values and "
                                   "lets no op write a file (it writes only what -o names); drop the op from the net, "

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Iterable, Iterator
 
-from ..core.errors import FileFormatError, NetError
+from ..core.errors import FileFormatError, NetError, PlanError, did_you_mean
 from ..io.proto import NetDef, OperatorDef, parse_text
 from ..io.validate import MAX_DEPTH, NET_IN_ARG, too_deep_text
 
@@ -167,3 +167,21 @@ def renamed(net: NetDef, mapping: dict[str, str]) -> NetDef:
         op.output[:] = [mapping.get(n, n) for n in op.output]
         ops.append(op)
     return with_ops(net, ops)
+
+
+def plan_networks(plan) -> dict[str, NetDef]:
+    """{name: NetDef} of a PlanDef's networks; a PlanError if two share a name."""
+    nets: dict[str, NetDef] = {}
+    for net in plan.network:
+        if net.name in nets:
+            raise PlanError(f"plan {plan.name!r}: two networks are named {net.name!r}")
+        nets[net.name] = net
+    return nets
+
+
+def step_network(plan, nets: dict[str, NetDef], name: str) -> NetDef:
+    """The network an execution step names; a PlanError (with the close names) if the plan has none so named."""
+    if name not in nets:
+        raise PlanError(f"plan {plan.name!r}: execution step refers to network {name!r}, which the plan does not "
+                        f"define{did_you_mean(name, nets)}")
+    return nets[name]

@@ -204,9 +204,9 @@ class BlobAssembler:
             detail = t.device_detail if t.HasField("device_detail") else None
             self._parts[name] = _Parts(is_tensor=True, total=_numel(t), have=size, chunks=[t], device=detail)
             return
-        first = parts.chunks[0]
         if not parts.is_tensor:
             raise FileFormatError(f"blob {name!r} appears twice, once as a {TENSOR_TYPE}", at=where)
+        first = parts.chunks[0]
         if not t.HasField("segment"):
             raise FileFormatError(f"blob {name!r} appears twice (a repeated part must have a "
                                   "segment)", at=where)

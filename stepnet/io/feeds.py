@@ -12,9 +12,9 @@ import numpy as np
 from . import images
 from ..core.errors import ArgumentError, FileFormatError, StepnetError, did_you_mean
 from .files import open_regular
+from .tensors import MAX_DIMS
 
 DTYPES = ("float32", "float64", "float16", "int32", "int64", "int16", "int8", "uint8", "uint16", "bool")
-MAX_DIMS = 64              # numpy's limit on an array's rank
 DEFLATE_RATIO = 1032       # the most a DEFLATE stream expands: an .npz member claiming more lies
 
 

@@ -19,7 +19,7 @@ from . import files
 from .files import PROTOBUF_LIMIT, describe_size, looks_like_text, read_regular
 from .tensors import (NUMPY_OF, array_to_tensor, data_type_of, join_chunks, numpy_dtype,  # noqa: F401 - re-exported
                       tensor_to_array)
-from .validate import MAX_DEPTH, check_strings, check_text_depth, decode_text, too_deep_text, wire_depth
+from .validate import MAX_DEPTH, check_strings, check_text, decode_text, too_deep_text, wire_depth
 
 TensorProto = pb.TensorProto
 QTensorProto = pb.QTensorProto
@@ -71,7 +71,9 @@ def _printable(s) -> bool:
 
 
 def _parse_text(text: str, cls, where: str, depth: int = 0):
-    check_text_depth(text, where, depth)
+    if len(text) > files.TEXT_LIMIT:   # a net held as text in an argument: a file's limit holds for it too
+        raise files.over(where, "the text-format message", f"{len(text)} characters", files.TEXT_LIMIT)
+    check_text(text, where, depth)
     msg = cls()
     try:
         text_format.Parse(text, msg, allow_unknown_extension=False)
@@ -92,7 +94,7 @@ def parse_text(text: str, kind: str | None = None, where: str = "<text>", depth:
     FileFormatError, as protobuf's binary parser has it."""
     if kind is not None:
         return _parse_text(text, _kind_class(kind), where, depth)
-    check_text_depth(text, where, depth)
+    check_text(text, where, depth)
     errors = []
     for cls in (NetDef, PlanDef):
         try:

@@ -22,6 +22,7 @@ _DTYPE_OF_NUMPY = {np.dtype(np.float32): DataType.FLOAT, np.dtype(np.int32): Dat
                    np.dtype(np.int8): DataType.INT8, np.dtype(np.uint16): DataType.UINT16,
                    np.dtype(np.int16): DataType.INT16, np.dtype(np.int64): DataType.INT64,
                    np.dtype(np.float16): DataType.FLOAT16, np.dtype(np.float64): DataType.DOUBLE}
+MAX_DIMS = 64                     # numpy's limit on an array's rank
 MAX_ELEMENTS = (2**63 - 1) // 16  # the most elements numpy allows for the widest element (complex128 bound)
 _SMALL_INTS = {DataType.BOOL, DataType.UINT8, DataType.INT8, DataType.UINT16, DataType.INT16}
 
@@ -54,6 +55,8 @@ def element_count(t: TensorProto) -> int:
     """The elements t's dims call for, as a Python int (never an overflowing int64); FileFormatError for a
     negative dim."""
     dims = list(t.dims)
+    if len(dims) > MAX_DIMS:
+        raise FileFormatError(f"{_named(t)}: {len(dims)} dims; an array has at most {MAX_DIMS}")
     if any(d < 0 for d in dims):
         raise FileFormatError(f"{_named(t)}: dims {dims} hold a negative size; every dim must be >= 0")
     if math.prod(d for d in dims if d) > MAX_ELEMENTS:  # numpy refuses such a shape even with a zero dim in it

@@ -100,9 +100,13 @@ def decode_text(data: bytes, where: str, what: str = "text") -> str:
         raise FileFormatError(f"{what} is not valid UTF-8 ({utf8_problem(data)})", at=where) from None
 
 
-# ------------------------------------------------------------------------------------------- depth
-_TOKENS = re.compile(r'"(?:[^"\\\n]|\\.)*"?|\'(?:[^\'\\\n]|\\.)*\'?|#[^\n]*|[{}<>]')
+# ------------------------------------------------------------------------------------------- text
+# Tokens that matter before parsing: strings, comments, braces. Escapes are blanked first (same length, so offsets
+# and lines hold) so that the string pattern is one character class: no backtracking state per character.
+_ESCAPES = (("\\\\", "__"), ('\\"', "__"), ("\\'", "__"))
+_TOKENS = re.compile(r'"[^"\n]*"?|\'[^\'\n]*\'?|#[^\n]*|[{}<>]')
 _OPEN, _CLOSE = frozenset("{<"), frozenset("}>")
+MAX_TEXT_STRING = 2**20  # protobuf's Python text parser holds ~140 bytes per character of a string while matching it
 
 
 def too_deep_text(levels: int, base: int = 0) -> str:
@@ -111,11 +115,15 @@ def too_deep_text(levels: int, base: int = 0) -> str:
             "files alike); a plan or net this deep is garbage or was built by mistake")
 
 
-def check_text_depth(text: str, where: str, base: int = 0) -> None:
-    """FileFormatError when the text's messages, starting at level `base`, nest deeper than MAX_DEPTH: braces
-    ('{' '<' ... '}' '>') counted outside strings and comments, before the recursive parser sees them."""
+def check_text(text: str, where: str, base: int = 0) -> None:
+    """FileFormatError, before the recursive parser sees the text, when its messages (starting at level `base`)
+    nest deeper than MAX_DEPTH (braces counted outside strings and comments) or a string in it is longer than
+    MAX_TEXT_STRING."""
     limit = MAX_DEPTH - base
     depth = 0
+    if "\\" in text:
+        for escape, blank in _ESCAPES:
+            text = text.replace(escape, blank)
     for m in _TOKENS.finditer(text):
         token = m.group()
         if token in _OPEN:
@@ -125,6 +133,13 @@ def check_text_depth(text: str, where: str, base: int = 0) -> None:
                 raise FileFormatError(f"line {line}: {too_deep_text(depth + base, base)}", at=where)
         elif token in _CLOSE:
             depth -= 1
+        elif len(token) > MAX_TEXT_STRING and token[0] in "\"'":
+            line = text.count("\n", 0, m.start()) + 1
+            raise FileFormatError(
+                f"line {line}: a string of {len(token)} characters, over the limit of {MAX_TEXT_STRING} for a string "
+                "in text format (protobuf's Python text parser takes about 140 times a string's size in memory); "
+                "hold a nested net as a NetDef (the argument's n) or write the model as binary .pb, e.g. protoc "
+                "--encode=caffe2.NetDef caffe2.proto < IN > OUT", at=where)
 
 
 def wire_depth(data: bytes, descriptor, limit: int = MAX_DEPTH, max_fields: int = 1_000_000) -> int:

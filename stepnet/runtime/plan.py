@@ -16,8 +16,8 @@ import numpy as np
 from ..core import backend
 from ..io.checkpoints import FINISHED, Position, Resume
 from ..io.files import quoted
-from ..core.errors import PlanError, did_you_mean
-from ..graph.view import copy_net
+from ..core.errors import PlanError
+from ..graph.view import copy_net, plan_networks, step_network
 from ..ops.control import _may_change, _writes
 
 Progress = Callable[[str, int, int], None]
@@ -36,11 +36,8 @@ class PlanRun:
         self.resume = resume
         if resume is not None:
             _check_position(plan, resume)
-        self.netdefs = {}
-        for nd in plan.network:
-            if nd.name in self.netdefs:
-                raise PlanError(f"plan {plan.name!r}: two networks are named {nd.name!r}")
-            self.netdefs[nd.name] = copy_net(nd)  # this run's own NetDef: bound afresh in each workspace
+        # this run's own NetDefs: bound afresh in each workspace
+        self.netdefs = {name: copy_net(nd) for name, nd in plan_networks(plan).items()}
         self.root = workspace
         self.loops = training_loops(plan, iterations)
         self.total = sum(loop.units for loop in self.loops.values())  # training iterations of the whole run
@@ -51,11 +48,9 @@ class PlanRun:
 
     def net(self, name: str, ws):
         """The net bound in ws (Workspace.bind), created on first use in this run, replacing a same-named net
-        made outside the plan or by an earlier run, as Caffe2's plan executor creates nets with overwrite."""
-        if name not in self.netdefs:
-            raise PlanError(f"plan {self.plan.name!r}: execution step refers to network {name!r}, which the "
-                            f"plan does not define{did_you_mean(name, self.netdefs)}")
-        return ws.bind(self.netdefs[name], level=1)  # a plan's networks sit one level below the PlanDef
+        made outside the plan or by an earlier run, as Caffe2's plan executor creates nets with overwrite. A plan's
+        networks sit one level below the PlanDef."""
+        return ws.bind(step_network(self.plan, self.netdefs, name), level=1)
 
     def run(self) -> None:
         steps = self.plan.execution_step

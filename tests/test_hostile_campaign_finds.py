@@ -1,0 +1,125 @@
+"""What the fresh hostile campaign (tools/hostile_campaign.py, #24) found, each kept fixed: one clear error line
+where there was an internal error or a kernel's stray exception. Each test builds the hostile input by hand."""
+import re
+
+import pytest
+
+from stepnet import Workspace
+from stepnet.cli.run import main
+from stepnet.core.errors import FileAccessError, FileFormatError
+from stepnet.io import minidb, proto
+from stepnet.io.proto import BlobProto, TensorProto
+
+
+def _tensor_record(name: str, dims: list[int]) -> tuple[str, bytes]:
+    t = TensorProto(name=name, dims=dims, data_type=TensorProto.FLOAT)
+    t.float_data.extend([0.5])
+    return name, BlobProto(name=name, type="Tensor", tensor=t).SerializeToString()
+
+
+def test_a_tensor_of_more_dims_than_numpy_allows_is_a_file_error(tmp_path):
+    """70 dims of size 1: one element, but numpy holds at most 64 dims (it raised ValueError from reshape)."""
+    path = tmp_path / "ck.minidb"
+    minidb.write_records(path, [_tensor_record("W", [1] * 70)])
+    with pytest.raises(FileFormatError, match=r"blob 'W': tensor 'W': 70 dims; an array has at most 64"):
+        minidb.load_blobs(path)
+    minidb.write_records(path, [_tensor_record("W", [1] * 64)])   # the most numpy holds still loads
+    assert minidb.load_blobs(path)["W"].shape == (1,) * 64
+
+
+def test_a_string_blob_then_a_tensor_of_the_same_name_is_a_file_error(tmp_path):
+    """A String record, then a Tensor record with the same blob name (an IndexError before)."""
+    path = tmp_path / "ck.minidb"
+    string = BlobProto(name="r", type="std::string", content=b"x").SerializeToString()
+    minidb.write_records(path, [("r", string), _tensor_record("r", [1])])
+    with pytest.raises(FileFormatError, match="blob 'r' appears twice, once as a Tensor"):
+        minidb.load_blobs(path)
+
+
+def test_a_db_path_with_a_nul_byte_is_refused_naming_the_op(tmp_path, monkeypatch, capsys):
+    """Checkpoint's db "bad\\0.minidb": a FileAccessError naming net, op and path (realpath's ValueError before)."""
+    monkeypatch.chdir(tmp_path)
+    net = proto.NetDef(name="paths")
+    net.op.add(type="ConstantFill", output=["it"], arg=[proto.make_argument("shape", [1]),
+                                                     proto.make_argument("dtype", TensorProto.INT64)])
+    net.op.add(type="Checkpoint", input=["it"], arg=[proto.make_argument("db", "bad\0.minidb"),
+                                                     proto.make_argument("db_type", "minidb")])
+    proto.save(net, tmp_path / "net.pb")
+    assert main(["run", "net.pb", "-q"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith("stepnet: error: net 'paths', op #1 (Checkpoint): db path '")
+    assert err[0].endswith("bad\\x00.minidb' holds a NUL byte, which no file name can")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["net.pb"]
+    with pytest.raises(FileAccessError, match="NUL byte"):   # a Python program's path the same
+        Workspace().run_net_once(net)
+
+
+@pytest.mark.parametrize("networks, step_nets, message", [
+    (["stop", "body", "stop"], ["body"], "plan 'p': two networks are named 'stop'"),
+    (["body", "stop"], ["init", "stop"], "plan 'p': execution step refers to network 'init', which the plan does "
+                                         "not define"),
+])
+def test_export_onnx_of_a_plan_with_a_bad_network_list_is_a_plan_error(tmp_path, monkeypatch, capsys, networks,
+                                                                       step_nets, message):
+    """export-onnx --net: a plan naming two networks alike, or a step naming no network (a KeyError before)."""
+    monkeypatch.chdir(tmp_path)
+    plan = proto.PlanDef(name="p")
+    for name in networks:
+        plan.network.add(name=name).op.add(type="Relu", input=["X"], output=["Y"])
+    plan.execution_step.add(name="all", network=step_nets)
+    proto.save(plan, tmp_path / "plan.pbtxt")
+    assert main(["export-onnx", "plan.pbtxt", "-o", "out.onnx", "--net", "stop", "--input", "X=2,2"]) == 1
+    assert capsys.readouterr().err.strip().splitlines() == [f"stepnet: error: {message}"]
+    assert not (tmp_path / "out.onnx").exists()
+
+
+def _net_with_string(n: int, escaped: bool = True) -> str:
+    """A text NetDef whose one argument holds a string token of about n characters (escape-heavy or plain)."""
+    body = '\\\\n\\"x\\"' * (n // 8) if escaped else "abcdefgh" * (n // 8)
+    return 'name: "a" op { type: "Relu" input: "x" output: "y" arg { name: "s" s: "' + body + '" } }\n'
+
+
+def test_a_string_over_the_text_string_limit_is_one_line_before_parsing(tmp_path, capsys, monkeypatch):
+    """A 1.5 MiB string token in a .pbtxt: protobuf's text parser would hold ~140 bytes a character (a 16 MiB one
+    took 2.3 GB); it is refused with the line and the fix. A string under the limit still parses."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "big.pbtxt").write_text(_net_with_string(3 << 19))
+    assert main(["inspect", "big.pbtxt"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("stepnet: error: big.pbtxt: line 1: a string of ")
+    assert "over the limit of 1048576 for a string in text format" in err[0] and "protoc --encode" in err[0]
+    (tmp_path / "ok.pbtxt").write_text(_net_with_string(1 << 16))
+    assert len(proto.load(tmp_path / "ok.pbtxt").op[0].arg[0].s) == (1 << 16) // 8 * 5   # each 8-character unit is 5 bytes unescaped
+
+
+def test_a_net_held_as_text_in_an_argument_meets_the_same_limits(tmp_path, capsys, monkeypatch):
+    """A binary net whose Do op holds its body as text: a string too long inside it, or a text over the text limit
+    (16 MiB; the campaign's 55 MB one ran out of memory), is one error line naming the op."""
+    monkeypatch.chdir(tmp_path)
+    for text, message in ((_net_with_string(3 << 19), "a string of .* over the limit of 1048576"),
+                          ('name: "n" op { type: "Relu" input: "x" output: "y" }\n' * ((17 << 20) // 52),
+                           r"the text-format message is \d+ characters, over the limit of 16.0 MiB")):
+        net = proto.NetDef(name="outer", external_input=["x"])
+        net.op.add(type="Do", input=["x"], output=["y"]).arg.add(name="net", s=text.encode())
+        proto.save(net, tmp_path / "net.pb")
+        assert main(["run", "net.pb", "--feed", "x=[1.0]"]) == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and re.search(message, err[0]), err
+        assert "net 'outer', op #0 (Do)" in err[0], err
+
+
+def test_the_text_check_itself_holds_no_state_per_character():
+    """check_text on a 1 MiB escape-heavy string allocates a few MiB (the old pattern, an alternation repeated
+    per character, held ~90 MiB for it, as protobuf's tokenizer does)."""
+    import tracemalloc
+
+    from stepnet.io.validate import check_text
+    text = _net_with_string((1 << 20) - 100)
+    tracemalloc.start()
+    try:
+        check_text(text, "t")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 << 20, peak   # the blanked copy (1 MiB of str) and a few tokens; 90 MiB before
