@@ -291,3 +291,19 @@ def test_an_impossible_allocation_is_a_resource_error(temporary_op, failure):
     ws.feed("x", np.ones(2, np.float32))
     with pytest.raises(ResourceError, match=r"op #0 \(Huge\): an array of impossible size"):
         ws.create_net(_one_op_net("Huge", ["x"])).run()
+
+
+def test_a_kernel_returning_one_array_for_several_outputs_is_an_error(ws):
+    """A kernel slip (one array where a tuple is due) once spread the array's rows over the outputs: AddPadding's
+    output_lens became a float row. It is an error naming the op now, and nothing is stored."""
+    from stepnet.ops import REGISTRY
+
+    ws.feed("t", np.arange(6, dtype=np.float32).reshape(2, 3))
+    split = net("n", make_op("Split", ["t"], ["a", "b"], axis=0))
+    with REGISTRY.patched("Split", kernel=lambda *args, **kw: args[-1]):   # the input array itself
+        with pytest.raises(OpError, match=r"net 'n', op #0 \(Split\) failed: TypeError: the kernel returned one "
+                                          r"ndarray for 2 outputs"):
+            ws.run_net_once(split)
+    assert not ws.has("a") or ws.get_blob("a").value is None
+    ws.run_net_once(split)   # the real kernel: two rows, each its own output
+    np.testing.assert_array_equal(ws.fetch("b"), [[3, 4, 5]])

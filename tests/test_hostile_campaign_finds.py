@@ -90,7 +90,8 @@ def test_a_string_over_the_text_string_limit_is_one_line_before_parsing(tmp_path
     assert len(err) == 1 and err[0].startswith("stepnet: error: big.pbtxt: line 1: a string of ")
     assert "over the limit of 1048576 for a string in text format" in err[0] and "protoc --encode" in err[0]
     (tmp_path / "ok.pbtxt").write_text(_net_with_string(1 << 16))
-    assert len(proto.load(tmp_path / "ok.pbtxt").op[0].arg[0].s) == (1 << 16) // 8 * 5   # each 8-character unit is 5 bytes unescaped
+    unescaped = (1 << 16) // 8 * 5   # each 8-character unit is 5 bytes once unescaped
+    assert len(proto.load(tmp_path / "ok.pbtxt").op[0].arg[0].s) == unescaped
 
 
 def test_a_net_held_as_text_in_an_argument_meets_the_same_limits(tmp_path, capsys, monkeypatch):
@@ -123,3 +124,33 @@ def test_the_text_check_itself_holds_no_state_per_character():
     finally:
         tracemalloc.stop()
     assert peak < 16 << 20, peak   # the blanked copy (1 MiB of str) and a few tokens; 90 MiB before
+
+
+def test_a_string_blob_over_max_blob_bytes_is_refused_before_it_is_kept(tmp_path):
+    """A checkpoint's 70 MB string blob passed --max-blob-bytes 64M (only tensors' dims were checked)."""
+    from stepnet.core.errors import ResourceError
+    path = tmp_path / "ck.minidb"
+    big = BlobProto(name="big_string", type="std::string", content=b"s" * (3 << 20)).SerializeToString()
+    minidb.write_records(path, [("big_string", big)])
+    with pytest.raises(ResourceError, match=r"record 'big_string' at byte offset 0: blob 'big_string' would be "
+                                            r"\(3145728,\) uint8, 3145728 bytes \(3.0 MiB\), over the limit of "
+                                            r"2097152 bytes \(2.0 MiB\) per blob"):
+        minidb.load_blobs(path, max_blob_bytes=2 << 20)
+    assert len(minidb.load_blobs(path, max_blob_bytes=4 << 20)["big_string"]) == 3 << 20
+
+
+def test_a_message_missing_required_fields_is_a_file_error(tmp_path, capsys, monkeypatch):
+    """A NetDef whose nested QTensorProto lacks its required fields: `convert` could not write it back (protobuf's
+    EncodeError, an internal error before); Caffe2's parser refuses such a file, and so does stepnet's, by path."""
+    monkeypatch.chdir(tmp_path)
+    net = proto.NetDef(name="n")
+    net.op.add(type="Relu", input=["x"], output=["y"]).arg.add(name="q").qtensors.add(dims=[1])
+    (tmp_path / "net.pb").write_bytes(net.SerializePartialToString())
+    assert main(["convert", "net.pb", "out.pb"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["stepnet: error: net.pb: required fields missing: op[0].arg[0].qtensors[0].precision, "
+                   "op[0].arg[0].qtensors[0].scale, op[0].arg[0].qtensors[0].bias and 1 more"], err
+    assert not (tmp_path / "out.pb").exists()
+    (tmp_path / "net.pbtxt").write_text('name: "n" op { type: "Relu" arg { name: "q" qtensors { dims: 1 } } }')
+    with pytest.raises(FileFormatError, match="required fields missing: op\\[0\\].arg\\[0\\].qtensors\\[0\\]"):
+        proto.load(tmp_path / "net.pbtxt")

@@ -193,7 +193,7 @@ class Env:
                 if not inside:
                     self.dirty = True
         if case.env.outside.exists() and str(SENTINEL) in self.read_io("stdout", 1_000_000, tail=True) and \
-                str(SENTINEL) not in " ".join(case.argv):
+                str(SENTINEL) not in " ".join(case.argv) and "--allow-any-path" not in case.argv:   # the user's choice
             out.append(f"the sentinel {SENTINEL} of {self.outside}/secret.minidb was printed: a read outside the root")
         return out
 

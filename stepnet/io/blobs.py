@@ -174,7 +174,8 @@ class BlobAssembler:
     def add(self, name: str, proto: BlobProto, where: str) -> None:
         """Take one record's BlobProto for blob `name`; `where` names the file and record for errors."""
         parts = self._parts.get(name)
-        if proto.type == TENSOR_TYPE or proto.HasField("tensor"):
+        # (a registered type may keep its data in the tensor field too, as Caffe2's counters and indexes do)
+        if proto.type == TENSOR_TYPE or (proto.HasField("tensor") and proto.type not in _TYPES_BY_NAME):
             self._add_tensor(name, proto, parts, where)
             return
         if parts is not None:

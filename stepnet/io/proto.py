@@ -19,7 +19,7 @@ from . import files
 from .files import PROTOBUF_LIMIT, describe_size, looks_like_text, read_regular
 from .tensors import (NUMPY_OF, array_to_tensor, data_type_of, join_chunks, numpy_dtype,  # noqa: F401 - re-exported
                       tensor_to_array)
-from .validate import MAX_DEPTH, check_strings, check_text, decode_text, too_deep_text, wire_depth
+from .validate import MAX_DEPTH, check_required, check_strings, check_text, decode_text, too_deep_text, wire_depth
 
 TensorProto = pb.TensorProto
 QTensorProto = pb.QTensorProto
@@ -93,7 +93,9 @@ def parse_text(text: str, kind: str | None = None, where: str = "<text>", depth:
     sits at (a net held as text in an argument counts the nets around it); deeper than MAX_DEPTH in all is a
     FileFormatError, as protobuf's binary parser has it."""
     if kind is not None:
-        return _parse_text(text, _kind_class(kind), where, depth)
+        msg = _parse_text(text, _kind_class(kind), where, depth)
+        check_required(msg, where)
+        return msg
     check_text(text, where, depth)
     errors = []
     for cls in (NetDef, PlanDef):
@@ -104,6 +106,7 @@ def parse_text(text: str, kind: str | None = None, where: str = "<text>", depth:
             continue
         if cls is NetDef and not msg.op and not msg.external_input and _looks_like_plan(text):
             continue
+        check_required(msg, where)
         return msg
     # Report the error of the more plausible kind: the one that got further into the file.
     raise max(errors, key=_error_position)
@@ -150,6 +153,7 @@ def parse_binary(data: bytes, kind: str | None = None, where: str = "<bytes>") -
         raise FileFormatError("bytes decode neither as a NetDef nor as a PlanDef "
                               "(truncated, garbage, or another message kind; pass kind= to force one)", at=where)
     check_strings(msg, where)
+    check_required(msg, where)
     return msg
 
 

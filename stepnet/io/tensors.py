@@ -187,7 +187,12 @@ def join_chunks(chunks) -> np.ndarray:
 
 def check_tensor_proto(limit: int, blob: str, proto, where: str) -> None:
     """Refuse a BlobProto whose tensor's dims say it takes more than limit bytes, before it is assembled (each
-    chunk's dims are the whole tensor's); dims and types that cannot be read are left to the loader."""
+    chunk's dims are the whole tensor's), or whose content (a string blob, an object's bytes) is longer than
+    limit; dims and types that cannot be read are left to the loader."""
+    if not proto.HasField("tensor"):
+        if len(proto.content) > limit:
+            check_blob(limit, blob, (len(proto.content),), np.uint8, where)   # the message of any blob over it
+        return
     dtype = NUMPY_OF.get(proto.tensor.data_type)
-    if proto.HasField("tensor") and dtype is not None and all(d >= 0 for d in proto.tensor.dims):
+    if dtype is not None and all(d >= 0 for d in proto.tensor.dims):
         check_blob(limit, blob, proto.tensor.dims, dtype, where)

@@ -53,7 +53,19 @@ def parse_checked(msg: Message, value: bytes, where: str) -> Message:
     except (DecodeError, RuntimeError, ValueError):
         raise FileFormatError(f"the value is not a serialized {type(msg).__name__}", at=where) from None
     check_strings(msg, where)
+    check_required(msg, where)
     return msg
+
+
+def check_required(msg: Message, where: str) -> None:
+    """FileFormatError naming the first required fields (by path) the message lacks: Caffe2's parser refuses such
+    a message too, and it could not be written out again."""
+    if msg.IsInitialized():
+        return
+    missing = msg.FindInitializationErrors()
+    more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+    raise FileFormatError(f"required field{'s' if len(missing) > 1 else ''} missing: {', '.join(missing[:3])}{more}",
+                          at=where)
 
 
 def check_strings(msg: Message, where: str) -> None:

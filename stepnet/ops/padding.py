@@ -1,14 +1,16 @@
-"""Padding around ranges of rows and masking of sequences: AddPadding, RemovePadding and GatherPadding
-(caffe2/operators/sequence_ops.cc) and SequenceMask (boolean_mask_ops.cc).
+"""Padding around ranges of rows and masking of sequences: AddPadding, RemovePadding, GatherPadding and
+PadEmptySamples (caffe2/operators/sequence_ops.cc) and SequenceMask (boolean_mask_ops.cc).
 
 AddPadding puts padding_width rows before and end_padding_width rows after each range of LENGTHS rows (the
 whole of DATA when no LENGTHS), copies of the given padding rows or zeros; RemovePadding cuts them off again;
-both can return the new lengths (int32). GatherPadding sums the padding rows of a padded tensor: the gradient
-of the padding inputs. The makers emit Caffe2's: AddPadding -> RemovePadding([dY(, lengths_out)]) -> dDATA and,
-with padding inputs, GatherPadding([dY(, lengths_out)]) -> dSTART(, dEND); RemovePadding ->
-AddPadding([dY(, lengths_out)]) -> dDATA (a forward with LENGTHS must name its lengths output, as Caffe2 requires).
-Caffe2 checks only that the lengths sum to at most the rows; here they must add up exactly (more rows would be
-left uninitialised by Caffe2). GatherPadding with both widths 0 gives zeros of the padding's shape.
+both can return the new lengths (int32; without LENGTHS, the one range's). GatherPadding sums the padding rows
+of a padded tensor: the gradient of the padding inputs. PadEmptySamples gives every empty sample of a batch one
+zero row in each feature, and those samples length 1. The makers emit Caffe2's: AddPadding ->
+RemovePadding([dY(, lengths_out)]) -> dDATA and, with padding inputs, GatherPadding([dY(, lengths_out)]) ->
+dSTART(, dEND); RemovePadding -> AddPadding([dY(, lengths_out)]) -> dDATA (a forward with LENGTHS must name its
+lengths output, as Caffe2 requires). Caffe2 checks only that the lengths sum to at most the rows; here they must
+add up exactly (more rows would be left uninitialised by Caffe2). GatherPadding with both widths 0 gives zeros of
+the padding's shape.
 
 SequenceMask fills masked elements of a float tensor with fill_val (-inf; 0 with grad=1) in one of the modes
 'sequence' (column >= length of the row), 'window' (column outside center +- radius), 'upper' (column > row),
@@ -23,6 +25,7 @@ import math
 import numpy as np
 
 from ..core.errors import ArgumentError, DTypeError, GradientError, ShapeError
+from ..core.spec import TensorSpec
 from .base import canonical_axis, check_float, host_ints, known_ints, on_device, out_spec
 from .packing import gather_rows, read_lengths
 from .registry import REQUIRED, Arg, op
@@ -72,11 +75,9 @@ def _add_shape(specs, *, padding_width, end_padding_width):
     start, end = _widths(padding_width, end_padding_width, "AddPadding")
     lens = _add_checks(data, rest, known_ints)
     rows = data.shape[0] + (start + end) * _count(rest[0] if rest else None)
-    out = [out_spec((rows, *data.shape[1:]), data.dtype)]
-    if rest:
-        new = None if lens is None else [n + start + end for n in lens]
-        out.append(out_spec((rest[0].shape[0],), np.int32, new))
-    return out
+    new = None if lens is None else [n + start + end for n in lens]
+    count = _count(rest[0] if rest else None)
+    return [out_spec((rows, *data.shape[1:]), data.dtype), out_spec((count,), np.int32, new)]
 
 
 def _padding_gradient(inverse):
@@ -99,7 +100,7 @@ def _padding_gradient(inverse):
 def add_padding(xp, data, *rest, padding_width, end_padding_width):
     """DATA (N, ...), (LENGTHS, (START_PADDING, (END_PADDING))) -> DATA with padding_width rows of
     START_PADDING (zeros if absent) before and end_padding_width rows of END_PADDING (else START_PADDING) after
-    each range; and int32 LENGTHS + both widths."""
+    each range; and int32 LENGTHS + both widths (without LENGTHS: [N + both widths], the one range's)."""
     start, end = _widths(padding_width, end_padding_width, "AddPadding")
     lens = _add_checks(data, rest, host_ints)
     n = data.shape[0]
@@ -112,9 +113,7 @@ def add_padding(xp, data, *rest, padding_width, end_padding_width):
         rows += [first] * start + list(range(at, at + length)) + [last] * end
         at += length
     out = gather_rows(xp, source, np.asarray(rows, dtype=np.int64))
-    if not rest:
-        return out
-    return out, on_device(xp, [v + start + end for v in lens], np.int32)
+    return out, on_device(xp, [v + start + end for v in lens], np.int32)    # (a one-output op keeps the first)
 
 
 # --------------------------------------------------------------------------------------------- RemovePadding
@@ -270,3 +269,43 @@ def sequence_mask(xp, x, *rest, mode, axis, radius, grad, fill_val, batch, repea
     fill = x.dtype.type(0 if grad else fill_val)
     view = x.reshape(batches, rows, cols, reps)
     return xp.where(masked.reshape(1, rows, cols, 1), fill, view).reshape(x.shape)
+
+
+# --------------------------------------------------------------------------------------------- PadEmptySamples
+def _pad_empty_checks(lengths, features, read, n_out=None):
+    lens = read_lengths(lengths, read, "PadEmptySamples", "lengths")
+    if n_out is not None and n_out != 1 + len(features):
+        raise ShapeError(f"PadEmptySamples: {n_out} outputs for {1 + len(features)} inputs; give one output per "
+                         "input (the lengths, then each feature)")
+    for k, f in enumerate(features, 1):
+        if len(f.shape) < 1:
+            raise ShapeError(f"PadEmptySamples: input {k} must be at least 1-D, got a 0-D tensor")
+        if lens is not None and f.shape[0] != sum(lens):
+            raise ShapeError(f"PadEmptySamples: input {k} {tuple(f.shape)} has {f.shape[0]} rows but lengths sum to "
+                             f"{sum(lens)}; they must be equal")
+    return lens
+
+
+def _pad_empty_shape(specs):
+    lens = _pad_empty_checks(specs[0], specs[1:], known_ints)
+    empty = None if lens is None else sum(v == 0 for v in lens)
+    return [out_spec(specs[0].shape, np.int32, None if lens is None else [max(v, 1) for v in lens])] + [
+        out_spec((f.shape[0] + empty, *f.shape[1:]), f.dtype) if empty is not None else TensorSpec(None, f.dtype)
+        for f in specs[1:]]
+
+
+@op("PadEmptySamples", inputs=(1, None), outputs=(1, None), inplace=(), context="structure", shape=_pad_empty_shape,
+    grows="values")
+def pad_empty_samples(ctx, xp, lengths, *features):
+    """lengths, FEATURE_1 .. (rows in runs of lengths[i]) -> int32 lengths with every 0 made 1, and each feature
+    with one zero row put in at the place of each empty run (no gradient is registered, as in Caffe2)."""
+    lens = _pad_empty_checks(lengths, features, host_ints, len(ctx.outputs))
+    rows, at = [], 0
+    for v in lens:
+        rows += list(range(at, at + v)) if v else [-1]
+        at += v
+    outs = [on_device(xp, [max(v, 1) for v in lens], np.int32)]
+    for f in features:
+        picks = np.asarray(rows, dtype=np.int64)
+        outs.append(gather_rows(xp, f, np.where(picks < 0, f.shape[0], picks)))
+    return tuple(outs)

@@ -211,6 +211,9 @@ class Net:
                     else:
                         _store(blob, result, limit, bop)
                 else:
+                    if type(result) is not tuple and type(result) is not list:   # rows would be spread over outputs
+                        raise failure(bop, values, TypeError(
+                            f"the kernel returned one {type(result).__name__} for {len(outs)} outputs"))
                     for blob, value in zip(outs, result):
                         if value is not None:
                             _store(blob, value, limit, bop)

@@ -245,3 +245,48 @@ def test_check_gradient_catches_a_broken_gather_padding(broken):
     broken("GatherPadding", lambda ctx, xp, d, lens, **a: good(ctx, xp, d, lens, **a)[::-1])   # ends swapped
     with pytest.raises(AssertionError, match="gradient of input 2"):
         check_gradient("AddPadding", inputs, 2, outputs_with_grads=[0], wrt=[2, 3])
+
+
+# --------------------------------------------------------------------------------------------- fixed cases
+def test_add_padding_without_lengths_returns_the_one_ranges_length():
+    """With no LENGTHS and two outputs, the second is int32 [N + both widths] (Caffe2's), not a row of the
+    padded data (the kernel once returned only the data, which the executor split over the two outputs)."""
+    out, lens = run_op("AddPadding", [np.array([0.0], np.float32)], 2, padding_width=1, end_padding_width=0)
+    assert out.tolist() == [0.0, 0.0] and out.dtype == np.float32
+    assert lens.tolist() == [2] and lens.dtype == np.int32 and lens.shape == (1,)
+    data = rng.standard_normal((3, 2)).astype(np.float32)
+    check("AddPadding", [data], {"padding_width": 2, "end_padding_width": 1}, list(ref_add(data, None, 2, 1)), "cpu")
+
+
+def ref_pad_empty(lengths, *features):
+    """Lengths with 0 made 1; each feature with a zero row where each empty run was."""
+    outs = [np.array([max(n, 1) for n in lengths], np.int32)]
+    for f in features:
+        rows, at = [], 0
+        for n in lengths:
+            rows += [f[at + j] for j in range(n)] if n else [np.zeros(f.shape[1:], f.dtype)]
+            at += n
+        outs.append(np.array(rows, f.dtype).reshape((len(rows),) + f.shape[1:]))
+    return outs
+
+
+PAD_LENS = np.array([0, 2, 0, 1], np.int32)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_pad_empty_samples(device):
+    f1, f2 = np.arange(3, dtype=np.int64), rng.standard_normal((3, 2)).astype(np.float32)
+    check("PadEmptySamples", [PAD_LENS, f1, f2], {}, ref_pad_empty(PAD_LENS.tolist(), f1, f2), device)
+    check("PadEmptySamples", [PAD_LENS, f1], {}, [np.array([1, 2, 1, 1], np.int32), np.array([0, 0, 1, 0, 2])],
+          device)
+    assert infer_alone("PadEmptySamples", [PAD_LENS, f2], 2)["out1"].shape == (5, 2)
+
+
+def test_pad_empty_samples_bad_inputs(broken):
+    with pytest.raises(ShapeError, match="has 2 rows but lengths sum to 3"):
+        run_op("PadEmptySamples", [PAD_LENS, np.zeros(2)], 2)
+    with pytest.raises(ShapeError, match="one output per input"):
+        run_op("PadEmptySamples", [PAD_LENS, np.zeros(3)], 1)
+    broken("PadEmptySamples", lambda ctx, xp, lens, f: (xp.maximum(lens, 1).astype(np.int32), f))   # no zero rows
+    with pytest.raises(AssertionError):
+        check("PadEmptySamples", [PAD_LENS, np.ones(3)], {}, ref_pad_empty(PAD_LENS.tolist(), np.ones(3)), "cpu")
