@@ -1,19 +1,22 @@
-"""Build hook: compile proto/caffe2.proto into stepnet/caffe2_pb2.py with grpcio-tools."""
+"""Build hook: compile the schemas under proto/ (caffe2.proto, hsm.proto) into stepnet/<name>_pb2.py with
+grpcio-tools."""
 from pathlib import Path
 
 from setuptools import setup
 from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
+PROTOS = ("caffe2.proto", "hsm.proto")
 
 
 def compile_proto(out_dir: Path) -> None:
     from grpc_tools import protoc
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    rc = protoc.main(["protoc", f"-I{ROOT / 'proto'}", f"--python_out={out_dir}", str(ROOT / "proto" / "caffe2.proto")])
-    if rc != 0:
-        raise RuntimeError(f"protoc failed on proto/caffe2.proto (exit {rc})")
+    for name in PROTOS:
+        rc = protoc.main(["protoc", f"-I{ROOT / 'proto'}", f"--python_out={out_dir}", str(ROOT / "proto" / name)])
+        if rc != 0:
+            raise RuntimeError(f"protoc failed on proto/{name} (exit {rc})")
 
 
 class BuildPyWithProto(build_py):

@@ -7,7 +7,8 @@ process forked from a worker that imported stepnet once, in a fresh case folder 
     python tools/hostile_campaign.py --seed 7 --only 123 --keep /tmp/c # ... its files kept under /tmp/c
 
 Surfaces (tools/hostile_*.py, each a family of mutators written for this campaign):
-  proto        structure-aware protobuf edits through the descriptors (hostile_proto.py)
+  proto        structure-aware protobuf edits through the descriptors (hostile_proto.py; the models it starts
+               from: hostile_models.py)
   ops          the op argument storm: 1-3 ops of every registered type, adversarial inputs and arguments
                (hostile_ops.py)
   checkpoints  hostile --resume / --load minidb files (hostile_data.py)

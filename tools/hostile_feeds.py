@@ -180,7 +180,7 @@ def image(rng: random.Random) -> tuple[bytes, str]:
         extra = {"save_all": True, "append_images": [im.copy()] * 3} if fmt in ("GIF", "TIFF", "WEBP") and \
             rng.random() < 0.3 else {}
         im.save(buf, format=fmt, **extra)
-    except (OSError, ValueError, KeyError):   # a mode the format cannot hold (some cannot become RGB either)
+    except (OSError, ValueError, KeyError, RuntimeError):   # a mode or size the format cannot hold
         buf = io.BytesIO()
         try:
             im.convert("RGB").save(buf, format="PNG")

@@ -18,96 +18,14 @@ from stepnet.io import proto
 from stepnet.io.proto import NetDef, PlanDef
 
 import hostile_values as hv
+from hostile_models import PAIRS, PLANS, PREDICTS, gen_control, gen_net, gen_plan, load
 
-XOR = "models/xor"
-PLANS = {"models/xor/plan.pbtxt": "xor_done", "models/digits/train.pbtxt": "digits_done",
-         "models/binary_adder/binary_adder.pbtxt": "adder_done", "models/char_rnn.pbtxt": None,
-         "models/char_rnn_sample.pbtxt": None, "models/char_rnn_dp.pbtxt": None}
-PAIRS = [("models/xor/init_net.pbtxt", "models/xor/predict_net.pbtxt", "X=[[1, 0], [0, 1]]", "X=2,2"),
-         ("models/style_transfer/crayon_init.pb", "models/style_transfer/crayon_predict.pb",
-          "data_int8_bgra=PHOTO:bgra", "data_int8_bgra=1,64,64,4:uint8"),
-         ("tests/data/models/style_transfer_crayon_init.pb", "tests/data/models/style_transfer_crayon_predict.pb",
-          "data_int8_bgra=PHOTO:bgra", "data_int8_bgra=1,32,48,4:uint8")]
-PREDICTS = {"tests/data/models/bvlc_alexnet_predict_net.pbtxt": "data=1,3,227,227",
-            "tests/data/models/inception_v1_predict_net.pbtxt": "data=1,3,224,224",
-            "tests/data/models/resnet50_predict_net.pbtxt": "gpu_0/data=1,3,224,224",
-            "tests/data/models/detectron_e2e_faster_rcnn_R-50-C4_1x_predict_net.pbtxt": "data=1,3,64,64",
-            "tests/data/models/maskrcnn2go_fp32_model.pb": "data=1,3,64,64",
-            "tests/data/models/maskrcnn2go_fp32_model.pbtxt": "data=1,3,64,64"}
-_CACHE: dict = {}
 INT_TYPES = {FD.TYPE_INT32: "int32", FD.TYPE_SINT32: "int32", FD.TYPE_SFIXED32: "int32", FD.TYPE_INT64: "int64",
              FD.TYPE_SINT64: "int64", FD.TYPE_SFIXED64: "int64", FD.TYPE_UINT32: "uint32", FD.TYPE_FIXED32: "uint32",
              FD.TYPE_UINT64: "uint64", FD.TYPE_FIXED64: "uint64"}
 LOOPS = {"num_iter", "num_concurrent_instances"}   # edited only by the plan edits, which keep loops finite
 
 
-def load(rel: str):
-    from hostile_env import ROOT
-    if rel not in _CACHE:
-        _CACHE[rel] = proto.load(ROOT / rel)
-    msg = type(_CACHE[rel])()
-    msg.CopyFrom(_CACHE[rel])
-    return msg
-
-
-# ------------------------------------------------------------------------------------------- generated seeds
-def gen_net(rng: random.Random) -> NetDef:
-    """A small predict net over X (2x3 float) with its weights filled inside."""
-    op = hv.op
-    ops = [op("GivenTensorFill", [], ["W"], shape=[4, 3], values=[0.5] * 12),
-           op("ConstantFill", [], ["b"], shape=[4], value=0.1),
-           op("FC", ["X", "W", "b"], ["h"]), op("Relu", ["h"], ["r"]),
-           op(rng.choice(["Softmax", "Sigmoid", "Tanh"]), ["r"], ["s"]),
-           op("ReduceSum", ["s"], ["t"], axes=[1], keepdims=0),
-           op("Concat", ["s", "r"], ["c", "c_split"], axis=1), op("Transpose", ["c"], ["ct"]),
-           op("Reshape", ["ct"], ["y", "old_shape"], shape=[-1])]
-    return NetDef(name="gen", op=ops[:rng.randint(3, len(ops))], external_input=["X"], external_output=["y", "t"])
-
-
-def gen_plan(rng: random.Random) -> PlanDef:
-    """A plan: an init net, a body that counts, a stop net that turns the stop blob true after `limit`."""
-    op = hv.op
-    init = NetDef(name="init", op=[op("ConstantFill", [], ["count"], shape=[1], value=0, dtype=10),
-                                   op("ConstantFill", [], ["limit"], shape=[1], value=rng.choice([1, 3]), dtype=10),
-                                   op("ConstantFill", [], ["one"], shape=[1], value=1, dtype=10),
-                                   op("ConstantFill", [], ["stop"], shape=[], value=0, dtype=0),
-                                   op("GivenTensorFill", [], ["X"], shape=[2, 2], values=[1.0, 2.0, 3.0, 4.0])])
-    body = NetDef(name="body", op=[op("Add", ["count", "one"], ["count"]), op("Relu", ["X"], ["Y"]),
-                                   op("Sum", ["Y", "X"], ["Z"])])
-    stop = NetDef(name="stop", op=[op("GE", ["count", "limit"], ["stop_v"]),
-                                   op("Reshape", ["stop_v"], ["stop", "old"], shape=[])])
-    report = NetDef(name="report", op=[op("Print", ["count"], [])])
-    inner = proto.ExecutionStep(name="inner", network=["body", "stop"], should_stop_blob="stop", num_iter=1000)
-    plan = PlanDef(name="gen_plan", network=[init, body, stop, report])
-    plan.execution_step.add(name="init", network=["init"])
-    plan.execution_step.add(name="loop", substep=[inner], report_net="report", report_interval=1,
-                            num_iter=rng.choice([1, 2]))
-    return plan
-
-
-def gen_control(rng: random.Random) -> NetDef:
-    """If / While (counted in its loop net) / Do, two levels of nets."""
-    op = hv.op
-    cond = NetDef(name="cond", op=[op("LT", ["i", "limit"], ["c"])])
-    body = NetDef(name="loop", op=[op("Add", ["i", "one"], ["i"]), op("Tanh", ["X"], ["X"]),
-                                   op("LT", ["i", "limit"], ["c"])])
-    do = NetDef(name="do", op=[op("If", ["flag", "a"], ["b"], then_net=hv.small_net(rng, "t"),
-                                  else_net=NetDef(name="e", op=[op("Copy", ["a"], ["b"])]))])
-    net = NetDef(name="control", external_input=["X"], external_output=["X", "out"], op=[
-        op("ConstantFill", [], ["i"], shape=[1], value=0, dtype=10),
-        op("ConstantFill", [], ["limit"], shape=[1], value=rng.choice([0, 2, 5]), dtype=10),
-        op("ConstantFill", [], ["one"], shape=[1], value=1, dtype=10),
-        op("ConstantFill", [], ["flag"], shape=[], value=1, dtype=0),
-        op("LT", ["i", "limit"], ["c"]),
-        op("While", ["c", "i", "limit", "one", "X"], ["X", "i"], loop_net=body,
-           **({"cond_net": cond} if rng.random() < 0.5 else {})),
-        op("CreateScope", [], ["ws"]),
-        op("Do", ["X", "flag", "ws"], ["out", "ws"], net=do, inner_blobs=["a", "flag", "b"],
-           outer_blobs_idx=[0, 1, 2])])
-    return net
-
-
-# ------------------------------------------------------------------------------------------- the walker
 def walk(msg, depth: int = 0, out=None, limit: int = 20000) -> list:
     """Every set message below msg (msg included), with its depth: [(message, depth)]."""
     out = [] if out is None else out
@@ -167,8 +85,9 @@ def mutate_field(rng: random.Random, msg, fd, msgs, names) -> None:
                     new = items.add()
                     if template is not None and rng.random() < 0.9:
                         new.CopyFrom(template)
-            else:
-                items.extend(_scalar(rng, fd, names) for _ in range(count))
+            else:   # many of a few short values: 60,000 nets as text would be gigabytes of model (and hours)
+                pool = [_short(_scalar(rng, fd, names)) for _ in range(3)]
+                items.extend(rng.choice(pool) for _ in range(count))
         elif fd.type == FD.TYPE_MESSAGE:
             if donors and rng.random() < 0.7:
                 donor = rng.choice(donors)
@@ -196,6 +115,10 @@ def mutate_field(rng: random.Random, msg, fd, msgs, names) -> None:
         msg.ClearField(fd.name)
     else:
         setattr(msg, fd.name, _scalar(rng, fd, names))
+
+
+def _short(value, limit: int = 1000):
+    return value[:limit] if isinstance(value, (bytes, str)) else value
 
 
 def _scalar(rng: random.Random, fd, names):

@@ -86,7 +86,7 @@ def net_text(rng: random.Random, levels: int | None = None) -> bytes:
     if kind == 2:   # a net whose op holds its own text again (and again)
         inner = proto.to_text(small_net(rng, "inner"))
         for _ in range(rng.choice([1, 3, 20])):
-            if len(inner) > 8 << 20:   # each level about doubles the escapes: 20 levels would be gigabytes
+            if len(inner) > 2 << 20:   # each level about doubles the escapes: 20 levels would be gigabytes
                 break
             inner = proto.to_text(NetDef(name="wrap", op=[op("Do", ["x"], ["y"], net=inner)]))
         return inner.encode()

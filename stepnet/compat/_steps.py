@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from ..io.proto import ExecutionStep as _StepProto
 from ..io.proto import PlanDef
+from .scope import CurrentNameScope
+
+NET_TYPE: list = []   # [core.Net]: set by core, which imports this module, for the steps and plans made from protos
 
 
 def _net_name(net) -> str:
@@ -36,6 +39,30 @@ class ExecutionStep:
                     self._step.network.append(_net_name(net))
         if num_iter is not None:
             self._step.num_iter = num_iter
+
+    @classmethod
+    def create_from_proto(cls, step_proto, net_obj_dict: dict, net_proto_dict: dict) -> "ExecutionStep":
+        """The step an ExecutionStep message describes, over the Net objects of net_obj_dict (made from
+        net_proto_dict's NetDefs where missing); its substeps likewise."""
+        if bool(step_proto.network) == bool(step_proto.substep):
+            raise ValueError(f"execution step {step_proto.name!r} must have either networks or substeps")
+        if step_proto.substep:
+            items = [cls.create_from_proto(sub, net_obj_dict, net_proto_dict) for sub in step_proto.substep]
+        else:
+            items = []
+            for name in step_proto.network:
+                if name not in net_obj_dict:
+                    if name not in net_proto_dict:
+                        raise ValueError(f"execution step {step_proto.name!r} names network {name!r}, which the "
+                                         "plan does not hold")
+                    net_obj_dict[name] = NET_TYPE[0](net_proto_dict[name])
+                items.append(net_obj_dict[name])
+        given = {f: getattr(step_proto, f) for f in ("num_iter", "concurrent_substeps", "only_once",
+                                                      "num_concurrent_instances", "create_workspace", "run_every_ms")
+                 if step_proto.HasField(f)}
+        if step_proto.HasField("should_stop_blob"):
+            given["should_stop_blob"] = step_proto.should_stop_blob
+        return execution_step(step_proto.name, items, **given)
 
     @classmethod
     def _next_name(cls, base: str) -> str:
@@ -123,6 +150,10 @@ class ExecutionStep:
         self._step.substep.add().CopyFrom(substep)
         return self
 
+    def get_all_attributes(self, name) -> list:
+        """The attributes under `name` of every net of the step and its substeps."""
+        return [a for net in self._net_dict.values() if net is not None for a in net.get_attributes(name)]
+
     def AddNet(self, net) -> "ExecutionStep":
         self._mutable()
         if self.HasSubsteps():
@@ -159,6 +190,26 @@ class Plan:
     def __str__(self):
         return self._plan.name
 
+    @classmethod
+    def create_from_proto(cls, plan_proto) -> "Plan":
+        """The Plan a PlanDef describes: a core.Net for each network (named anew, as core.Net names nets), the
+        steps over them, the plan's other fields kept."""
+        if not isinstance(plan_proto, PlanDef):
+            raise TypeError(f"create_from_proto takes a PlanDef, got {type(plan_proto).__name__}")
+        plan = cls(plan_proto.name)
+        plan._plan.CopyFrom(plan_proto)
+        del plan._plan.network[:]
+        del plan._plan.execution_step[:]
+        protos: dict = {}
+        for net in plan_proto.network:
+            if net.name in protos:
+                raise ValueError(f"plan {plan_proto.name!r}: two networks are named {net.name!r}")
+            protos[net.name] = net
+        nets = {name: NET_TYPE[0](net) for name, net in protos.items()}
+        for step in plan_proto.execution_step:
+            plan.AddStep(ExecutionStep.create_from_proto(step, nets, protos))
+        return plan
+
     def Proto(self) -> PlanDef:
         return self._plan
 
@@ -184,6 +235,10 @@ class Plan:
 
     def Steps(self) -> list:
         return self._steps
+
+    def get_all_attributes(self, name) -> list:
+        """The attributes under `name` of every net of the plan."""
+        return [a for net in self._net_dict.values() if net is not None for a in net.get_attributes(name)]
 
 
 def execution_step(default_name, steps_or_nets, num_iter=None, report_net=None, report_interval=None,
@@ -211,6 +266,8 @@ def execution_step(default_name, steps_or_nets, num_iter=None, report_net=None, 
         step.SetCreateWorkspace(True)
     if run_every_ms:
         step.RunEveryMillis(run_every_ms)
+    if steps_or_nets and not isinstance(steps_or_nets, (list, ExecutionStep)) and not hasattr(steps_or_nets, "Proto"):
+        raise ValueError("steps_or_nets must be a step, a net, or a list of nets or steps.")
     items = steps_or_nets if isinstance(steps_or_nets, list) else [steps_or_nets] if steps_or_nets else []
     if items and all(hasattr(x, "Proto") and not isinstance(x, ExecutionStep) for x in items):
         for net in items:
@@ -222,6 +279,20 @@ def execution_step(default_name, steps_or_nets, num_iter=None, report_net=None, 
 
 
 def to_execution_step(step_or_nets, default_name=None) -> ExecutionStep:
+    """A step of a net, a list of nets/steps/builders, or a net_builder.NetBuilder (its children, until its
+    stop blob is true when it has one); a step as it is."""
     if isinstance(step_or_nets, ExecutionStep):
         return step_or_nets
-    return execution_step(default_name, step_or_nets)
+    stop_blob = None
+    name = getattr(step_or_nets, "name", None)
+    if not default_name and isinstance(name, str):
+        default_name = name
+    if hasattr(step_or_nets, "_stop_blob") and hasattr(step_or_nets, "get"):   # a net_builder.NetBuilder
+        stop_blob = step_or_nets._stop_blob
+        step_or_nets = step_or_nets.get()
+    return execution_step(default_name, step_or_nets, should_stop_blob=stop_blob)
+
+
+def scoped_execution_step(name, *args, **kwargs) -> ExecutionStep:
+    """execution_step with the step's name under the current name scope."""
+    return execution_step(CurrentNameScope() + name if name else name, *args, **kwargs)

@@ -10,6 +10,7 @@ import inspect
 from .helpers.algebra import batch_mat_mul, sum, transpose
 from .helpers.arg_scope import arg_scope, get_current_scope
 from .helpers.array_helpers import concat, depth_concat
+from .helpers.control_ops import cond, loop
 from .helpers.conv import conv, conv_nd, conv_transpose, group_conv
 from .helpers.db_input import db_input
 from .helpers.dropout import dropout
@@ -57,7 +58,7 @@ def has_helper(helper_or_helper_name) -> bool:
 
 for _helper in (fc, dropout, max_pool, average_pool, lrn, softmax, instance_norm, spatial_bn, relu, prelu, tanh,
                 concat, depth_concat, sum, transpose, iter, accuracy, conv, conv_nd, conv_transpose, group_conv,
-                add_weight_decay, elementwise_linear, layer_norm, batch_mat_mul, db_input):
+                add_weight_decay, elementwise_linear, layer_norm, batch_mat_mul, db_input, cond, loop):
     Register(_helper)
 _registry["arg_scope"] = arg_scope
 del _helper

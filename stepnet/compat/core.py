@@ -13,13 +13,17 @@ from collections import defaultdict
 
 import numpy as np
 
-from ..builders.builder import BlobRef, NetBuilder
+from ..builders.builder import NetBuilder
 from ..core.errors import did_you_mean
 from ..ops import REGISTRY
 from ..ops.base import GradientSlice
 from ..io.proto import DeviceOption as _DeviceOptionProto
 from ..io.proto import NetDef, OperatorDef, TensorProto, make_argument
-from ._steps import ExecutionStep, Plan, execution_step, to_execution_step  # noqa: F401 - Caffe2's core has them
+from . import _python_ops, _steps, c_api as C, dyndep  # noqa: F401, N812 - core.C: Caffe2's C++ extension
+from .blob_reference import BlobReference
+from .engines import SetEnginePref, SetGlobalEnginePref, SetOpEnginePref  # noqa: F401 - Caffe2's core has them
+from .gradients import GradientRegistry, python_makers  # noqa: F401 - Caffe2's core has GradientRegistry
+from ._steps import ExecutionStep, Plan, execution_step, scoped_execution_step, to_execution_step  # noqa: F401
 from .scope import SCOPE, CurrentDeviceScope, CurrentNameScope, DeviceScope, EmptyDeviceScope, NameScope  # noqa: F401
 
 DataType = TensorProto.DataType
@@ -67,58 +71,6 @@ def InferBlobDevices(net) -> dict:
 
 
 # ----------------------------------------------------------------------------------------------- blobs
-class BlobReference(BlobRef):
-    """A blob name (a str, used as given: no scope is added) and the net it came from, whose ops are its
-    methods: `x.FC([w, b], "y")` is `net.FC([x, w, b], "y")`."""
-
-    def __new__(cls, name, net=None):
-        if isinstance(name, bytes):
-            name = name.decode("utf-8")
-        ref = super().__new__(cls, str(name))
-        ref._from_net = net
-        ref.meta = {}
-        return ref
-
-    def __reduce__(self):
-        return (BlobReference, (str(self), None))
-
-    def __repr__(self):
-        return f'BlobReference("{self}")'
-
-    def __add__(self, other):
-        if not isinstance(other, str):
-            raise RuntimeError("Cannot add BlobReference to a non-string.")
-        return BlobReference(str(self) + other, self._from_net)
-
-    def __radd__(self, other):
-        if not isinstance(other, str):
-            raise RuntimeError("Cannot add a non-string to BlobReference.")
-        return BlobReference(other + str(self), self._from_net)
-
-    def Net(self):
-        return self._from_net
-
-    def GetNameScope(self) -> str:
-        return self[:self.rfind("/") + 1]
-
-    def __getattr__(self, op_type):
-        if op_type.startswith("_"):
-            raise AttributeError(op_type)
-        if self._from_net is None:
-            raise RuntimeError("You cannot use a blob reference that does not have a net source to create "
-                               "operators. Create the operator from an explicit net object.")
-        if op_type not in REGISTRY:
-            raise AttributeError(f"Method {op_type} is not a registered operator{did_you_mean(op_type, REGISTRY)}")
-
-        def add(inputs=None, *args, **kwargs):
-            inputs = [] if inputs is None else [inputs] if isinstance(inputs, str) else list(inputs)
-            return getattr(self._from_net, op_type)([self] + inputs, *args, **kwargs)
-        return add
-
-    def __dir__(self):
-        return sorted(set(super().__dir__()) | set(REGISTRY))
-
-
 def ScopedName(name) -> str:
     """name prefixed with the current name scope."""
     return CurrentNameScope() + (name.decode() if isinstance(name, bytes) else name)
@@ -160,6 +112,13 @@ def CreateOperator(operator_type, inputs, outputs, name="", control_input=None, 
     return op
 
 
+def CreatePythonOperator(f, inputs, outputs, grad_f=None, pass_workspace=False, python_func_type=None, *args,
+                         **kwargs) -> OperatorDef:
+    """A Python op of f(inputs, outputs[, workspace]), f registered in this process under the op's token."""
+    kwargs["token"] = _python_ops.register(f, grad_f, python_func_type, pass_workspace)
+    return CreateOperator("Python", inputs, outputs, *args, **kwargs)
+
+
 # ----------------------------------------------------------------------------------------------- nets
 class Net(NetBuilder):
     """Caffe2's core.Net: Net(name) or Net(netdef) (a copy), its name made unique in the process."""
@@ -190,7 +149,7 @@ class Net(NetBuilder):
     def __getattr__(self, op_type):
         if op_type.startswith("_") or op_type not in REGISTRY:
             raise AttributeError(f"Method {op_type} is not a registered operator"
-                                 f"{did_you_mean(op_type, list(REGISTRY))}")
+                                 f"{did_you_mean(op_type, list(REGISTRY))}{dyndep.unloaded_note()}")
 
         def add(inputs=None, outputs=None, **kwargs):
             outs = self.add_op(op_type, [] if inputs is None else inputs, outputs, **kwargs)
@@ -314,7 +273,7 @@ class Net(NetBuilder):
             self.add_external_inputs(*(g for g in ys.values() if g is not None and not self.is_defined(g)))
         else:
             ys = [str(y) for y in ys]
-        ops, grads = backward_ops(self._net.op[skip:], ys)
+        ops, grads = backward_ops(self._net.op[skip:], ys, python_makers)
         self._net.op.extend(ops)
         self._defined.update(o for op in ops for o in op.output)
         return {BlobReference(k): (GradientSlice(BlobReference(v.indices), BlobReference(v.values))
@@ -370,6 +329,10 @@ class Net(NetBuilder):
                 [], self.NextName("log"), shape=[], values=[m])
             self.Print(blob, [])
 
+    def Python(self, f, grad_f=None, python_func_type=None, pass_workspace=False, **indices):
+        """net.Python(f)(inputs, outputs): f registered now, then a Python op of it added (_python_ops)."""
+        return _python_ops.net_python(self, f, grad_f, python_func_type, pass_workspace, **indices)
+
     def add_attribute(self, name, obj) -> None:
         self._attr_dict[name].append(obj)
 
@@ -383,3 +346,6 @@ class Net(NetBuilder):
 
     def __repr__(self):
         return f"core.Net({self.Name()!r}, {len(self._net.op)} ops)"
+
+
+_steps.NET_TYPE[:] = [Net]   # steps and plans made from protos make core.Nets

@@ -1,139 +1,26 @@
-"""Caffe2's optimizer module: the optimizer classes and build_sgd / build_adagrad / build_adam / build_rms_prop /
-add_weight_decay, which add the update ops of every parameter that has a gradient to model.net.
+"""Caffe2's optimizer module: the optimizer classes and build_sgd / build_multi_precision_sgd / build_fp16_sgd /
+build_adagrad / build_adam / build_ftrl / build_yellowfin / build_rms_prop / add_weight_decay, which add the
+update ops of every parameter that has a gradient to model.net.
 
-As in Caffe2: one int64 `optimizer_iteration` (on the CPU, +1 per run by AtomicIter) drives a LearningRate op per
-optimizer (`<Optimizer>_<k>_lr_cpu`, or `_gpu<id>` under a GPU device scope; k counts instances in the process)
-with `base_lr` negated for descent and any LearningRate policy and its arguments (`policy="step", stepsize=,
-gamma=`, ...); max_gradient_norm scales the rate by clip / max(global gradient norm, clip); each parameter's ops
-run on the device of the op that created it.
+The base class and the SGD family are in _optimizer_base (re-exported here): one int64 `optimizer_iteration`
+drives a LearningRate op per optimizer; max_gradient_norm scales the rate by clip / max(global gradient norm,
+clip); each parameter's ops run on the device of the op that created it.
 """
 from __future__ import annotations
 
 import contextlib
 import logging
-from collections import defaultdict
 
 import numpy as np
 
 from ..ops.base import GradientSlice
 from . import core, workspace
+from ._optimizer_base import (  # noqa: F401 - Caffe2's optimizer module has them
+    _LEARNING_RATE_INJECTION, _OPTIMIZER_ITERATION_NAME, AuxOptimizerParams, FP16SgdOptimizer,
+    MultiPrecisionSgdOptimizer, Optimizer, SgdOptimizer, _no_dedup, _optimizer_instance_count)
 from .scope import CurrentDeviceScope
 
 log = logging.getLogger(__name__)
-_OPTIMIZER_ITERATION_NAME = "optimizer_iteration"
-_LEARNING_RATE_INJECTION = "lr_injection"
-_optimizer_instance_count: dict = defaultdict(int)
-
-
-class Optimizer:
-    """Adds the update of one parameter per call: optimizer(net, param_init_net, param_info)."""
-
-    def __init__(self):
-        self._instance_num = _optimizer_instance_count[type(self).__name__]
-        _optimizer_instance_count[type(self).__name__] += 1
-        self._lr_multiplier = None
-        self._aux_params = ([], [])  # local (one per parameter), shared
-
-    def __call__(self, net, param_init_net, param, grad=None):
-        if grad is not None:
-            from .modeling.parameter_info import ParameterInfo
-            param = ParameterInfo(param_id=None, param=core.BlobReference(str(param)), grad=grad)
-        if param.grad is None:
-            raise ValueError(f"parameter {param.name!r} has no gradient")
-        self._run(net, param_init_net, param)
-
-    def _run(self, net, param_init_net, param_info):
-        raise NotImplementedError
-
-    def make_unique_blob_name(self, base: str) -> str:
-        """<Optimizer>_<k>_<base><node>_cpu, or ..._gpu<id> under a CUDA device scope."""
-        dev = CurrentDeviceScope()
-        stem = f"{type(self).__name__}_{self._instance_num}_{base}{dev.node_name if dev is not None else ''}"
-        return f"{stem}_gpu{dev.device_id}" if dev is not None and dev.device_type == 1 else f"{stem}_cpu"
-
-    def build_lr(self, net, param_init_net, base_learning_rate, learning_rate_blob=None, policy="fixed",
-                 iter_val=0, **kwargs):
-        """(lr, iteration): LearningRate(optimizer_iteration) with base_lr = -base_learning_rate, made once per
-        optimizer; the iteration counter and its AtomicIter are made once per model."""
-        lr_blob = learning_rate_blob or self.make_unique_blob_name("lr")
-        if not param_init_net.BlobIsDefined(_OPTIMIZER_ITERATION_NAME):
-            with core.DeviceScope(core.DeviceOption(0)):
-                iteration = param_init_net.ConstantFill([], _OPTIMIZER_ITERATION_NAME, shape=[1], value=iter_val,
-                                                        dtype=core.DataType.INT64)
-                mutex = param_init_net.CreateMutex([], ["iteration_mutex"])
-                net.AtomicIter([mutex, iteration], [iteration])
-        else:
-            iteration = param_init_net.GetBlobRef(_OPTIMIZER_ITERATION_NAME)
-        if not net.BlobIsDefined(lr_blob):
-            lr = net.LearningRate([iteration], lr_blob, base_lr=-float(base_learning_rate), policy=policy, **kwargs)
-        else:
-            lr = net.GetBlobRef(lr_blob)
-        if self._lr_multiplier is not None:
-            multiplier = self._lr_multiplier
-            dev = CurrentDeviceScope()
-            if dev is not None and dev.device_type == 1:
-                multiplier = net.CopyFromCPUInput(multiplier, self.make_unique_blob_name("lr_multiplier"))
-            lr = net.Mul([lr, multiplier], self.make_unique_blob_name("scaled_lr"), broadcast=1)
-        return lr, iteration
-
-    def add_lr_multiplier(self, lr_multiplier, is_gpu_blob: bool = False) -> None:
-        self._lr_multiplier = lr_multiplier
-
-    def get_auxiliary_parameters(self):
-        return self._aux_params
-
-    def _one(self, param_init_net):
-        dev = CurrentDeviceScope() or core.DeviceOption(0)
-        return param_init_net.ConstantFill([], f"ONE_{dev.device_type}_{dev.device_id}{dev.node_name}", shape=[1],
-                                           value=1.0)
-
-    def _state(self, param_init_net, param, suffix: str):
-        blob = param_init_net.ConstantFill([param], str(param) + suffix, value=0.0)
-        self._aux_params[0].append(blob)
-        return blob
-
-
-class SgdOptimizer(Optimizer):
-    """WeightedSum(param, ONE, grad, lr) with lr = -base_lr; with momentum, MomentumSGDUpdate (lr = base_lr)."""
-
-    def __init__(self, base_learning_rate=0.01, policy="fixed", momentum=0.0, nesterov=1,
-                 sparse_dedup_aggregator=None, lars=None, **kwargs):
-        super().__init__()
-        if lars is not None:
-            raise NotImplementedError("LARS needs the Lars op, which stepnet does not have")
-        self.base_learning_rate, self.policy = base_learning_rate, policy
-        self.momentum, self.nesterov = momentum, nesterov
-        self.sparse_dedup_aggregator = sparse_dedup_aggregator
-        self.init_kwargs = kwargs
-
-    def _run(self, net, param_init_net, param_info):
-        param, grad = param_info.blob, param_info.grad
-        if self.base_learning_rate == 0:
-            return
-        if self.base_learning_rate < 0:
-            raise ValueError(f"Expect positive base learning rate, got {self.base_learning_rate}")
-        sign = -1 if self.momentum else 1
-        lr, _ = self.build_lr(net, param_init_net, self.base_learning_rate * sign, policy=self.policy,
-                              **self.init_kwargs)
-        one = self._one(param_init_net)
-        self._aux_params[1].append(one)
-        momentum = self._state(param_init_net, param, "_momentum") if self.momentum > 0 else None
-        if isinstance(grad, GradientSlice):
-            _no_dedup(self.sparse_dedup_aggregator)
-            if momentum is not None:
-                net.SparseMomentumSGDUpdate([grad.values, momentum, lr, param, grad.indices],
-                                            [grad.values, momentum, param], momentum=self.momentum,
-                                            nesterov=self.nesterov)
-            else:
-                net.ScatterWeightedSum([param, one, grad.indices, grad.values, lr], param)
-        elif momentum is not None:
-            net.MomentumSGDUpdate([grad, momentum, lr, param], [grad, momentum, param], momentum=self.momentum,
-                                  nesterov=self.nesterov)
-        else:
-            net.WeightedSum([param, one, grad, lr], param)
-
-    def scale_learning_rate(self, scale) -> None:
-        self.base_learning_rate *= scale
 
 
 class WeightDecayBuilder(Optimizer):
@@ -214,6 +101,71 @@ class AdamOptimizer(Optimizer):
         self.alpha *= scale
 
 
+class FtrlOptimizer(Optimizer):
+    """Ftrl(param, `<param>_ftrl_nz`, grad) -> (param, nz) (SparseFtrl for a sparse gradient); nz holds the z and n
+    accumulators of each weight (the parameter's shape + [2])."""
+
+    def __init__(self, alpha=0.01, beta=1e-4, lambda1=0, lambda2=0, sparse_dedup_aggregator=None, engine=""):
+        super().__init__()
+        self.alpha, self.beta, self.lambda1, self.lambda2 = alpha, beta, lambda1, lambda2
+        self.sparse_dedup_aggregator, self.engine = sparse_dedup_aggregator, engine
+
+    def _run(self, net, param_init_net, param_info):
+        param, grad = param_info.blob, param_info.grad
+        if self.alpha <= 0:
+            return
+        nz = param_init_net.ConstantFill([param], str(param) + "_ftrl_nz", extra_shape=[2], value=0.0)
+        self._aux_params.local.append(nz)
+        args = {"engine": self.engine, "alpha": self.alpha, "beta": self.beta, "lambda1": self.lambda1,
+                "lambda2": self.lambda2}
+        if isinstance(grad, GradientSlice):
+            _no_dedup(self.sparse_dedup_aggregator)
+            net.SparseFtrl([param, nz, grad.indices, grad.values], [param, nz], **args)
+        else:
+            net.Ftrl([param, nz, grad], [param, nz], **args)
+
+    def scale_learning_rate(self, scale) -> None:
+        self.alpha *= scale
+
+
+class YellowFinOptimizer(Optimizer):
+    """YellowFin (arXiv:1706.03471), a tuner of momentum SGD with a rate and momentum per parameter: one YellowFin
+    op over the parameter and its state (`<param>_moment`, `_lr_avg`, `_mu_avg`, `_curv_win`, `_g_avg`, `_g2_avg`,
+    `_scalars_memory`), the gradient and the optimizer iteration."""
+    SCALARS_MEMORY_SIZE = 5
+
+    def __init__(self, alpha=0.1, mu=0.0, beta=0.999, curv_win_width=20, zero_debias=True, epsilon=0.1 ** 6,
+                 policy="fixed", sparse_dedup_aggregator=None, **kwargs):
+        super().__init__()
+        self.alpha, self.mu, self.beta, self.curv_win_width = alpha, mu, beta, curv_win_width
+        self.zero_debias, self.epsilon, self.policy = zero_debias, epsilon, policy
+        self.sparse_dedup_aggregator, self.init_kwargs = sparse_dedup_aggregator, kwargs
+
+    def _run(self, net, param_init_net, param_info):
+        param, grad = param_info.blob, param_info.grad
+        if not self.alpha > 0:
+            raise ValueError(f"YellowFin needs alpha > 0, got {self.alpha}")
+        if isinstance(grad, GradientSlice):
+            raise ValueError("YellowFin does not support sparse gradients")
+        fill = param_init_net.ConstantFill
+        state = [param,
+                 fill([param], str(param) + "_moment", value=0.0),
+                 fill([], str(param) + "_lr_avg", shape=[1], value=self.alpha),
+                 fill([], str(param) + "_mu_avg", shape=[1], value=self.mu),
+                 fill([], str(param) + "_curv_win", shape=[self.curv_win_width], value=0.0),
+                 fill([param], str(param) + "_g_avg", value=0.0),
+                 fill([param], str(param) + "_g2_avg", value=0.0),
+                 fill([], str(param) + "_scalars_memory", shape=[self.SCALARS_MEMORY_SIZE], value=0.0)]
+        iteration = self.iteration(net, param_init_net)
+        self._aux_params.shared.append(iteration)
+        self._aux_params.local.extend(state[i] for i in (1, 2, 3, 4, 5, 6, 7))
+        net.YellowFin(state + [grad, iteration], state, beta=self.beta, epsilon=self.epsilon,
+                      curv_win_width=self.curv_win_width, zero_debias=self.zero_debias)
+
+    def scale_learning_rate(self, scale) -> None:
+        self.alpha *= scale
+
+
 class RmsPropOptimizer(Optimizer):
     """RmsProp(grad, mean_squares, momentum, ONE) into `<param>_grad_o`, then MomentumSGDUpdate with lr = -alpha."""
 
@@ -240,11 +192,6 @@ class RmsPropOptimizer(Optimizer):
 
     def scale_learning_rate(self, scale) -> None:
         self.alpha *= scale
-
-
-def _no_dedup(aggregator) -> None:
-    if aggregator:
-        raise NotImplementedError("sparse_dedup_aggregator needs the Unique op, which stepnet does not have")
 
 
 def _param_devices(model) -> dict:
@@ -332,6 +279,43 @@ def build_adam(model, base_learning_rate, max_gradient_norm=None, allow_lr_injec
 def build_rms_prop(model, base_learning_rate, max_gradient_norm=None, allow_lr_injection=False, **kwargs):
     return _build(model, RmsPropOptimizer(alpha=base_learning_rate, **kwargs), max_gradient_norm=max_gradient_norm,
                   allow_lr_injection=allow_lr_injection)
+
+
+def build_multi_precision_sgd(model, base_learning_rate, max_gradient_norm=None, allow_lr_injection=False,
+                              **kwargs):
+    return _build(model, MultiPrecisionSgdOptimizer(base_learning_rate, **kwargs),
+                  max_gradient_norm=max_gradient_norm, allow_lr_injection=allow_lr_injection)
+
+
+def build_fp16_sgd(model, base_learning_rate, **kwargs):
+    return _build(model, FP16SgdOptimizer(base_learning_rate, **kwargs))
+
+
+def build_ftrl(model, engine="SIMD", **kwargs):
+    """FTRL updates; engine "SIMD" is Caffe2's vectorized kernel, an engine hint here (the same op runs)."""
+    return _build(model, FtrlOptimizer(engine=engine, **kwargs))
+
+
+def build_yellowfin(model, base_learning_rate=0.1, **kwargs):
+    return _build(model, YellowFinOptimizer(alpha=base_learning_rate, **kwargs))
+
+
+def _get_param_to_device(model) -> dict:
+    """{blob: DeviceOption of the op that writes it} over model.net and then model.param_init_net."""
+    devices = core.InferBlobDevices(model.net)
+    devices.update(core.InferBlobDevices(model.param_init_net))
+    return devices
+
+
+def get_param_device(param_name, grad, param_to_device=None, default_device=None):
+    """The device of a parameter: of the op making it, else of the one making its gradient, else default_device."""
+    param_to_device = param_to_device or {}
+    names = [str(param_name)] + ([str(grad.values), str(grad.indices)] if isinstance(grad, GradientSlice)
+                                 else [str(grad)])
+    device = next((param_to_device[n] for n in names if n in param_to_device), default_device)
+    if device is None:
+        raise ValueError(f"Cannot infer device for {param_name}: no op creates it")
+    return device
 
 
 def get_lr_injection():

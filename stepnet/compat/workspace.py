@@ -8,7 +8,7 @@ what went wrong, with stepnet's message).
 from __future__ import annotations
 
 import contextlib
-import functools
+import math
 import os
 import time
 
@@ -20,40 +20,30 @@ from ..graph.view import copy_net
 from ..ops import REGISTRY
 from ..io.proto import NetDef, OperatorDef, PlanDef, TensorProto
 from ..core.limits import Limits
+from ..core.spec import TensorSpec
 from ..runtime.workspace import Workspace
+from . import c_api as C  # noqa: F401, N812 - workspace.C: Caffe2's name for its C++ extension
 from . import core
+from .errors import caffe2_errors
 from .scope import CurrentDeviceScope, CurrentNameScope
 
 _workspaces: dict = {}
 _current = ["default"]
-_RUNTIME_ERRORS: dict = {}
-
-
-def _runtime_error(e: StepnetError) -> Exception:
-    """The same error as a Caffe2 user expects it: a RuntimeError that is also its StepnetError subclass."""
-    cls = type(e)
-    if cls not in _RUNTIME_ERRORS:
-        _RUNTIME_ERRORS[cls] = type(cls.__name__, (cls, RuntimeError), {"__module__": cls.__module__})
-    return _RUNTIME_ERRORS[cls](e.message, at=e.at, detail=e.detail, sep=e.sep)
-
-
-def _caffe2_errors(fn):
-    @functools.wraps(fn)
-    def call(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except StepnetError as e:
-            if isinstance(e, RuntimeError):
-                raise
-            raise _runtime_error(e).with_traceback(e.__traceback__) from None
-    return call
-
-
 def _ws() -> Workspace:
     name = _current[0]
     if name not in _workspaces:
         _workspaces[name] = Workspace(limits=Limits(trusted=True))   # a script's paths are its own choice
     return _workspaces[name]
+
+
+class _CurrentWorkspace:
+    """C.Workspace.current: the workspace workspace.* works on, as a C.Workspace."""
+
+    def __get__(self, obj, cls=None) -> "C.Workspace":
+        return C.Workspace(_ws())
+
+
+C.Workspace.current = _CurrentWorkspace()
 
 
 # ----------------------------------------------------------------------------------------------- workspaces
@@ -132,7 +122,7 @@ def CreateBlob(name) -> bool:
     return True
 
 
-@_caffe2_errors
+@caffe2_errors
 def FeedBlob(name, arr, device_option=None) -> bool:
     """Store a copy of arr (an array, a string or a TensorProto) on the device of device_option, else of the
     current device scope."""
@@ -144,7 +134,7 @@ def FeedBlob(name, arr, device_option=None) -> bool:
     return True
 
 
-@_caffe2_errors
+@caffe2_errors
 def FetchBlob(name):
     """A host numpy copy of the blob (a string blob as it is)."""
     return _ws().fetch(_blob_name(name))
@@ -203,13 +193,15 @@ def StringifyProto(obj) -> bytes:
 
 
 def _netdef(net) -> NetDef:
+    if isinstance(net, bytes):   # a serialized NetDef, as Caffe2's StringifyProto makes
+        net = NetDef.FromString(net)
     proto = net.Proto() if hasattr(net, "Proto") else net
     if not isinstance(proto, NetDef):
         raise TypeError(f"expected a core.Net or NetDef, got {type(net).__name__}")
     return copy_net(proto)
 
 
-@_caffe2_errors
+@caffe2_errors
 def CreateNet(net, overwrite: bool = False, input_blobs=None) -> bool:
     """Bind a copy of the net in the current workspace under its name (to run with RunNet); input_blobs are
     created first."""
@@ -217,7 +209,7 @@ def CreateNet(net, overwrite: bool = False, input_blobs=None) -> bool:
     return True
 
 
-@_caffe2_errors
+@caffe2_errors
 def RunNet(name, num_iter: int = 1, allow_fail: bool = False) -> bool:
     """Run a created net num_iter times; with allow_fail a failure returns False instead of raising."""
     try:
@@ -229,14 +221,16 @@ def RunNet(name, num_iter: int = 1, allow_fail: bool = False) -> bool:
     return True
 
 
-@_caffe2_errors
+@caffe2_errors
 def RunNetOnce(net) -> bool:
     _ws().run_net_once(_netdef(net))
     return True
 
 
-@_caffe2_errors
+@caffe2_errors
 def RunOperatorOnce(operator) -> bool:
+    if isinstance(operator, bytes):
+        operator = OperatorDef.FromString(operator)
     if not isinstance(operator, OperatorDef):
         raise TypeError(f"expected an OperatorDef, got {type(operator).__name__}")
     _ws().run_operator_once(operator)
@@ -249,19 +243,21 @@ def RunOperatorsOnce(operators) -> bool:
     return True
 
 
-@_caffe2_errors
+@caffe2_errors
 def RunPlan(plan_or_step) -> bool:
     """Run a core.Plan, core.ExecutionStep (as a plan of its own) or PlanDef."""
     if isinstance(plan_or_step, core.ExecutionStep):
         plan_or_step = core.Plan(plan_or_step)
     plan = plan_or_step.Proto() if hasattr(plan_or_step, "Proto") else plan_or_step
+    if isinstance(plan, bytes):
+        plan = PlanDef.FromString(plan)
     if not isinstance(plan, PlanDef):
         raise TypeError(f"expected a core.Plan, core.ExecutionStep or PlanDef, got {type(plan).__name__}")
     _ws().run_plan(plan)
     return True
 
 
-@_caffe2_errors
+@caffe2_errors
 def BenchmarkNet(name, warmup_runs: int, main_runs: int, run_individual: bool = False) -> list:
     """Run a created net warmup_runs times, then time main_runs runs; prints and returns [ms per run].
     run_individual (Caffe2's per-operator timing) is not available and is said so."""
@@ -281,6 +277,17 @@ def BenchmarkNet(name, warmup_runs: int, main_runs: int, run_individual: bool = 
     return [ms]
 
 
+def _gather_ranges_bound(specs, **_):
+    """Caffe2's GatherRanges shape: DATA's size as an upper bound of the values, RANGES' type for the lengths."""
+    data, ranges = specs
+    return [TensorSpec((math.prod(data.shape),), data.dtype), TensorSpec(tuple(ranges.shape[:1]), ranges.dtype)]
+
+
+# Caffe2's shape functions where they differ from stepnet's (which gives exact sizes when values are known).
+CAFFE2_SHAPES = {"GatherRanges": _gather_ranges_bound}
+
+
+@caffe2_errors
 def InferShapesAndTypes(nets, blob_dimensions=None) -> tuple:
     """({blob: dims}, {blob: TensorProto data type}) of the nets' blobs, from the current workspace's blobs or
     from blob_dimensions ({name: dims}, float32)."""
@@ -294,7 +301,7 @@ def InferShapesAndTypes(nets, blob_dimensions=None) -> tuple:
     else:
         known = {k: spec(v) for k, v in blob_dimensions.items()}
     for proto in protos:
-        known = infer_net(proto, known)
+        known = infer_net(proto, known, shapes=CAFFE2_SHAPES)
     shapes, types = {}, {}
     for name, s in known.items():
         if s.shape is not None and None not in s.shape:
@@ -310,6 +317,19 @@ def RegisteredOperators() -> list:
 
 def GetNameScope() -> str:
     return CurrentNameScope()
+
+
+is_asan = False   # Caffe2 built with AddressSanitizer: never, here
+
+
+def GetCUDAVersion() -> int:
+    """0, as a Caffe2 build without CUDA answers (stepnet's GPU path is CuPy's)."""
+    return 0
+
+
+def GetCuDNNVersion() -> int:
+    """0, as a Caffe2 build without cuDNN answers: stepnet never calls cuDNN."""
+    return 0
 
 
 def IsImmediate() -> bool:

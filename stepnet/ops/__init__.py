@@ -14,7 +14,12 @@ FAMILIES = ("fill", "random_fill", "elementwise", "elementwise_grad", "activatio
             "detection", "roi_align", "roi_pool", "fpn",
             "int8", "int8_elementwise", "int8_conv", "int8_pool",
             "pointwise", "pointwise_grad", "selection", "composite", "segment_ranges", "packing", "padding", "queue",
-            "mpi", "gloo")
+            "mpi", "gloo",
+            "masks", "lookup", "calibration", "fills_extra",
+            "segment_reducers", "lengths_gather", "partition", "sparse_ids",
+            "counters", "maps", "dict_index", "stats", "strings", "rebatching", "tensor_vector", "python_op",
+            "misc_math", "channel_stats", "criterion", "rank_loss", "im2col", "locally_connected", "retrieval",
+            "text_reader")
 
 for _family in FAMILIES:
     importlib.import_module(f"{__name__}.{_family}")

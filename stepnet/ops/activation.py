@@ -8,6 +8,7 @@ Gradient makers emit what Caffe2's emit (pytorch/pytorch caffe2/operators/<op>_o
 <Op>Gradient op (kernels in activation_grad.py) reading the output Y (Relu, Sigmoid, Tanh, Elu, ...) or the
 input X (Softsign, Abs, Sin, Cos, Logit) with dY; Exp -> Mul(Y, dY); Log -> Div(dY, X); Sqrt -> Scale(0.5)
 and Div by Y; Sqr -> Scale(2) and Mul by X; Negative -> Negative(dY). Sign has none (SHOULD_NOT_DO_GRADIENT).
+ThresholdedRelu -> ThresholdedReluGradient(Y, dY); Glu has no gradient in Caffe2 (none registered).
 """
 from __future__ import annotations
 
@@ -237,3 +238,43 @@ def prelu(xp, x, slope, order="NCHW"):
     view = prelu_view(x.shape, x.dtype, slope.shape, slope.dtype, order)
     w = slope.reshape(()) if view is None else slope.reshape(view)
     return xp.where(x > 0, x, x * w)
+
+
+# --------------------------------------------------------------------------------------------- ThresholdedRelu, Glu
+@op("ThresholdedRelu", inputs=1, outputs=1, inplace=[(0, 0)], args={"alpha": 1.0},
+    shape=_float_shape("ThresholdedRelu"), shapes_from_inputs=True,
+    gradient=single_gradient("ThresholdedReluGradient", ["O0", "GO0"]))
+def thresholded_relu(xp, x, alpha=1.0):
+    """x where x > alpha, else 0 (caffe2/operators/thresholded_relu_op.cc)."""
+    check_float("ThresholdedRelu", X=x)
+    return xp.where(x > x.dtype.type(alpha), x, x.dtype.type(0))
+
+
+def _glu_axis(shape, dim: int) -> int:
+    """The split axis of Glu (dim -1 is the last; other values are taken as given), checked."""
+    axis = len(shape) - 1 if dim == -1 else dim
+    if not 0 <= axis < len(shape):
+        raise ArgumentError(f"Glu argument dim={dim} is out of range for a {len(shape)}-D input "
+                            f"(valid: 0..{len(shape) - 1}, or -1 for the last)")
+    if shape[axis] % 2:
+        raise ShapeError(f"Glu splits dim {axis} of X {tuple(shape)} in two halves, but its size {shape[axis]} "
+                         "is odd")
+    return axis
+
+
+def _glu_shape(specs, *, dim):
+    check_float("Glu", X=specs[0])
+    shape = list(specs[0].shape)
+    axis = _glu_axis(shape, dim)
+    shape[axis] //= 2
+    return [out_spec(shape, specs[0].dtype)]
+
+
+@op("Glu", inputs=1, outputs=1, inplace=(), args={"dim": -1}, shape=_glu_shape, shapes_from_inputs=True)
+def glu(xp, x, *, dim):
+    """Gated linear unit: X split in two halves A, B along `dim` (default -1, the last) gives A * sigmoid(B),
+    half as large along that dim (caffe2/operators/glu_op.cc)."""
+    check_float("Glu", X=x)
+    axis = _glu_axis(x.shape, dim)
+    a, b = xp.split(x, 2, axis=axis)
+    return a * _sigmoid(xp, b)

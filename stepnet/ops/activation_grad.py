@@ -92,6 +92,9 @@ _GRADIENTS = {
     "SinGradient": (XD, lambda xp, X, dY: dY * xp.cos(X), None, (), "dY * cos(X)."),
     "CosGradient": (XD, lambda xp, X, dY: -dY * xp.sin(X), None, (), "-dY * sin(X)."),
     "LogitGradient": (XD, _logit_grad, {"eps": 1e-6}, (), "dY / (X (1 - X)) inside [eps, 1 - eps], else 0."),
+    "ThresholdedReluGradient": (YD, lambda xp, Y, dY, alpha=1.0: dY * xp.sign(Y), {"alpha": 1.0}, [(1, 0)],
+                                "dY * sign(Y), as Caffe2 computes it (so for a negative alpha, inputs in "
+                                "(alpha, 0) pass -dY)."),
     "SwishGradient": (("X", "Y", "dY"), lambda xp, X, Y, dY: dY * (Y + _sigmoid(xp, X) * (1 - Y)), None,
                       [(2, 0)], "dY * (Y + sigmoid(X) * (1 - Y))."),
 }

@@ -330,3 +330,17 @@ def single_gradient(type_: str, inputs: Sequence[str], outputs: Sequence[str] = 
     maker.__name__ = maker.__qualname__ = f"{type_}_maker"
     maker.__doc__ = f"{type_}({', '.join(inputs)}) -> {', '.join(outputs)}."
     return maker
+
+
+MAX_ELEMENTS = np.iinfo(np.intp).max // 16   # numpy also refuses dims whose product times the item size overflows
+
+
+def check_dims(dims, where: str) -> tuple[int, ...]:
+    """dims as a tuple if an array can have them: an ArgumentError for a negative dim, or for nonzero dims whose
+    product no array can hold (numpy refuses such a shape even with a 0 in it)."""
+    if any(d < 0 for d in dims):
+        raise ArgumentError(f"{where} {list(dims)} has a negative dimension; every dim must be >= 0")
+    if math.prod(d for d in dims if d) > MAX_ELEMENTS:
+        raise ArgumentError(f"{where} {list(dims)}: its nonzero dims multiply to more than {MAX_ELEMENTS}, more "
+                            "elements than an array can have, even with a dim of 0")
+    return tuple(dims)

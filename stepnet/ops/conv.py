@@ -16,7 +16,7 @@ from .base import Meta, check_float, out_spec
 from .registry import op
 from .window import (
     CAFFE_LEGACY_POOLING, LEGACY_NAMES, SAME, VALID, Geometry, args_key, channels_first, check_order, col2im, family,
-    from_channels_first, geometry, im2col, image_dims, in_order, positive, window_args, window_view)
+    filter_gradient, from_channels_first, geometry, im2col, image_dims, in_order, positive, window_args, window_view)
 
 # the window helpers stay importable from here, where they used to live
 __all__ = ["canonical_filter", "col2im", "conv_geometry", "conv_transpose_geometry", "geometry", "im2col",
@@ -89,18 +89,6 @@ def conv_geometry(X, W, b, order, group, args) -> tuple[str, Geometry]:
     return order, geometry(args, image_dims(X.shape, order)[2], _kernel_of(args, W, order))
 
 
-def _conv_gradient(g):
-    """GetConvGradient / GetConvTransposeGradient (PyTorch era, a superset of the 2017 forms)."""
-    outputs, extra = [g.GI(1)], {}
-    if g.n_inputs == 3:
-        outputs.append(g.GI(2))
-    else:
-        extra["no_bias"] = 1
-    if not g.arg("no_gradient_to_input", 0):
-        outputs.append(g.GI(0))
-    g.op(g.def_.type + "Gradient", [g.I(0), g.I(1), g.GO(0)], outputs, **extra)
-
-
 def _conv_shape(specs, *, order, group, float16_compute, no_gradient_to_input, **args):
     X, W, b = (*map(Meta, specs), None)[:3]
     order, g = conv_geometry(X, W, b, order, group, args)
@@ -117,7 +105,7 @@ def _conv_specialize(X, W, b=None, *, order, group, float16_compute, no_gradient
 
 
 @op("Conv", inputs=(2, 3), outputs=1, inplace=(), aliases=("Conv1D", "Conv2D", "Conv3D"), shape=_conv_shape,
-    gradient=_conv_gradient, specialize=_conv_specialize, grows="shapes",
+    gradient=filter_gradient, specialize=_conv_specialize, grows="shapes",
     args={**window_args("kernel", "stride", "pad", "dilation"), "group": 1, "float16_compute": False,
           "no_gradient_to_input": False})
 def conv(xp, X, W, b=None, *, order, group, float16_compute, no_gradient_to_input, **args):
@@ -181,7 +169,7 @@ def _conv_transpose_shape(specs, *, order, group, legacy_pad, no_gradient_to_inp
     return [out_spec(in_order(X.shape[0], c, out, order), X.dtype)]
 
 
-@op("ConvTranspose", inputs=(2, 3), outputs=1, inplace=(), shape=_conv_transpose_shape, gradient=_conv_gradient,
+@op("ConvTranspose", inputs=(2, 3), outputs=1, inplace=(), shape=_conv_transpose_shape, gradient=filter_gradient,
     grows="shapes",
     args={**window_args("kernel", "stride", "pad", "adj"), "group": 1, "no_gradient_to_input": False})
 def conv_transpose(xp, X, W, b=None, *, order, group, legacy_pad, no_gradient_to_input, **args):

@@ -17,7 +17,7 @@ from ..core import backend
 from ..core.errors import ArgumentError, DTypeError, ShapeError
 from ..io.proto import NUMPY_OF, DataType
 from ..core.spec import SMALL_VALUE, TensorSpec
-from .base import fold, out_spec, size_of, value_dependent
+from .base import check_dims, fold, out_spec, size_of, value_dependent
 from .registry import NO_GRADIENT, Arg, op
 
 FILL_ARGS = {"shape": Arg("ints", [], "output shape (no input)"),
@@ -51,18 +51,6 @@ def host_ints(x, what: str) -> list[int] | None:
     return [int(v) for v in np.asarray(backend.to_host(x)).reshape(-1)]
 
 
-MAX_ELEMENTS = np.iinfo(np.intp).max // 16   # numpy also refuses dims whose product times the item size overflows
-
-
-def _check_dims(dims, where: str) -> tuple[int, ...]:
-    if any(d < 0 for d in dims):
-        raise ArgumentError(f"{where} {list(dims)} has a negative dimension; every dim must be >= 0")
-    if math.prod(d for d in dims if d) > MAX_ELEMENTS:   # numpy refuses such a shape even with a 0 in it
-        raise ArgumentError(f"{where} {list(dims)}: its nonzero dims multiply to more than {MAX_ELEMENTS}, more "
-                            "elements than an array can have, even with a dim of 0")
-    return tuple(dims)
-
-
 def fill_shape(inputs, shape, extra_shape, input_as_shape) -> tuple:
     """The output shape of a filler from its (0 or 1) shape input and arguments, by Caffe2's rules.
 
@@ -79,16 +67,16 @@ def fill_shape(inputs, shape, extra_shape, input_as_shape) -> tuple:
                 raise ShapeError(f"with input_as_shape=1 the input must be a 1-D tensor of dims, got shape "
                                  f"{tuple(x.shape)}")
             dims = host_ints(x, "the shape input (input_as_shape=1)")
-            base = (None,) * x.shape[0] if dims is None else _check_dims(dims, "the shape input")
+            base = (None,) * x.shape[0] if dims is None else check_dims(dims, "the shape input")
         else:
             base = tuple(x.shape)
-        return base + _check_dims(extra_shape, "'extra_shape'")
+        return base + check_dims(extra_shape, "'extra_shape'")
     if extra_shape:
         raise ArgumentError(f"'extra_shape' {list(extra_shape)} needs an input whose shape it extends; give "
                             "the full shape in 'shape' instead")
     if input_as_shape:
         raise ArgumentError("input_as_shape=1 needs an input holding the shape")
-    return _check_dims(shape, "'shape'")
+    return check_dims(shape, "'shape'")
 
 
 def _known(dims) -> bool:

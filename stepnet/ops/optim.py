@@ -1,4 +1,6 @@
-"""Dense optimizer updates: MomentumSGD, MomentumSGDUpdate, Adagrad, Adam, RmsProp.
+"""Dense optimizer updates: MomentumSGD, MomentumSGDUpdate, Adagrad, Adam, RmsProp; and two helpers of
+optimizers: Lars (a layer's learning-rate factor) and SparseNormalize (renormalizing the embedding rows a
+sparse gradient touched).
 
 Sign conventions (spec §11.8): Caffe2's optimizer builders make the learning-rate blob negative for
 Adagrad, Adam and plain SGD (these ops *add* lr·update) and positive for MomentumSGDUpdate (which
@@ -9,10 +11,13 @@ input it replaces. Arithmetic stays in the parameter's float dtype. No op here i
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from ..core.errors import DTypeError, ShapeError
-from .base import check_float, like, size_of
+from ..core import backend
+from ..core.errors import ArgumentError, DTypeError, ShapeError
+from .base import check_float, check_int_dtype, like, out_spec, size_of
 from .lr import iteration_value
 from .registry import SHOULD_NOT_DO_GRADIENT, op
 
@@ -223,3 +228,81 @@ def rms_prop(xp, grad, mean_squares, mom, lr, *, decay, momentum, epsilon):
     mom_new = mom.reshape(grad.shape) * const(dt, momentum) + scalar(xp, lr, dt) * grad / xp.sqrt(
         const(dt, epsilon) + ms_new)
     return arrays(xp, mom_new.copy(), ms_new.reshape(mean_squares.shape), mom_new.reshape(mom.shape))
+
+
+# --------------------------------------------------------------------------------------------- Lars
+def _check_lars(X, dX, offset) -> None:
+    check_float("Lars", X=X, dX=dX)
+    check_like("Lars", "X", X, dX=dX)
+    if offset < 0:
+        raise ArgumentError(f"Lars argument offset must be >= 0, got {offset}")
+
+
+def _lars_shape(specs, *, offset):
+    _check_lars(*specs, offset)
+    return [out_spec((1,), specs[0].dtype)]
+
+
+@op("Lars", inputs=2, outputs=1, inplace=(), args={"offset": 0.5}, gradient=SHOULD_NOT_DO_GRADIENT,
+    shape=_lars_shape)
+def lars(xp, X, dX, *, offset):
+    """Layer-wise adaptive rate scaling (caffe2/sgd/lars_op.h): lr_rescale = 1 / (|dX| / |X| + offset), L2
+    norms, as a 1-element tensor; 1 when |X| is 0."""
+    _check_lars(X, dX, offset)
+    x_norm = xp.sqrt((X * X).reshape(1, -1).sum(axis=1, dtype=X.dtype))       # shape (1,): stays on the device
+    dx_norm = xp.sqrt((dX * dX).reshape(1, -1).sum(axis=1, dtype=X.dtype))
+    safe = xp.where(x_norm > 0, x_norm, const(X.dtype, 1))
+    with np.errstate(divide="ignore"):
+        return xp.where(x_norm > 0, const(X.dtype, 1) / (dx_norm / safe + const(X.dtype, offset)),
+                        const(X.dtype, 1))
+
+
+# --------------------------------------------------------------------------------------------- SparseNormalize
+NORM_EPS = 1e-12
+
+
+def _check_sparse_normalize(param, indices, grad, norm) -> None:
+    check_float("SparseNormalize", param=param, grad=grad)
+    check_int_dtype(indices.dtype, "SparseNormalize indices")
+    if norm < 0:
+        raise ArgumentError(f"SparseNormalize argument norm must be >= 0, got {norm}")
+    k = len(indices.shape)
+    if len(param.shape) < 1 or len(grad.shape) < k or \
+            size_of(param) // max(param.shape[0], 1) != size_of(grad) // max(math.prod(grad.shape[:k]), 1):
+        raise ShapeError(f"SparseNormalize: grad {tuple(grad.shape)} must hold one row of param "
+                         f"{tuple(param.shape)} per index (indices {tuple(indices.shape)})")
+
+
+def _sparse_normalize_shape(specs, *, use_max_norm, norm):
+    _check_sparse_normalize(*specs, norm)
+    return [like(specs[0])]
+
+
+@op("SparseNormalize", inputs=3, outputs=1, inplace=[(0, 0)], enforce_inplace=[(0, 0)],
+    args={"use_max_norm": True, "norm": 1.0}, gradient=SHOULD_NOT_DO_GRADIENT, shape=_sparse_normalize_shape)
+def sparse_normalize(xp, param, indices, grad, *, use_max_norm, norm):
+    """The rows of param named by indices scaled to L2 norm `norm` (the norm taken plus 1e-12); with
+    use_max_norm (the default) only rows whose norm is above `norm`. grad only gives the row width. A
+    repeated index is normalized again (as Caffe2's in-place loop does)."""
+    _check_sparse_normalize(param, indices, grad, norm)
+    ids = xp.asarray(indices).reshape(-1).astype(np.int64)
+    rows = param.shape[0]
+    if ids.size and bool(((ids < 0) | (ids >= rows)).any()):
+        bad = int(ids[xp.argmax((ids < 0) | (ids >= rows))])
+        raise ShapeError(f"SparseNormalize: index {bad} is out of range for param with {rows} rows")
+    out = param.copy()
+    flat = out.reshape(rows, -1)
+    pending = ids
+    while pending.size:                                # each pass takes one occurrence of every index
+        uniq, first = np.unique(backend.to_host(pending), return_index=True)
+        take = xp.asarray(uniq)
+        block = flat[take]
+        size = xp.sqrt((block * block).sum(axis=1, dtype=out.dtype)) + const(out.dtype, NORM_EPS)
+        scale = const(out.dtype, norm) / size
+        if use_max_norm:
+            scale = xp.where(size < const(out.dtype, norm), const(out.dtype, 1), scale)
+        flat[take] = block * scale.reshape(-1, 1)
+        keep = np.ones(pending.size, bool)
+        keep[first] = False
+        pending = pending[xp.asarray(keep)]
+    return out

@@ -132,17 +132,16 @@ def _remove_shape(specs, *, padding_width, end_padding_width):
     rows = data.shape[0] - (start + end) * _count(rest[0] if rest else None)
     if rows < 0:
         raise ShapeError(f"RemovePadding: DATA {tuple(data.shape)} has fewer rows than the padding of its ranges")
-    out = [out_spec((rows, *data.shape[1:]), data.dtype)]
-    if rest:
-        out.append(out_spec((rest[0].shape[0],), np.int32, None if lens is None else [v - start - end for v in lens]))
-    return out
+    new = None if lens is None else [v - start - end for v in lens]
+    count = _count(rest[0] if rest else None)
+    return [out_spec((rows, *data.shape[1:]), data.dtype), out_spec((count,), np.int32, new)]
 
 
 @op("RemovePadding", inputs=(1, 2), outputs=(1, 2), inplace=(), args=PAD_ARGS, shape=_remove_shape,
     gradient=_padding_gradient("AddPadding"))
 def remove_padding(xp, data, *rest, padding_width, end_padding_width):
     """DATA, (LENGTHS) -> each range without its first padding_width and last end_padding_width rows; and
-    int32 LENGTHS minus both widths."""
+    int32 LENGTHS minus both widths (without LENGTHS: [N - both widths], the one range's)."""
     start, end = _widths(padding_width, end_padding_width, "RemovePadding")
     lens = _remove_checks(data, rest, host_ints, start, end, "RemovePadding")
     rows, at = [], 0
@@ -150,9 +149,7 @@ def remove_padding(xp, data, *rest, padding_width, end_padding_width):
         rows += list(range(at + start, at + length - end))
         at += length
     out = gather_rows(xp, data, np.asarray(rows, dtype=np.int64))
-    if not rest:
-        return out
-    return out, on_device(xp, [v - start - end for v in lens], np.int32)
+    return out, on_device(xp, [v - start - end for v in lens], np.int32)    # (a one-output op keeps the first)
 
 
 # --------------------------------------------------------------------------------------------- GatherPadding

@@ -1,11 +1,11 @@
 """Elementwise ops of the later Caffe2 that the older families lack: Mod, Log1p, Gelu (exact and fast_gelu),
-ReplaceNaN, EnforceFinite, Bucketize, BatchBoxCox and Mean.
+ReplaceNaN, EnforceFinite, Bucketize, BatchBoxCox, Mean, Ceil and Floor.
 
 Semantics from pytorch/pytorch caffe2/operators/{mod,log1p,gelu,replace_nan,enforce_finite,bucketize,
 batch_box_cox,mean}_op.cc. Gradient makers are declared with the ops: Log1p -> Log1pGradient(X, dY), Gelu ->
 GeluGradient(dY, X) (fast_gelu copied), Mean -> MeanGradient(dY) -> one dX per input; the kernels are in
 pointwise_grad.py. Mod, ReplaceNaN and EnforceFinite are SHOULD_NOT_DO_GRADIENT, Bucketize NO_GRADIENT and
-BatchBoxCox GRADIENT_NOT_IMPLEMENTED, as Caffe2 registers them.
+BatchBoxCox, Ceil and Floor GRADIENT_NOT_IMPLEMENTED, as Caffe2 registers them.
 
 numpy has no erf, so the exact Gelu's normal CDF is computed here from a series (|z| < 2.5) and a continued
 fraction for erfc (beyond), in float64: relative error below 1e-11 everywhere, tails included.
@@ -246,3 +246,20 @@ def mean(xp, *inputs):
         out = out + x
     return out * mean_scale(len(inputs), out.dtype)
 
+
+
+# --------------------------------------------------------------------------------------------- Ceil, Floor
+def _rounding(type_: str, fn, what: str) -> None:
+    """Register Ceil or Floor: a float tensor rounded elementwise, in place allowed (caffe2/operators/
+    {ceil,floor}_op.cc; Caffe2 registers them for float only, and no gradient)."""
+    def kernel(xp, x):
+        check_float(type_, X=x)
+        return fn(xp, x)
+
+    kernel.__name__ = kernel.__qualname__ = type_.lower()
+    op(type_, inputs=1, outputs=1, inplace=[(0, 0)], gradient=GRADIENT_NOT_IMPLEMENTED, shape=_float_shape(type_),
+       shapes_from_inputs=True, doc=f"{what}, elementwise; NaN and infinities stay.")(kernel)
+
+
+_rounding("Ceil", lambda xp, x: xp.ceil(x), "The smallest integer not below x")
+_rounding("Floor", lambda xp, x: xp.floor(x), "The largest integer not above x")

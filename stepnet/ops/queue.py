@@ -1,5 +1,5 @@
 """Blob queues (Caffe2's caffe2/queue): CreateBlobsQueue, EnqueueBlobs, DequeueBlobs, CloseBlobsQueue,
-SafeEnqueueBlobs, SafeDequeueBlobs, WeightedSampleDequeueBlobs.
+SafeEnqueueBlobs, SafeDequeueBlobs, WeightedSampleDequeueBlobs; CreateBlobsQueueDB (a DB reader over a queue).
 
 A queue is an opaque blob value (BlobsQueue): `capacity` records of `num_blobs` blobs each, created in the
 workspace as `<queue>_<record>_<column>` as Caffe2 creates them. Writing and reading swap the contents of the
@@ -16,8 +16,9 @@ import numpy as np
 
 from ..core import backend
 from ..core.errors import ArgumentError, ArityError, DTypeError, OpError, ShapeError
+from ..io.dbreader import DBReader
 from .base import on_device
-from .registry import NO_GRADIENT, Arg, op
+from .registry import NO_GRADIENT, SHOULD_NOT_DO_GRADIENT, Arg, op
 
 MAX_BLOBS = 1024  # the in-place pairs declared for Enqueue ops (input i + 1 is output i)
 IN_PLACE = [(i + 1, i) for i in range(MAX_BLOBS)]
@@ -249,3 +250,70 @@ def _describe(value) -> str:
         return "empty"
     shape = getattr(value, "shape", None)
     return f"{tuple(shape)} {value.dtype}" if shape is not None else type(value).__name__
+
+
+# --------------------------------------------------------------------------------------------- queue as a DB
+class BlobsQueueDBReader(DBReader):
+    """A DB reader (what TensorProtosDBInput reads) whose records come from a BlobsQueue: each read dequeues one
+    record and takes its value (and key, if key_blob_index >= 0) from the record's blobs, each a string or a
+    string tensor (its first element). The queue never wraps around as a file does: reading an empty queue is
+    an error (an open one could only be filled by another op, which cannot run meanwhile)."""
+
+    def __init__(self, queue: BlobsQueue, key_blob_index: int, value_blob_index: int):
+        self.queue, self.key_blob_index, self.value_blob_index = queue, key_blob_index, value_blob_index
+        self.source, self.db_type, self.num_shards, self.shard_id = f"queue {queue.name!r}", "BlobsQueueDB", 1, 0
+        self.pos = 0
+        self._scratch = [type(b)(f"{queue.name}#db{j}") for j, b in enumerate(queue.records[0])]
+
+    def open(self, limits, where: str) -> "BlobsQueueDBReader":
+        return self
+
+    def seek_to_first(self) -> None:
+        self.pos = 0
+
+    def read(self) -> tuple[str, bytes, str]:
+        where = f"{self.source}, record {self.pos}"
+        if not self.queue.read(self._scratch):
+            raise OpError(f"queue {self.queue.name!r} is closed and empty: the DB reader has no record left")
+        self.pos += 1
+        try:
+            key = self._string(self.key_blob_index, where).decode("utf-8", "replace") \
+                if self.key_blob_index >= 0 else ""
+            return key, self._string(self.value_blob_index, where), where
+        finally:
+            for blob in self._scratch:
+                blob.value = None
+
+    def rest(self):
+        while len(self.queue):
+            yield self.read()
+
+    def where(self, i: int) -> str:
+        return f"{self.source}, record {i}"
+
+    def _string(self, j: int, where: str) -> bytes:
+        value = self._scratch[j].value
+        if isinstance(value, np.ndarray) and value.dtype == object and value.size:
+            value = value.reshape(-1)[0]
+        if isinstance(value, str):
+            return value.encode("utf-8")
+        if isinstance(value, bytes):
+            return value
+        raise DTypeError(f"{where}: blob {j} must be a string or a string tensor, got {_describe(value)}")
+
+    def __repr__(self):
+        return f"BlobsQueueDBReader({self.queue!r}, record {self.pos})"
+
+
+@op("CreateBlobsQueueDB", inputs=1, outputs=1, gradient=SHOULD_NOT_DO_GRADIENT,
+    args={"key_blob_index": -1, "value_blob_index": 0, "timeout_secs": 0.0})
+def create_blobs_queue_db(xp, queue, *, key_blob_index, value_blob_index, timeout_secs):
+    """A DB reader over the queue: each record read dequeues one queue record, the value (a serialized
+    TensorProtos, for TensorProtosDBInput) from blob value_blob_index and the key from key_blob_index (-1:
+    none). timeout_secs is accepted: nothing can arrive while one op runs, so an empty queue fails at once."""
+    queue = _queue(queue)
+    for name, index, low in (("value_blob_index", value_blob_index, 0), ("key_blob_index", key_blob_index, -1)):
+        if not low <= index < queue.num_blobs:
+            raise ArgumentError(f"{name} must be in [{low}, {queue.num_blobs}) for a queue of {queue.num_blobs} "
+                                f"blob(s), got {index}")
+    return BlobsQueueDBReader(queue, key_blob_index, value_blob_index)

@@ -20,6 +20,8 @@ are SHOULD_NOT_DO_GRADIENT; LengthsToRanges has no gradient registered (as in Ca
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..core.errors import ShapeError
@@ -132,8 +134,9 @@ def _weighted_sum_with_main_input(xp, weights, go, lengths, data, indices, **_):
     check_bounds(xp, indices, data.shape[0], "INDICES", f" for DATA of shape {tuple(data.shape)}")
     rows = _spread(xp, go, lens)
     n = rows.shape[0]
-    picked = xp.take(xp.reshape(data, (data.shape[0], -1)), indices, axis=0).astype(go.dtype, copy=False)
-    d_weights = (xp.reshape(rows, (n, -1)) * picked).sum(axis=1)
+    block = math.prod(data.shape[1:])       # (not -1: reshaping 0 rows needs the block size)
+    picked = xp.take(xp.reshape(data, (data.shape[0], block)), indices, axis=0).astype(go.dtype, copy=False)
+    d_weights = (xp.reshape(rows, (n, block)) * picked).sum(axis=1)
     return _spread(xp, go, lens, weights), d_weights.astype(go.dtype, copy=False)
 
 

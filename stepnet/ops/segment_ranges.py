@@ -1,14 +1,14 @@
-"""Segment reductions by segment ids: SortedSegmentSum, UnsortedSegmentSum and the range reductions
-SortedSegmentRange{Sum,LogSumExp,LogMeanExp,Mean,Max}, with their gradient ops.
+"""Segment reductions by sorted segment ids, the range reductions SortedSegmentRange{Sum,LogSumExp,LogMeanExp,
+Mean,Max} with their gradient ops, and the segment-id checks the other segment reductions (segment_reducers.py)
+share.
 
 Semantics follow pytorch/pytorch caffe2/operators/segment_reduction_op.{h,cc} and reducer_functors.h: row i
 of DATA belongs to segment SEGMENT_IDS[i]. The sorted ops need ids that start at 0 and step by 0 or 1 ("sorted
-and without gaps"); the output has ids[-1] + 1 rows. UnsortedSegmentSum takes ids in any order, with
+and without gaps"); the output has ids[-1] + 1 rows. The unsorted ops take ids in any order, with
 num_segments rows (default max id + 1; segments without rows give 0). Ids are read on the host, as Caffe2
 does, so the output's first dimension depends on their values.
 
-Gradients, as Caffe2's makers emit them: Sorted/UnsortedSegmentSum -> <name>Gradient(dY, SEGMENT_IDS) -> dDATA
-(each row gets its segment's dY); SortedSegmentRange<R> -> SortedSegmentRange<R>Gradient(DATA, Y, dY,
+Gradients, as Caffe2's makers emit them: SortedSegmentRange<R> -> SortedSegmentRange<R>Gradient(DATA, Y, dY,
 SEGMENT_IDS) -> dDATA: Sum dY, Mean dY / length, LogSumExp dY exp(x - y), LogMeanExp dY exp(x - y) / length,
 Max dY where x equals the segment's max (every tie gets it, as Caffe2's loop gives it).
 """
@@ -28,7 +28,7 @@ RANGE_REDUCERS = ("Sum", "LogSumExp", "LogMeanExp", "Mean", "Max")
 
 
 # --------------------------------------------------------------------------------------------- checks
-def _ids(segment_ids, rows, read, op_type):
+def segment_id_values(segment_ids, rows, read, op_type):
     """SEGMENT_IDS checked to be an integer vector with one id per DATA row (rows: None to skip); its values
     (None when unknown)."""
     require_int(segment_ids, f"{op_type}: SEGMENT_IDS")
@@ -52,14 +52,14 @@ def sorted_lengths(ids, op_type) -> list[int]:
     return np.bincount(np.asarray(ids, dtype=np.int64), minlength=0).tolist() if ids else []
 
 
-def _data(data, op_type) -> int:
+def data_rows(data, op_type) -> int:
     check_float(op_type, DATA=data)
     if len(data.shape) < 1:
         raise ShapeError(f"{op_type}: DATA must be at least 1-D, got a 0-D tensor")
     return data.shape[0]
 
 
-def _unsorted_count(ids, num_segments, op_type) -> int | None:
+def unsorted_count(ids, num_segments, op_type) -> int | None:
     """num_segments, or max id + 1; every id checked to lie in range."""
     if ids is None:
         return None if num_segments == -1 else num_segments
@@ -75,7 +75,7 @@ def _unsorted_count(ids, num_segments, op_type) -> int | None:
 def _sorted_shape(op_type):
     def shape(specs, **_):
         data, segment_ids = specs
-        ids = _ids(segment_ids, _data(data, op_type), known_ints, op_type)
+        ids = segment_id_values(segment_ids, data_rows(data, op_type), known_ints, op_type)
         count = None if ids is None else len(sorted_lengths(ids, op_type))
         return [value_dependent((count, *data.shape[1:]), data.dtype)]
     return shape
@@ -97,7 +97,7 @@ def _log_exp(xp, data, rows, mask, mean: bool):
 
 
 def _range_reduce(xp, data, segment_ids, kind, op_type):
-    ids = _ids(segment_ids, _data(data, op_type), host_ints, op_type)
+    ids = segment_id_values(segment_ids, data_rows(data, op_type), host_ints, op_type)
     lengths = sorted_lengths(ids, op_type)
     if not lengths:
         return xp.zeros((0, *data.shape[1:]), dtype=data.dtype)
@@ -105,13 +105,6 @@ def _range_reduce(xp, data, segment_ids, kind, op_type):
     if kind in ("LogSumExp", "LogMeanExp"):
         return _log_exp(xp, data, rows, mask, kind == "LogMeanExp")
     return reduce_rows(xp, data, rows, mask, kind.lower(), data.dtype)
-
-
-@op("SortedSegmentSum", inputs=2, outputs=1, inplace=(), shape=_sorted_shape("SortedSegmentSum"),
-    gradient=single_gradient("SortedSegmentSumGradient", ["GO0", "I1"]))
-def sorted_segment_sum(xp, data, segment_ids):
-    """Sum of the DATA rows of each segment; SEGMENT_IDS sorted from 0 without gaps (ids[-1] + 1 rows out)."""
-    return _range_reduce(xp, data, segment_ids, "Sum", "SortedSegmentSum")
 
 
 def _range_op(kind):
@@ -133,39 +126,17 @@ for _kind in RANGE_REDUCERS:
     _range_op(_kind)
 
 
-def _unsorted_shape(specs, *, num_segments):
-    data, segment_ids = specs
-    ids = _ids(segment_ids, _data(data, "UnsortedSegmentSum"), known_ints, "UnsortedSegmentSum")
-    count = _unsorted_count(ids, num_segments, "UnsortedSegmentSum")
-    return [value_dependent((count, *data.shape[1:]), data.dtype)]
-
-
-@op("UnsortedSegmentSum", inputs=2, outputs=1, inplace=(), args={"num_segments": -1}, shape=_unsorted_shape,
-    grows="values",
-    gradient=single_gradient("UnsortedSegmentSumGradient", ["GO0", "I1"]))
-def unsorted_segment_sum(xp, data, segment_ids, *, num_segments):
-    """Sum of the DATA rows with each id, ids in any order; num_segments rows out (default max id + 1), 0 for
-    ids without rows."""
-    ids = _ids(segment_ids, _data(data, "UnsortedSegmentSum"), host_ints, "UnsortedSegmentSum")
-    count = _unsorted_count(ids, num_segments, "UnsortedSegmentSum")
-    ids = np.asarray(ids, dtype=np.int64)
-    order = np.argsort(ids, kind="stable")
-    pos, mask = segment_layout(xp, np.bincount(ids, minlength=count).tolist())
-    rows = xp.take(on_device(xp, order, np.int64), pos, axis=0) if order.size else pos
-    return reduce_rows(xp, data, rows, mask, "sum", data.dtype)
-
-
 # --------------------------------------------------------------------------------------------- gradients
-def _grad_checks(dy, segment_ids, read, op_type, sorted_ids):
+def grad_checks(dy, segment_ids, read, op_type, sorted_ids):
     """The checks of the gradient ops; (ids, segment lengths or None)."""
     check_float(op_type, dY=dy)
     if len(dy.shape) < 1:
         raise ShapeError(f"{op_type}: dY must be at least 1-D (one row per segment)")
-    ids = _ids(segment_ids, None, read, op_type)
+    ids = segment_id_values(segment_ids, None, read, op_type)
     if ids is None:
         return None, None
     if not sorted_ids:
-        _unsorted_count(ids, dy.shape[0], op_type)
+        unsorted_count(ids, dy.shape[0], op_type)
         return ids, None
     lengths = sorted_lengths(ids, op_type)
     if ids and len(lengths) != dy.shape[0]:
@@ -174,28 +145,9 @@ def _grad_checks(dy, segment_ids, read, op_type, sorted_ids):
     return ids, lengths
 
 
-def _sum_grad(op_type, sorted_ids):
-    def shape(specs, **_):
-        dy, segment_ids = specs
-        _grad_checks(dy, segment_ids, known_ints, op_type, sorted_ids)
-        return [out_spec((segment_ids.shape[0], *dy.shape[1:]), dy.dtype)]
-
-    def kernel(xp, dy, segment_ids, **_):
-        ids, _ = _grad_checks(dy, segment_ids, host_ints, op_type, sorted_ids)
-        return xp.take(dy, on_device(xp, ids, np.int64), axis=0)
-
-    kernel.__name__ = kernel.__qualname__ = op_type.lower()
-    op(op_type, inputs=2, outputs=1, inplace=(), shape=shape, args={"num_segments": -1} if not sorted_ids else None,
-       doc="dY, SEGMENT_IDS -> dDATA: row i is dY[SEGMENT_IDS[i]].")(kernel)
-
-
-_sum_grad("SortedSegmentSumGradient", True)
-_sum_grad("UnsortedSegmentSumGradient", False)
-
-
 def _range_grad_checks(x, y, dy, segment_ids, read, op_type):
     check_float(op_type, DATA=x, Y=y, dY=dy)
-    ids, lengths = _grad_checks(dy, segment_ids, read, op_type, True)
+    ids, lengths = grad_checks(dy, segment_ids, read, op_type, True)
     if tuple(y.shape) != tuple(dy.shape) or tuple(x.shape) != (segment_ids.shape[0], *dy.shape[1:]):
         raise ShapeError(f"{op_type}: DATA {tuple(x.shape)}, Y {tuple(y.shape)} and dY {tuple(dy.shape)} do not "
                          f"fit {segment_ids.shape[0]} segment ids (DATA needs one row per id, Y the shape of dY)")

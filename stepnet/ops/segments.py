@@ -261,6 +261,35 @@ def sparse_lengths_weighted_sum(xp, data, weights, indices, lengths, grad_on_wei
     return _sparse_reduce(xp, data, indices, lengths, "sum", weights)
 
 
+def _positional_shape(specs):
+    data, weights, indices, lengths = specs
+    lens, dtype = _sparse_checks(data, indices, lengths, None, known_ints)
+    _positional_weights(weights, lens)
+    check_bounds(np, spec_value(indices), data.shape[0], "INDICES", f" for DATA of shape {tuple(data.shape)}")
+    return [out_spec((lengths.shape[0], *data.shape[1:]), dtype)]
+
+
+def _positional_weights(weights, lens) -> None:
+    check_vector(weights, "WEIGHT")
+    if weights.dtype is not None and weights.dtype.kind != "f":
+        raise ShapeError(f"WEIGHT must be a float vector, got {weights.dtype}")
+    if lens and max(lens) > weights.shape[0]:
+        raise ShapeError(f"WEIGHT has {weights.shape[0]} weights but a segment has {max(lens)} positions; give "
+                         "one weight per position of the longest segment")
+
+
+@op("SparseLengthsPositionalWeightedSum", inputs=4, outputs=1, inplace=NOT_IN_PLACE, shape=_positional_shape)
+def sparse_lengths_positional_weighted_sum(xp, data, weights, indices, lengths):
+    """Sum of WEIGHT[j] * DATA[INDICES[k]] over each run of lengths[i] consecutive indices, j the position of k
+    within its run (LengthsRangeFill, Gather and SparseLengthsWeightedSum fused); no gradient, as in Caffe2."""
+    lens, out_dtype = _sparse_checks(data, indices, lengths, None, host_ints)
+    _positional_weights(weights, lens)
+    check_bounds(xp, indices, data.shape[0], "INDICES", f" for DATA of shape {tuple(data.shape)}")
+    pos, mask = segment_layout(xp, lens)
+    w = xp.broadcast_to(weights[:pos.shape[1]].astype(out_dtype)[None, :], pos.shape)
+    return reduce_rows(xp, data, xp.take(indices, pos, axis=0), mask, "sum", out_dtype, w)
+
+
 def _dense_rows(indices, values, extra, output_first_dim, read) -> int | None:
     """SparseToDense's checks; the output's first dimension (None when it is max(INDICES) + 1 of unknown
     indices)."""

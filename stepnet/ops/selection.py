@@ -1,4 +1,5 @@
-"""Picking elements by value or by indicator: TopK (+ TopKGradient) and FillExamplesWithIndicator.
+"""Picking elements by value or by indicator: TopK (+ TopKGradient), FlexibleTopK (+ FlexibleTopKGradient),
+RowWiseArgMax and FillExamplesWithIndicator.
 
 TopK follows pytorch/pytorch caffe2/operators/top_k.cc: the k largest elements along `axis` (default the
 last), largest first, equal values in index order; k > the axis length pads values with 0 and indices with
@@ -10,6 +11,12 @@ output shapes depend on k's value when it is an input. TopK's gradient is TopKGr
 FillExamplesWithIndicator(DATA, INDICATOR) is Facebook's op that Glow imports (it is not in the open Caffe2
 tree): row i of the output is the next row of DATA where INDICATOR[i] is non-zero, zeros elsewhere. No
 gradient is registered for it here (its Caffe2 registration is not public).
+
+FlexibleTopK (flexible_top_k.cc) picks a different number of elements from each row (last dimension) of a
+float X: K (int64, one k in 1..r per row) says how many; the values and int64 in-row indices of all rows come
+out concatenated (sum(K) elements), ordered as TopK's. FlexibleTopKGradient(X, K, dValues, Indices) scatters
+dValues back into zeros shaped like X. RowWiseArgMax (arg_max_op.cc) gives the int32 column of each float32
+row's first maximum as an (N, 1) tensor; Caffe2 registers no gradient for it.
 """
 from __future__ import annotations
 
@@ -17,10 +24,12 @@ import math
 
 import numpy as np
 
+from ..core import backend
 from ..core.errors import ArgumentError, DTypeError, ShapeError
 from .base import (
-    canonical_axis, check_float, host_ints, known_ints, on_device, out_spec, single_gradient, value_dependent)
-from .registry import op
+    canonical_axis, check_dims, check_float, host_ints, known_ints, like, on_device, out_spec, single_gradient,
+    value_dependent)
+from .registry import NO_GRADIENT, op
 
 
 # --------------------------------------------------------------------------------------------- TopK
@@ -56,6 +65,8 @@ def _topk_shape(specs, *, k, axis):
     _, _, _, ax = _topk_geometry(x, axis)
     k = _k_of(k, k_input, known_ints)
     dims = tuple(x.shape[:ax]) + (k,) + tuple(x.shape[ax + 1:])
+    if k is not None and None not in dims:
+        check_dims(dims, f"TopK's outputs for k={k}: shape")
     flat = None if k is None else math.prod(dims)
     return [value_dependent(dims, x.dtype), value_dependent(dims, np.int64), value_dependent((flat,), np.int64)]
 
@@ -67,6 +78,7 @@ def top_k(xp, x, *k_input, k, axis):
     `axis`, and their int64 indices into the flattened X; padded with 0 / -1 where k exceeds the axis."""
     prev, n, nxt, ax = _topk_geometry(x, axis)
     k = _k_of(k, k_input, host_ints)
+    check_dims(tuple(x.shape[:ax]) + (k,) + tuple(x.shape[ax + 1:]), f"TopK's outputs for k={k}: shape")
     kept = min(k, n)
     x3 = x.reshape(prev, n, nxt)
     order = xp.argsort(-x3, axis=1, kind="stable")[:, :kept, :]               # (prev, kept, next)
@@ -161,3 +173,110 @@ def fill_examples_with_indicator(xp, data, indicator):
     source = np.where(picked, np.cumsum(picked) - 1, data.shape[0])      # a DATA row, or the zero row after them
     padded = xp.concatenate([data, xp.zeros((1, *data.shape[1:]), dtype=data.dtype)])
     return xp.take(padded, on_device(xp, source, np.int64), axis=0)
+
+
+# --------------------------------------------------------------------------------------------- FlexibleTopK
+def _flexible_geometry(op_type: str, x, k) -> tuple[int, int]:
+    """(rows, r) of X seen as rows of its last dimension, after the checks on X and K's shape and type."""
+    check_float(op_type, X=x)
+    if len(x.shape) < 1:
+        raise ShapeError(f"{op_type}: X must be at least 1-D, got a 0-D tensor")
+    if k.dtype is not None and k.dtype != np.int64:
+        raise DTypeError(f"{op_type}: K must be int64, got {k.dtype}")
+    rows = math.prod(x.shape[:-1])
+    if math.prod(k.shape) != rows:
+        raise ShapeError(f"{op_type}: K has {math.prod(k.shape)} elements but X {tuple(x.shape)} has {rows} rows "
+                         "(the product of all but its last dimension); they must be equal")
+    return rows, x.shape[-1]
+
+
+def _flexible_ks(op_type: str, ks, r: int) -> None:
+    for i, k in enumerate(ks):
+        if not 0 < k <= r:
+            raise ArgumentError(f"{op_type}: K[{i}] = {k}, but every k must be in 1..{r} (the last dimension of X)")
+
+
+def _flexible_shape(specs):
+    x, k = specs
+    _, r = _flexible_geometry("FlexibleTopK", x, k)
+    ks = known_ints(k, "FlexibleTopK: K")
+    if ks is not None:
+        _flexible_ks("FlexibleTopK", ks, r)
+    total = None if ks is None else sum(ks)
+    return [value_dependent((total,), x.dtype), value_dependent((total,), np.int64)]
+
+
+@op("FlexibleTopK", inputs=2, outputs=2, inplace=(), shape=_flexible_shape,
+    gradient=single_gradient("FlexibleTopKGradient", ["I0", "I1", "GO0", "O1"]))
+def flexible_top_k(xp, x, k):
+    """For row i of X (its last dimension), the K[i] largest values (largest first, ties by lower index) and
+    their int64 indices in the row, all rows' picks concatenated into two vectors of sum(K) elements."""
+    rows, r = _flexible_geometry("FlexibleTopK", x, k)
+    ks = host_ints(k, "FlexibleTopK: K")
+    _flexible_ks("FlexibleTopK", ks, r)
+    x2 = x.reshape(rows, r)
+    order = xp.argsort(-x2, axis=1, kind="stable")
+    keep = on_device(xp, np.arange(r)[None, :] < np.asarray(ks, dtype=np.int64)[:, None], np.bool_)
+    return xp.take_along_axis(x2, order, axis=1)[keep], order[keep].astype(np.int64)
+
+
+def _flexible_grad_checks(x, k, values, indices, ks) -> int:
+    rows, r = _flexible_geometry("FlexibleTopKGradient", x, k)
+    check_float("FlexibleTopKGradient", X=x, dValues=values)
+    if indices.dtype is not None and indices.dtype != np.int64:
+        raise DTypeError(f"FlexibleTopKGradient: Indices must be int64 (FlexibleTopK's output 1), got {indices.dtype}")
+    if len(values.shape) != 1 or tuple(indices.shape) != tuple(values.shape):
+        raise ShapeError(f"FlexibleTopKGradient: dValues {tuple(values.shape)} and Indices {tuple(indices.shape)} "
+                         "must be vectors of the same length")
+    if ks is not None:
+        _flexible_ks("FlexibleTopKGradient", ks, r)
+        if sum(ks) != values.shape[0]:
+            raise ShapeError(f"FlexibleTopKGradient: K sums to {sum(ks)} but dValues has {values.shape[0]} "
+                             "elements; they must be equal")
+    return r
+
+
+def _flexible_grad_shape(specs):
+    _flexible_grad_checks(*specs, known_ints(specs[1], "FlexibleTopKGradient: K"))
+    return [like(specs[0], specs[2].dtype)]
+
+
+@op("FlexibleTopKGradient", inputs=4, outputs=1, inplace=(), shape=_flexible_grad_shape)
+def flexible_top_k_gradient(xp, x, k, values, indices):
+    """X, K, dValues, Indices -> dX: zeros shaped like X with each row's dValues written at its Indices."""
+    ks = host_ints(k, "FlexibleTopKGradient: K")
+    r = _flexible_grad_checks(x, k, values, indices, ks)
+    idx = np.asarray(backend.to_host(indices))
+    if idx.size and bool(((idx < 0) | (idx >= r)).any()):
+        raise ShapeError(f"FlexibleTopKGradient: Indices hold values outside 0..{r - 1} (the last dimension of X)")
+    row_of = np.repeat(np.arange(len(ks), dtype=np.int64), ks)
+    out = xp.zeros(x.size, dtype=values.dtype)
+    out[on_device(xp, row_of * r + idx, np.int64)] = values
+    return out.reshape(x.shape)
+
+
+# --------------------------------------------------------------------------------------------- RowWiseArgMax
+def _rowwise_checks(x) -> None:
+    if x.dtype is not None and x.dtype != np.float32:
+        raise DTypeError(f"RowWiseArgMax: X must be float32, got {x.dtype}")
+    if len(x.shape) != 2:
+        raise ShapeError(f"RowWiseArgMax: X must be a 2-D (N x D) tensor, got shape {tuple(x.shape)}")
+    if x.shape[1] == 0 and x.shape[0]:
+        raise ShapeError(f"RowWiseArgMax: X {tuple(x.shape)} has empty rows, which have no maximum")
+
+
+def _rowwise_shape(specs):
+    _rowwise_checks(specs[0])
+    return [out_spec((specs[0].shape[0], 1), np.int32)]
+
+
+@op("RowWiseArgMax", inputs=1, outputs=1, inplace=(), shape=_rowwise_shape, gradient=NO_GRADIENT)
+def row_wise_arg_max(xp, x):
+    """(N, 1) int32: the column of each row's maximum, the first one when it repeats. As in Caffe2's scan
+    (a later element wins only if it is greater), NaN past column 0 is passed over, and a row starting with
+    NaN gives 0."""
+    _rowwise_checks(x)
+    if x.shape[0] == 0:
+        return xp.zeros((0, 1), dtype=np.int32)
+    best = xp.argmax(xp.where(xp.isnan(x), -np.inf, x), axis=1)
+    return xp.where(xp.isnan(x[:, 0]), 0, best).astype(np.int32).reshape(-1, 1)

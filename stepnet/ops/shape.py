@@ -1,7 +1,8 @@
-"""Shape operators: concatenate/split, slice and tile. Semantics follow Caffe2's concat_split_op.h,
-slice_op.h and tile_op.h (both the facebookarchive/caffe2 and the later pytorch/pytorch era); reshapes,
-transposes, copies and the layout switches are in layout.py, the gradient kernels of both in shape_grad.py
-(gradient makers are declared with the ops).
+"""Shape operators: concatenate/split, slice and tile, PrependDim/MergeDim and LengthsToShape. Semantics follow
+Caffe2's concat_split_op.h, slice_op.h, tile_op.h, prepend_dim_op.h and utility_ops.h (both the
+facebookarchive/caffe2 and the later pytorch/pytorch era); reshapes, transposes, copies and the layout
+switches are in layout.py, the gradient kernels of both in shape_grad.py (gradient makers are declared with
+the ops).
 
 Every op has a shape function next to its kernel; both call the same helpers (which take shapes, or anything
 with .shape/.dtype), so static inference and the kernels cannot disagree. The small tools these shape
@@ -14,7 +15,7 @@ import numpy as np
 
 from ..core.errors import ArgumentError, ArityError, DTypeError, GradientError, ShapeError
 from .base import canonical_axis, folding, host_ints, known_ints, on_device, out_spec
-from .registry import Arg, op
+from .registry import SHOULD_NOT_DO_GRADIENT, Arg, op
 
 NOT_IN_PLACE = ()          # Caffe2's default: an output may not reuse an input's blob
 IN_PLACE_0 = [(0, 0)]      # AllowInplace({{0, 0}})
@@ -267,3 +268,65 @@ def tile(xp, x, *params, tiles, axis):
     reps = [1] * x.ndim
     reps[canonical_axis(axis, x.ndim)] = tiles
     return xp.tile(x, reps)
+
+
+# --------------------------------------------------------------------------------------------- leading dims
+def _prepended(shape, dim_size: int) -> tuple:
+    if dim_size <= 0:
+        raise ArgumentError(f"PrependDim: dim_size must be > 0, got {dim_size}")
+    if len(shape) < 1:
+        raise ShapeError("PrependDim: the input must be at least 1-D, got a 0-D tensor")
+    if shape[0] % dim_size:
+        raise ShapeError(f"PrependDim: the first dim of {tuple(shape)} is not a multiple of dim_size {dim_size}")
+    return (dim_size, shape[0] // dim_size, *shape[1:])
+
+
+def _merged(shape) -> tuple:
+    if len(shape) < 2:
+        raise ShapeError(f"MergeDim: the input must be at least 2-D, got shape {tuple(shape)}")
+    return (shape[0] * shape[1], *shape[2:])
+
+
+def _prepend_dim_gradient(g):
+    g.op("MergeDim", [g.GO(0)], [g.GI(0)], copy_args=False)
+
+
+@op("PrependDim", inputs=1, outputs=1, inplace=IN_PLACE_0, args={"dim_size": 0}, gradient=_prepend_dim_gradient,
+    shape=folding(lambda s, *, dim_size: [out_spec(_prepended(s[0].shape, dim_size), s[0].dtype)],
+                  lambda: prepend_dim), shapes_from_inputs=True)
+def prepend_dim(xp, x, *, dim_size):
+    """X reshaped to (dim_size, dims[0] / dim_size, dims[1:]...), copied (Caffe2's prepend_dim_op.h)."""
+    return xp.reshape(x, _prepended(x.shape, dim_size)).copy()
+
+
+# Caffe2 registers no gradient for MergeDim (it is PrependDim's gradient).
+@op("MergeDim", inputs=1, outputs=1, inplace=IN_PLACE_0, shapes_from_inputs=True,
+    shape=folding(lambda s: [out_spec(_merged(s[0].shape), s[0].dtype)], lambda: merge_dim))
+def merge_dim(xp, x):
+    """X with its first two dims merged into one of size dims[0] * dims[1], copied."""
+    return xp.reshape(x, _merged(x.shape)).copy()
+
+
+def _lengths_to_shape_checks(lengths, values) -> None:
+    if lengths.dtype is not None and lengths.dtype != np.int32:
+        raise DTypeError(f"LengthsToShape: the lengths must be int32, got {lengths.dtype}")
+    if len(lengths.shape) != 1 or lengths.shape[0] == 0:
+        raise ShapeError(f"LengthsToShape: the input must be a non-empty vector of lengths, got shape "
+                         f"{tuple(lengths.shape)}")
+    if values is not None and len(set(values)) > 1:
+        raise ShapeError(f"LengthsToShape: all lengths must be equal, got {sorted(set(values))[:4]}")
+
+
+def _lengths_to_shape_shape(specs):
+    _lengths_to_shape_checks(specs[0], known_ints(specs[0], "LengthsToShape: lengths"))
+    return [out_spec((2,), np.int32)]
+
+
+@op("LengthsToShape", inputs=1, outputs=1, inplace=NOT_IN_PLACE, gradient=SHOULD_NOT_DO_GRADIENT,
+    shape=folding(_lengths_to_shape_shape, lambda: lengths_to_shape))
+def lengths_to_shape(xp, lengths):
+    """[len(lengths), lengths[0]] (int32) for lengths that are all equal: the shape to Reshape their
+    concatenated segments into (Caffe2's utility_ops.h)."""
+    values = host_ints(lengths, "LengthsToShape: lengths")
+    _lengths_to_shape_checks(lengths, values)
+    return on_device(xp, [len(values), values[0]], np.int32)

@@ -294,3 +294,17 @@ def col2im(xp, cols, x_shape, geom: Geometry, groups: int = 1):
     v = v.transpose((1, 0, 2 + nd) + tuple(range(3 + nd, 3 + 2 * nd)) + tuple(range(2, 2 + nd)))
     v = v.reshape((n, c) + geom.kernel + geom.out)
     return scatter_windows(xp, lambda tap: v[(slice(None), slice(None)) + tap], x_shape, geom, cols.dtype)
+
+
+def filter_gradient(g):
+    """The gradient maker of Conv, ConvTranspose and the locally connected ops (Caffe2's GetConvGradient,
+    GetLocallyConnectedGradient): <Type>Gradient(X, filter, dY) -> (dfilter, dbias, dX), without dbias
+    (no_bias=1) when there is no bias input, without dX under no_gradient_to_input."""
+    outputs, extra = [g.GI(1)], {}
+    if g.n_inputs == 3:
+        outputs.append(g.GI(2))
+    else:
+        extra["no_bias"] = 1
+    if not g.arg("no_gradient_to_input", 0):
+        outputs.append(g.GI(0))
+    g.op(g.def_.type + "Gradient", [g.I(0), g.I(1), g.GO(0)], outputs, **extra)

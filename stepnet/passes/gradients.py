@@ -37,7 +37,12 @@ class _Generator(NamedTuple):
     device: object = None      # the DeviceOption of the op that made it (or of the forward op)
 
 
-def _make_gradient(index: int, op: OperatorDef, g_output: list):
+def _make_gradient(index: int, op: OperatorDef, g_output: list, extra=None):
+    """(gradient ops, input gradients) of op: from `extra(op, g_output)` where it gives them (makers a caller
+    adds, such as Caffe2's Python-registered ones in stepnet.compat), else from the op's record."""
+    made = extra(op, g_output) if extra is not None else None
+    if made is not None:
+        return made
     schema = REGISTRY.get(op.type)
     maker = schema.gradient
     wanted = [op.output[i] for i, g in enumerate(g_output) if g is not None]
@@ -50,7 +55,8 @@ def _make_gradient(index: int, op: OperatorDef, g_output: list):
                             "the net")
     if maker == NO_GRADIENT or maker is None:
         return [], [None] * len(op.input)
-    ctx = GradientContext(op, g_output, index, backward_ops)   # makers of If / Do run it over their nets
+    nested = backward_ops if extra is None else (lambda ops, ys: backward_ops(ops, ys, extra))
+    ctx = GradientContext(op, g_output, index, nested)   # makers of If / Do run it over their nets
     maker(ctx)
     return ctx.ops, ctx.g_input
 
@@ -58,9 +64,10 @@ def _make_gradient(index: int, op: OperatorDef, g_output: list):
 class BackwardPass:
     """Builds gradient ops for a list of forward ops (a whole net or a step net)."""
 
-    def __init__(self, ops):
+    def __init__(self, ops, extra=None):
         self.graph = Graph(ops)
         self.ops = self.graph.ops
+        self.extra = extra   # extra(op, g_output) -> (ops, g_input), or None for the op's own maker
 
     def run(self, ys):
         """(gradient ops, {blob: gradient}) for ys: a list of blobs (gradient seeded with 1.0) or a dict
@@ -90,7 +97,7 @@ class BackwardPass:
             op = self.ops[i]
             g_output = [current.get(name) for name in op.output]
             if any(g is not None for g in g_output) or op.type == "ZeroGradient":
-                new_ops, g_input = _make_gradient(i, op, g_output)
+                new_ops, g_input = _make_gradient(i, op, g_output, self.extra)
                 self._check_versions(i, op, new_ops, g_output, written_by_grads)
                 for g in new_ops:
                     for name in g.output:
@@ -186,9 +193,16 @@ class BackwardPass:
             local.update(g.output)
 
 
-def backward_ops(ops, ys):
-    """(gradient ops, {blob: gradient name or GradientSlice}) for forward ops and targets ys (spec §6.2)."""
-    return BackwardPass(ops).run(ys)
+def backward_ops(ops, ys, extra=None):
+    """(gradient ops, {blob: gradient name or GradientSlice}) for forward ops and targets ys (spec §6.2).
+    extra(op, g_output): makers consulted before the records' (None from it: the record's maker)."""
+    return BackwardPass(ops, extra).run(ys)
+
+
+def gradient_of_op(op: OperatorDef, g_output: list, extra=None):
+    """(gradient ops, gradient of each input or None) of one op, given the gradients of its outputs (a blob
+    name, a GradientSlice or None each): the op's gradient maker alone, as Caffe2's GetGradientForOp."""
+    return _make_gradient(0, op, list(g_output), extra)
 
 
 def add_gradient_ops(net, losses):
@@ -198,4 +212,4 @@ def add_gradient_ops(net, losses):
     return grads
 
 
-__all__ = ["GradientContext", "GradientError", "GradientSlice", "add_gradient_ops", "backward_ops"]
+__all__ = ["GradientContext", "GradientError", "GradientSlice", "add_gradient_ops", "backward_ops", "gradient_of_op"]

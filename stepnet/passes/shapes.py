@@ -13,12 +13,14 @@ from ..core.limits import check_specs
 from ..core.spec import UNKNOWN, TensorSpec
 from ..ops import REGISTRY
 
-def infer_op(schema, opdef, specs: list[TensorSpec], args: dict, label: str) -> list[TensorSpec]:
-    """Output specs of one op (unknown where the record has no shape function or inputs are unknown)."""
-    if schema.shape is None or any(s.shape is None or None in s.shape for s in specs):
+def infer_op(schema, opdef, specs: list[TensorSpec], args: dict, label: str, shape=None) -> list[TensorSpec]:
+    """Output specs of one op (unknown where the record has no shape function or inputs are unknown); `shape`:
+    a shape function to use instead of the record's."""
+    shape = shape or schema.shape
+    if shape is None or any(s.shape is None or None in s.shape for s in specs):
         return [UNKNOWN] * len(opdef.output)
     try:
-        outs = list(schema.shape(specs, **args))
+        outs = list(shape(specs, **args))
     except StepnetError as e:
         raise e.located(label, _inputs_text(opdef, specs)) from None
     except Exception as e:  # noqa: BLE001 - a shape function meeting values it cannot handle: the inputs' fault
@@ -34,9 +36,11 @@ def _inputs_text(opdef, specs) -> str:
 
 
 def infer_net(netdef, known: dict[str, TensorSpec] | None = None, strict: bool = False,
-              max_blob_bytes: int | None = None) -> dict[str, TensorSpec]:
+              max_blob_bytes: int | None = None, shapes: dict | None = None) -> dict[str, TensorSpec]:
     """Specs of every blob of netdef, given specs of its inputs (by name). Raises on a static mismatch, and
-    with max_blob_bytes on an output whose known shape and dtype would take more (ResourceError)."""
+    with max_blob_bytes on an output whose known shape and dtype would take more (ResourceError). `shapes`:
+    shape functions by op type to use instead of the records' (another framework's answers, such as the size
+    bounds Caffe2's InferShapesAndTypes gives where stepnet's answer depends on values)."""
     import warnings
 
     specs = dict(known or {})
@@ -50,7 +54,7 @@ def infer_net(netdef, known: dict[str, TensorSpec] | None = None, strict: bool =
         if schema.random:
             args["rng"] = None
         ins = [specs.get(name, UNKNOWN) for name in opdef.input]
-        outs = infer_op(schema, opdef, ins, args, label)
+        outs = infer_op(schema, opdef, ins, args, label, (shapes or {}).get(opdef.type))
         if max_blob_bytes is not None:
             check_specs(max_blob_bytes, opdef.output, outs, label)
         for name, s in zip(opdef.output, outs):

@@ -44,7 +44,9 @@ class PlanRun:
         self.done = 0                                                   # ... of which done
         self._units: dict[int, Loop] = {}    # id of a loop's innermost step -> its loop, while it runs
         self._budget: Loop | None = None     # the loop whose iteration budget is counted down
-        self._writes: dict[int, tuple] = {}  # id of a step with a stop blob -> ops.control._writes of its nets
+        # id of a step with a stop blob -> (the step, ops.control._writes of its nets): the step is held so that its
+        # id is not reused by another step message while the run lasts
+        self._writes: dict[int, tuple] = {}
 
     def net(self, name: str, ws):
         """The net bound in ws (Workspace.bind), created on first use in this run, replacing a same-named net
@@ -155,9 +157,10 @@ class PlanRun:
         absent = blob is None or blob.value is None
         if not absent and _should_stop(ws, name):
             return
-        writes = self._writes.get(id(step))
-        if writes is None:
-            writes = self._writes[id(step)] = _writes([self.netdefs[n] for n in _step_nets(step) if n in self.netdefs])
+        held, writes = self._writes.get(id(step), (None, None))
+        if held is not step:
+            writes = _writes([self.netdefs[n] for n in _step_nets(step) if n in self.netdefs])
+            self._writes[id(step)] = (step, writes)
         if (writes[1] or name in writes[0]) if absent else _may_change(blob, name, writes, ws):
             return
         raise PlanError(f"execution step {quoted(step.name or '<unnamed step>')} runs until should_stop_blob "

@@ -310,3 +310,26 @@ def test_a_step_with_a_stop_blob():
     workspace.FeedBlob("limit", np.array([4], np.int64))
     workspace.RunPlan(step)
     assert workspace.FetchBlob("it").tolist() == [4]
+
+
+def test_a_plan_made_from_its_proto_runs_the_same_steps():
+    """Plan.create_from_proto: the same steps (names, iterations, stop blob), over new core.Nets made from the
+    plan's NetDefs; running it gives the original's result."""
+    from stepnet.compat import workspace
+
+    init, body = core.Net("init"), core.Net("body")
+    init.ConstantFill([], "x", shape=[1], value=1.0)
+    body.Add(["x", "x"], "x")
+    plan = core.Plan("p")
+    plan.AddStep(core.execution_step("setup", init))
+    plan.AddStep(core.execution_step("loop", [core.execution_step("inner", body, num_iter=3)]))
+    again = core.Plan.create_from_proto(plan.Proto())
+    assert [s.Name() for s in again.Steps()] == ["setup", "loop"]
+    assert again.Proto().execution_step[1].substep[0].num_iter == 3
+    assert [n.Proto().op[0].type for n in again.Nets()] == ["ConstantFill", "Add"]
+    workspace.RunPlan(again)
+    assert workspace.FetchBlob("x").tolist() == [8.0]
+    bad = plan.Proto()
+    bad.execution_step[0].network[0] = "missing"
+    with pytest.raises(ValueError, match="names network 'missing', which the plan does not hold"):
+        core.Plan.create_from_proto(bad)

@@ -236,3 +236,48 @@ def test_reference_check_catches_broken_kernels(broken):
         broken("Sigmoid", wrong)
         with pytest.raises(AssertionError), np.errstate(over="ignore"):
             check(run_op("Sigmoid", [WIDE]), per_element(sigmoid, WIDE), 1e-6)
+
+
+# --------------------------------------------------------------------------------------------- ThresholdedRelu, Glu
+def _sigmoid_ref(v):
+    return 1 / (1 + math.exp(-v))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("alpha", [1.0, 0.0, 2.5, -0.5])
+def test_thresholded_relu(alpha, device):
+    x = np.array([[-3.0, -0.5, 0.0, 0.99], [1.0, 1.01, 2.5, 3.0]], np.float32)
+    got = run_op("ThresholdedRelu", [x], device=device, alpha=alpha)
+    want = np.array([[v if v > alpha else 0.0 for v in row] for row in x.tolist()], np.float32)
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("shape, dim", [((3, 4), -1), ((2, 6, 3), 1), ((4, 2), 0), ((2,), -1)])
+def test_glu(shape, dim, device):
+    x = np.random.default_rng(3).standard_normal(shape).astype(np.float32)
+    axis = len(shape) - 1 if dim == -1 else dim
+    half = shape[axis] // 2
+    want = np.empty(shape[:axis] + (half,) + shape[axis + 1:], np.float64)
+    for idx in np.ndindex(*want.shape):
+        a = list(idx)
+        b = list(idx)
+        b[axis] += half
+        want[idx] = float(x[tuple(a)]) * _sigmoid_ref(float(x[tuple(b)]))
+    got = run_op("Glu", [x], device=device, dim=dim)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+    assert infer_static("Glu", [x], dim=dim)[0].shape == want.shape
+
+
+def test_glu_bad_inputs_and_no_gradient():
+    with pytest.raises(ShapeError, match="size 3 is odd"):
+        run_op("Glu", [np.ones((2, 3), np.float32)])
+    with pytest.raises(ArgumentError, match="dim=2 is out of range"):
+        run_op("Glu", [np.ones((2, 4), np.float32)], dim=2)
+    assert REGISTRY.get("Glu").gradient is None
+
+
+def test_glu_reference_catches_a_broken_kernel(patched):
+    patched("Glu", kernel=lambda xp, x, dim=-1: x[..., :x.shape[-1] // 2])
+    got = run_op("Glu", [np.ones((1, 2), np.float32)])
+    assert not np.allclose(got, [[_sigmoid_ref(1.0)]])

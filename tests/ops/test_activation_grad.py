@@ -288,3 +288,27 @@ def test_derivative_reference_catches_a_relu_gradient_that_passes_everything(bro
     with pytest.raises(AssertionError):
         np.testing.assert_allclose(run_op("ReluGradient", [np.maximum(x, 0), dy]),
                                    per_element(OPS["Relu"][2], x))
+
+
+# --------------------------------------------------------------------------------------------- ThresholdedRelu
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("alpha", [1.0, 0.3, 2.0])
+def test_thresholded_relu_gradient(alpha, device):
+    x = np.array([[-2.0, -0.4, 0.1, 0.7], [1.3, 1.8, 2.6, 3.1]])
+    check_gradient("ThresholdedRelu", [x], device=device, alpha=alpha)
+    ops, _ = backward_ops([make_op("ThresholdedRelu", ["x"], ["y"], alpha=alpha)], {"y": "y_grad"})
+    assert [(o.type, list(o.input), list(o.output)) for o in ops] == [("ThresholdedReluGradient", ["y", "y_grad"],
+                                                                       ["x_grad"])]
+
+
+def test_thresholded_relu_gradient_is_dy_times_the_sign_of_y():
+    """Caffe2's kernel: dX = dY * sign(Y), so a negative alpha passes -dY for inputs in (alpha, 0)."""
+    y = np.array([-0.3, 0.0, 2.0], np.float32)
+    dy = np.array([1.5, 2.0, -1.0], np.float32)
+    np.testing.assert_array_equal(run_op("ThresholdedReluGradient", [y, dy], alpha=-1.0), [-1.5, 0.0, -1.0])
+
+
+def test_check_gradient_catches_a_broken_thresholded_relu_gradient(broken):
+    broken("ThresholdedReluGradient", lambda xp, Y, dY, alpha=1.0: dY)
+    with pytest.raises(AssertionError, match="ThresholdedRelu: gradient of input 0"):
+        check_gradient("ThresholdedRelu", [np.array([-2.0, 0.5, 1.5, 3.0])])

@@ -333,3 +333,67 @@ def test_adam_betas_outside_their_range_give_nan_or_inf_as_caffe2(beta1, beta2, 
             1.0 - np.float64(np.float32(beta1)) ** (iteration + 1))
     got = adam_correction(beta1, beta2, iteration)
     assert not math.isfinite(got) and (math.isnan(got) == bool(np.isnan(want)))
+
+
+# --------------------------------------------------------------------------------------------- Lars, SparseNormalize
+def _norm(a):
+    return math.sqrt(math.fsum(float(v) ** 2 for v in np.ravel(a)))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("offset", [0.0, 0.5, 7.0])
+def test_lars(offset, device):
+    rng = np.random.default_rng(3)
+    x, dx = rng.random((3, 4, 5)).astype(np.float32), rng.random((3, 4, 5)).astype(np.float32)
+    got = run_op("Lars", [x, dx], device=device, offset=offset)
+    assert got.shape == (1,) and got.dtype == np.float32
+    np.testing.assert_allclose(got, [1 / (_norm(dx) / _norm(x) + offset)], rtol=1e-5)
+    np.testing.assert_array_equal(run_op("Lars", [x * 0, dx], device=device), [1.0])
+
+
+def test_lars_bad_inputs():
+    x = np.ones(3, np.float32)
+    with pytest.raises(ArgumentError, match="offset must be >= 0"):
+        run_op("Lars", [x, x], offset=-1.0)
+    with pytest.raises(ShapeError, match="as many elements"):
+        run_op("Lars", [x, np.ones(4, np.float32)])
+
+
+def sparse_normalize_ref(param, indices, use_max_norm=True, norm=1.0):
+    out = param.astype(np.float64).copy()
+    for i in indices.ravel().tolist():
+        size = _norm(out[i]) + 1e-12
+        if not (use_max_norm and size < norm):
+            out[i] = out[i] * (norm / size)
+    return out
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("use_max_norm, norm", [(True, 1.0), (False, 2.5), (True, 3.0)])
+def test_sparse_normalize(use_max_norm, norm, device):
+    rng = np.random.default_rng(9)
+    param = (rng.standard_normal((6, 2, 2)) * 2).astype(np.float32)
+    indices = np.array([4, 0, 2, 4], np.int64)
+    grad = np.ones((4, 2, 2), np.float32)
+    got = run_op("SparseNormalize", {"param": param, "idx": indices, "grad": grad}, ["param"], device=device,
+                 use_max_norm=use_max_norm, norm=norm)
+    np.testing.assert_allclose(got, sparse_normalize_ref(param, indices, use_max_norm, norm), rtol=1e-5)
+
+
+def test_sparse_normalize_bad_inputs():
+    feeds = {"param": np.ones((3, 2), np.float32), "idx": np.array([3], np.int32), "grad": np.ones((1, 2), np.float32)}
+    with pytest.raises(ShapeError, match="index 3 is out of range"):
+        run_op("SparseNormalize", feeds, ["param"])
+    with pytest.raises(ShapeError, match="one row of param"):
+        run_op("SparseNormalize", dict(feeds, idx=np.array([0], np.int32), grad=np.ones((1, 3), np.float32)),
+               ["param"])
+    with pytest.raises(GradientError):
+        backward_ops([make_op("Lars", ["x", "dx"], ["r"])], {"r": "r_grad"})
+
+
+def test_sparse_normalize_reference_catches_a_broken_kernel(broken):
+    broken("SparseNormalize", lambda xp, p, i, g, **a: p.copy())
+    param = np.full((2, 2), 3.0, np.float32)
+    got = run_op("SparseNormalize", {"param": param, "idx": np.array([1], np.int32),
+                                     "grad": np.ones((1, 2), np.float32)}, ["param"])
+    assert not np.allclose(got, sparse_normalize_ref(param, np.array([1])))

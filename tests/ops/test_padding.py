@@ -258,6 +258,14 @@ def test_add_padding_without_lengths_returns_the_one_ranges_length():
     check("AddPadding", [data], {"padding_width": 2, "end_padding_width": 1}, list(ref_add(data, None, 2, 1)), "cpu")
 
 
+def test_remove_padding_without_lengths_returns_the_one_ranges_length():
+    """RemovePadding likewise: with no LENGTHS and two outputs, int32 [N - both widths] (Caffe2's CRF asks for it)."""
+    data = np.arange(10, dtype=np.float32).reshape(5, 2)
+    out, lens = run_op("RemovePadding", [data], 2, padding_width=1, end_padding_width=2)
+    np.testing.assert_array_equal(out, data[1:3])
+    assert lens.tolist() == [2] and lens.dtype == np.int32 and lens.shape == (1,)
+
+
 def ref_pad_empty(lengths, *features):
     """Lengths with 0 made 1; each feature with a zero row where each empty run was."""
     outs = [np.array([max(n, 1) for n in lengths], np.int32)]

@@ -253,3 +253,23 @@ def test_enforce_finite_check_catches_a_kernel_that_lets_nan_through(broken):
     with pytest.raises(pytest.fail.Exception):
         with pytest.raises(OpError):
             run_op("EnforceFinite", [NANS], 0)
+
+
+# --------------------------------------------------------------------------------------------- Ceil, Floor
+ROUNDING = np.array([[-2.5, -1.0, -0.2, 0.0], [0.3, 1.0, 2.7, np.inf], [-np.inf, np.nan, 1e20, -7.5]], np.float32)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("op_type, fn", [("Ceil", math.ceil), ("Floor", math.floor)])
+def test_ceil_and_floor(op_type, fn, device):
+    want = each(lambda v: v if not math.isfinite(v) else float(fn(v)), ROUNDING, dtype=np.float32)
+    check(op_type, [ROUNDING], {}, [want], device)
+    assert REGISTRY.get(op_type).gradient == GRADIENT_NOT_IMPLEMENTED
+    with pytest.raises(DTypeError, match="X must be a float tensor"):
+        run_op(op_type, [np.arange(3, dtype=np.int32)])
+
+
+def test_ceil_reference_catches_a_broken_kernel(broken):
+    broken("Ceil", lambda xp, x: xp.floor(x))
+    with pytest.raises(AssertionError):
+        check("Ceil", [ROUNDING[:1]], {}, [np.array([[-2.0, -1.0, -0.0, 0.0]], np.float32)], "cpu")

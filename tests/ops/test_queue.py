@@ -345,3 +345,78 @@ def test_queue_ops_pass_no_gradient():
     grads = add_gradient_ops(net, ["loss"])
     assert grads["w"] == "w_grad" and grads.get("q") is None
     assert not any(op.type.startswith("Dequeue") for op in net.op[3:])
+
+
+# --------------------------------------------------------------------------------------------- queue as a DB
+def queue_db(records, key_blob_index=-1, capacity=8):
+    """A queue of two-blob records (key, value) and a CreateBlobsQueueDB reader over it."""
+    ws = workspace()
+    create(ws, capacity=capacity, num_blobs=2)
+    for key, value in records:
+        ws.feed("k", key)
+        ws.feed("v", value)
+        run(ws, "SafeEnqueueBlobs", ["q", "k", "v"], ["k", "v", "status"])
+    run(ws, "CreateBlobsQueueDB", ["q"], ["reader"], value_blob_index=1, key_blob_index=key_blob_index)
+    return ws
+
+
+def tensor_protos(*arrays):
+    from stepnet.io import minidb
+    return minidb.tensor_protos_record(arrays)
+
+
+def check_queue_db_batches():
+    """Three records (one value a string tensor, as Caffe2 allows) read as a batch of 2, then one record."""
+    strings = np.empty(1, object)
+    strings[:] = [tensor_protos(np.array([2.0], np.float32), np.array([20], np.int32))]
+    records = [(b"a", tensor_protos(np.array([1.0], np.float32), np.array([10], np.int32))), (b"b", strings),
+               (b"c", tensor_protos(np.array([3.0], np.float32), np.array([30], np.int32)))]
+    ws = queue_db(records)
+    run(ws, "TensorProtosDBInput", ["reader"], ["x", "y"], batch_size=2)
+    assert ws.fetch("x").tolist() == [[1.0], [2.0]] and ws.fetch("y").tolist() == [[10], [20]]
+    assert len(ws.get_blob("q").value) == 1
+    run(ws, "TensorProtosDBInput", ["reader"], ["x", "y"])
+    assert ws.fetch("x").tolist() == [3.0] and ws.get_blob("reader").value.pos == 3
+
+
+def test_a_queue_db_feeds_tensor_protos_db_input_in_order():
+    check_queue_db_batches()
+
+
+def test_the_queue_db_check_catches_a_reader_that_skips(broken):
+    def skipping(xp, queue, *, key_blob_index, value_blob_index, timeout_secs):
+        from stepnet.ops.queue import BlobsQueueDBReader
+        reader = BlobsQueueDBReader(queue, key_blob_index, value_blob_index)
+        original, skipped = reader.read, []
+
+        def read():   # drops the first record
+            if not skipped:
+                skipped.append(original())
+            return original()
+        reader.read = read
+        return reader
+    broken("CreateBlobsQueueDB", skipping)
+    with pytest.raises(AssertionError):
+        check_queue_db_batches()
+
+
+def test_queue_db_keys_and_empty_queues():
+    ws = queue_db([("first", b"payload")], key_blob_index=0)
+    reader = ws.get_blob("reader").value
+    key, value, where = reader.read()
+    assert (key, value) == ("first", b"payload") and "queue 'q', record 0" in where
+    with pytest.raises(OpError, match="queue 'q' is empty and open"):
+        reader.read()
+    run(ws, "CloseBlobsQueue", ["q"], [])
+    with pytest.raises(OpError, match="queue 'q' is closed and empty: the DB reader has no record left"):
+        reader.read()
+
+
+def test_queue_db_bad_inputs():
+    ws = queue_db([(b"k", np.zeros(2, np.float32))])
+    with pytest.raises(DTypeError, match="blob 1 must be a string or a string tensor, got .2,. float32"):
+        run(ws, "TensorProtosDBInput", ["reader"], ["x"])
+    with pytest.raises(ArgumentError, match="value_blob_index must be in .0, 2. for a queue of 2 blob.s., got 2"):
+        run(ws, "CreateBlobsQueueDB", ["q"], ["r"], value_blob_index=2)
+    with pytest.raises(DTypeError, match="input 0 must be a queue made by CreateBlobsQueue"):
+        run(ws, "CreateBlobsQueueDB", ["status"], ["r"])

@@ -191,3 +191,11 @@ def test_the_older_forms_check_catches_broken_kernels(op_type, broken):
     broken(op_type, ones_weights)
     with pytest.raises(AssertionError, match=op_type):
         check_older_forms("cpu")
+
+
+def test_weighted_sum_with_main_input_gradient_of_no_indices():
+    """No positions (empty INDICES and DATA): empty gradients, not a reshape error."""
+    got = run_op("SparseLengthsIndicesInGradientWeightedSumWithMainInputGradient",
+                 [np.zeros(0, np.float32), np.zeros((2, 3), np.float32), np.zeros(2, np.int32),
+                  np.zeros((0, 3), np.float32), np.zeros(0, np.int64)], 2)
+    assert [g.shape for g in got] == [(0, 3), (0,)]

@@ -1,8 +1,8 @@
-"""SortedSegmentSum, UnsortedSegmentSum and SortedSegmentRange{Sum,LogSumExp,LogMeanExp,Mean,Max} with their
-gradient ops (stepnet/ops/segment_ranges.py) against loop references written here (group the rows by id, then
-reduce with math.fsum / max / exp and log, as Caffe2's segment_ops_test.py references do) on every device; the
-gradients against float64 finite differences and derivative loops; the output rows depend on the id values
-(unknown statically unless known); bad ids; broken kernels caught."""
+"""SortedSegmentSum, UnsortedSegmentSum and SortedSegmentRange{Sum,LogSumExp,LogMeanExp,Mean,Max} with their gradient
+ops (stepnet/ops/segment_ranges.py; the first two are segment_reducers.py's, tested here too) against loop references
+written here (group the rows by id, then reduce with math.fsum / max / exp and log, as Caffe2's segment_ops_test.py
+references do) on every device; the gradients against float64 finite differences and derivative loops; the output
+rows depend on the id values (unknown statically unless known); bad ids; broken kernels caught."""
 import math
 
 import numpy as np

@@ -196,3 +196,27 @@ def test_reference_detects_broken_kernel(case_id, wrong, broken):
     broken(op_type, wrong)
     with pytest.raises(AssertionError):                  # ... the wrong one does not
         check(op_type, inputs, args, expected, "cpu", TOL)
+
+
+# --------------------------------------------------------------------------------------------- positional
+def test_sparse_lengths_positional_weighted_sum():
+    """Weight j of every run goes to its j-th index: against a loop, and the failure modes."""
+    rng = np.random.default_rng(3)
+    data = rng.standard_normal((5, 2)).astype(np.float32)
+    weights = rng.standard_normal(4).astype(np.float32)
+    indices = np.array([4, 0, 0, 3, 1, 2], np.int64)
+    lengths = np.array([3, 0, 2, 1], np.int32)
+    want = np.zeros((4, 2))
+    at = 0
+    for i, n in enumerate(lengths.tolist()):
+        for j in range(n):
+            want[i] += float(weights[j]) * data[indices[at + j]].astype(np.float64)
+        at += n
+    for device in DEVICES:
+        check("SparseLengthsPositionalWeightedSum", [data, weights, indices, lengths], {}, [want.astype(np.float32)],
+              device, 1e-6)
+    with pytest.raises(ShapeError, match="WEIGHT has 2 weights but a segment has 3 positions"):
+        run_op("SparseLengthsPositionalWeightedSum", [data, weights[:2], indices, lengths])
+    with pytest.raises(ShapeError, match=r"INDICES\[0\] = 4 is out of bounds"):
+        run_op("SparseLengthsPositionalWeightedSum", [data[:4], weights, indices, lengths])
+    assert REGISTRY.get("SparseLengthsPositionalWeightedSum").gradient is None     # none registered in Caffe2

@@ -1,7 +1,8 @@
-"""TopK, TopKGradient and FillExamplesWithIndicator (stepnet/ops/selection.py) against loop references written
-here (Caffe2's operator_test/top_k_test.py sorts each row by value, ties by index, the same way) on every device;
-k given as an input makes the output shapes depend on its value (static inference then leaves them unknown,
-unless the value is known); the gradient against float64 finite differences; bad inputs; broken kernels caught."""
+"""TopK, TopKGradient, FlexibleTopK (+ gradient), RowWiseArgMax and FillExamplesWithIndicator
+(stepnet/ops/selection.py) against loop references written here (Caffe2's operator_test/top_k_test.py and
+flexible_top_k_test.py sort each row by value, ties by index, the same way) on every device; k given as an
+input makes the output shapes depend on its value (static inference then leaves them unknown, unless the value
+is known); the gradients against float64 finite differences; bad inputs; broken kernels caught."""
 import math
 
 import numpy as np
@@ -209,3 +210,148 @@ def test_check_gradient_catches_a_broken_topk_gradient(broken):
     broken("TopKGradient", lambda xp, v, i, x, *, axis, k: good(xp, v, xp.zeros_like(i), x, axis=axis, k=k))
     with pytest.raises(AssertionError, match="TopK: gradient of input 0"):
         check_gradient("TopK", [x], 2, outputs_with_grads=[0], k=2)
+
+
+# --------------------------------------------------------------------------------------------- FlexibleTopK
+def ref_flexible(x, ks):
+    """Per row of x's last dimension: positions sorted by (-value, position), the first k kept; all rows'
+    values and positions concatenated."""
+    rows = x.reshape(-1, x.shape[-1])
+    values, indices = [], []
+    for row, k in zip(rows, ks):
+        order = sorted(range(len(row)), key=lambda j: (-float(row[j]), j))[:k]
+        values += [row[j] for j in order]
+        indices += order
+    return [np.array(values, x.dtype), np.array(indices, np.int64)]
+
+
+def ref_flexible_grad(x, ks, dvalues, indices):
+    out, p = np.zeros(x.shape[:-1] + (x.shape[-1],), dvalues.dtype).reshape(-1, x.shape[-1]), 0
+    for i, k in enumerate(ks):
+        for j in range(k):
+            out[i, indices[p + j]] = dvalues[p + j]
+        p += k
+    return out.reshape(x.shape)
+
+
+def ref_rowwise_argmax(x):
+    return np.array([[max(range(x.shape[1]), key=lambda j: (x[i, j], -j))] for i in range(x.shape[0])], np.int32)
+
+
+KS = np.array([1, 3, 5, 2], np.int64)
+XF = rng.uniform(-3, 3, (2, 2, 5)).astype(np.float32)
+XF[0, 1, 3] = XF[0, 1, 0]                                    # a tie
+FLEX = ref_flexible(XF, KS)
+ROWS = np.array([[4.2, 6, 3.1], [10, 20, 40.4], [100.01, 25, 3], [2, 2, 1]], np.float32)
+
+FLEX_CASES = [
+    ("flexible", "FlexibleTopK", [XF, KS], {}, FLEX),
+    ("flexible_ties", "FlexibleTopK", [TIES, np.array([4, 5], np.int64)], {}, ref_flexible(TIES, [4, 5])),
+    ("flexible_1d", "FlexibleTopK", [XF[0, 0], np.array([2], np.int64)], {}, ref_flexible(XF[0, 0], [2])),
+    ("flexible_grad", "FlexibleTopKGradient", [XF, KS, FLEX[0] * 3, FLEX[1]], {},
+     [ref_flexible_grad(XF, KS, FLEX[0] * 3, FLEX[1])]),
+    ("rowwise_argmax", "RowWiseArgMax", [ROWS], {}, [ref_rowwise_argmax(ROWS)]),
+    ("rowwise_argmax_1x1", "RowWiseArgMax", [np.ones((1, 1), np.float32)], {}, [np.zeros((1, 1), np.int32)]),
+    ("rowwise_argmax_empty", "RowWiseArgMax", [np.ones((0, 3), np.float32)], {}, [np.zeros((0, 1), np.int32)]),
+]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", FLEX_CASES, ids=[c[0] for c in FLEX_CASES])
+def test_flexible_and_rowwise_against_reference(case, device):
+    _, op_type, inputs, args, want = case
+    check(op_type, inputs, args, want, device, 0.0)
+
+
+def test_rowwise_argmax_passes_over_nan_as_caffe2_scans():
+    x = np.array([[1, np.nan, 3], [np.nan, 5, 6], [2, np.nan, -1]], np.float32)
+    assert run_op("RowWiseArgMax", [x]).reshape(-1).tolist() == [2, 0, 0]
+
+
+def test_flexible_shapes_follow_known_k():
+    specs = infer_alone("FlexibleTopK", {"x": XF, "k": KS}, ["v", "i"])
+    assert specs["v"].shape == (11,) and specs["i"].dtype == np.int64
+    x = TensorSpec((4, 5), np.dtype(np.float32))
+    unknown = infer("FlexibleTopK", {"x": x, "k": TensorSpec((4,), np.dtype(np.int64))}, ["v", "i"])
+    assert unknown["v"].shape is None and unknown["v"].dtype == np.float32
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_flexible_gradient_matches_finite_differences(device):
+    x = rng.permutation(20).reshape(2, 2, 5) * 0.37            # no ties
+    check_gradient("FlexibleTopK", [x, KS], 2, outputs_with_grads=[0], wrt=[0], device=device)
+
+
+def test_flexible_maker_emits_caffe2s_op():
+    ops, grads = backward_ops([make_op("FlexibleTopK", ["x", "k"], ["v", "i"])], {"v": "v_grad"})
+    assert [(o.type, list(o.input), list(o.output)) for o in ops] == \
+        [("FlexibleTopKGradient", ["x", "k", "v_grad", "i"], ["x_grad"])]
+    assert REGISTRY.get("RowWiseArgMax").gradient == "no_gradient"
+
+
+FLEX_BAD = [
+    ("FlexibleTopK", [XF, KS[:3]], ShapeError, "K has 3 elements but X"),
+    ("FlexibleTopK", [XF, np.array([1, 0, 1, 1], np.int64)], ArgumentError, r"K\[1\] = 0, but every k must be in 1..5"),
+    ("FlexibleTopK", [XF, np.array([1, 6, 1, 1], np.int64)], ArgumentError, r"K\[1\] = 6"),
+    ("FlexibleTopK", [XF, KS.astype(np.int32)], DTypeError, "K must be int64"),
+    ("FlexibleTopK", [XF.astype(np.int32), KS], DTypeError, "floating-point"),
+    ("FlexibleTopKGradient", [XF, KS, FLEX[0][:10], FLEX[1][:10]], ShapeError, "K sums to 11 but dValues has 10"),
+    ("FlexibleTopKGradient", [XF, KS, FLEX[0], FLEX[1] + 5], ShapeError, "outside 0..4"),
+    ("RowWiseArgMax", [XF], ShapeError, "2-D"),
+    ("RowWiseArgMax", [ROWS.astype(np.float64)], DTypeError, "float32"),
+    ("RowWiseArgMax", [np.ones((2, 0), np.float32)], ShapeError, "empty rows"),
+]
+
+
+@pytest.mark.parametrize("op_type, inputs, error, match", FLEX_BAD, ids=[f"{b[0]}-{i}" for i, b in enumerate(FLEX_BAD)])
+def test_flexible_and_rowwise_bad_inputs(op_type, inputs, error, match):
+    with pytest.raises(error, match=match):
+        run_op(op_type, inputs, 2 if op_type == "FlexibleTopK" else 1)
+
+
+@pytest.mark.parametrize("case_id, wrong", [
+    ("flexible_ties", lambda xp, x, k: tuple(o[::-1].copy() for o in GOOD_FLEX(xp, x, k))),
+    ("rowwise_argmax", lambda xp, x: xp.argmin(x, axis=1).astype(np.int32).reshape(-1, 1)),
+])
+def test_flexible_reference_catches_a_broken_kernel(case_id, wrong, broken):
+    _, op_type, inputs, args, want = FLEX_CASES[[c[0] for c in FLEX_CASES].index(case_id)]
+    check(op_type, inputs, args, want, "cpu", 0.0)
+    broken(op_type, wrong)
+    with pytest.raises(AssertionError):
+        check(op_type, inputs, args, want, "cpu", 0.0)
+
+
+GOOD_FLEX = REGISTRY.get("FlexibleTopK").kernel
+
+
+def test_check_gradient_catches_a_broken_flexible_gradient(broken):
+    good = REGISTRY.get("FlexibleTopKGradient").kernel
+    broken("FlexibleTopKGradient", lambda xp, x, k, v, i: good(xp, x, k, -v, i))
+    with pytest.raises(AssertionError, match="FlexibleTopK: gradient of input 0"):
+        check_gradient("FlexibleTopK", [rng.permutation(20).reshape(4, 5) * 1.0, KS], 2, outputs_with_grads=[0],
+                       wrt=[0])
+
+
+def test_top_k_with_a_k_no_array_can_have_is_refused_before_allocating():
+    """TopK pads past the axis as Caffe2 does, but a k whose outputs no array can have (the hostile campaign's
+    k = 2**63 - 1 on an empty input) is an ArgumentError naming k, from the shape function and the kernel alike."""
+    from stepnet import Workspace
+    from stepnet.core.errors import ArgumentError
+    from stepnet.passes.shapes import infer_net
+    from stepnet.core.spec import spec
+    from stepnet.io.proto import NetDef, make_argument
+
+    net = NetDef(name="n")
+    net.op.add(type="TopK", input=["x"], output=["v", "i"], arg=[make_argument("k", 2**63 - 1),
+                                                                  make_argument("axis", 0)])
+    ws = Workspace()
+    ws.feed("x", np.zeros((3, 8, 0), np.float32))
+    with pytest.raises(ArgumentError, match=r"TopK's outputs for k=9223372036854775807: shape "
+                                            r"\[9223372036854775807, 8, 0\]: its nonzero dims multiply"):
+        ws.run_net_once(net)
+    with pytest.raises(ArgumentError, match="TopK's outputs for k=9223372036854775807"):
+        infer_net(net, {"x": spec((3, 8, 0), np.float32)})
+    net.op[0].arg[0].i = 5      # a k past the axis is padding, as in Caffe2
+    ws.feed("x", np.array([[1.0], [3.0]], np.float32))
+    ws.run_net_once(net)
+    assert ws.fetch("v").reshape(-1).tolist() == [3.0, 1.0, 0.0, 0.0, 0.0]

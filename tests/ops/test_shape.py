@@ -1,5 +1,5 @@
-"""Shape operators (Concat, Split, Slice, Tile) against element-by-element Python references, on every
-device. The layout operators are in test_layout.py."""
+"""Shape operators (Concat, Split, Slice, Tile, PrependDim, MergeDim, LengthsToShape) against element-by-element
+Python references, on every device. The layout operators are in test_layout.py."""
 import numpy as np
 import pytest
 from reference_check import check
@@ -193,4 +193,80 @@ def test_reference_detects_broken_kernel(op_type, wrong, broken):
     check(op_type, inputs, args, expected, "cpu")   # the real kernel passes ...
     broken(op_type, wrong)
     with pytest.raises(AssertionError):             # ... the wrong one does not
+        check(op_type, inputs, args, expected, "cpu")
+
+
+# --------------------------------------------------------------------------------------------- leading dims
+def ref_prepend(x, k):
+    """Element (a, b, rest...) of the result is X[a * (d0 / k) + b, rest...]."""
+    out = np.empty((k, x.shape[0] // k) + x.shape[1:], x.dtype)
+    for idx in np.ndindex(*out.shape):
+        out[idx] = x[(idx[0] * out.shape[1] + idx[1],) + idx[2:]]
+    return out
+
+
+def ref_merge(x):
+    out = np.empty((x.shape[0] * x.shape[1],) + x.shape[2:], x.dtype)
+    for idx in np.ndindex(*x.shape):
+        out[(idx[0] * x.shape[1] + idx[1],) + idx[2:]] = x[idx]
+    return out
+
+
+X64 = rand(6, 2, 2)
+DIM_CASES = [
+    ("prepend", "PrependDim", [X64], {"dim_size": 3}, [ref_prepend(X64, 3)]),
+    ("prepend_int", "PrependDim", [I6], {"dim_size": 2}, [ref_prepend(I6, 2)]),
+    ("merge", "MergeDim", [X234], {}, [ref_merge(X234)]),
+    ("merge_2d", "MergeDim", [A], {}, [ref_merge(A)]),
+    ("lengths_to_shape", "LengthsToShape", [ints([200, 200, 200])], {}, [ints([3, 200])]),
+]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", DIM_CASES, ids=[c[0] for c in DIM_CASES])
+def test_leading_dims_against_reference(case, device):
+    _, op_type, inputs, args, expected = case
+    check(op_type, inputs, args, expected, device)
+
+
+def test_prepend_dim_gradient_is_merge_dim():
+    from stepnet.passes.gradients import backward_ops
+    from stepnet.testing import check_gradient
+    ops, _ = backward_ops([make_op("PrependDim", ["x"], ["y"], dim_size=3)], {"y": "y_grad"})
+    assert [(o.type, list(o.input), list(o.output), len(o.arg)) for o in ops] == \
+        [("MergeDim", ["y_grad"], ["x_grad"], 0)]                 # Caffe2 copies no arguments to it
+    check_gradient("PrependDim", [X64.astype(np.float64)], dim_size=2)
+
+
+DIM_BAD = [
+    ("PrependDim", [X64], {"dim_size": 4}, ShapeError, "not a multiple of dim_size 4"),
+    ("PrependDim", [X64], {}, ArgumentError, "dim_size must be > 0"),
+    ("PrependDim", [np.float32(1)], {"dim_size": 1}, ShapeError, "at least 1-D"),
+    ("MergeDim", [I6[0, 0]], {}, ShapeError, "at least 2-D"),
+    ("LengthsToShape", [ints([2, 3])], {}, ShapeError, "all lengths must be equal"),
+    ("LengthsToShape", [ints([], np.int32)], {}, ShapeError, "non-empty vector"),
+    ("LengthsToShape", [ints([2, 2], np.int64)], {}, DTypeError, "int32"),
+]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("op_type,inputs,args,error,message", DIM_BAD,
+                         ids=[f"{b[0]}-{i}" for i, b in enumerate(DIM_BAD)])
+def test_leading_dims_bad_inputs(op_type, inputs, args, error, message, device):
+    with pytest.raises(error, match=message):
+        run_op(op_type, inputs, device=device, **args)
+    with pytest.raises(error, match=message):
+        infer_alone(op_type, inputs, **args)
+
+
+@pytest.mark.parametrize("case_id,wrong", [
+    ("prepend", lambda xp, x, *, dim_size: xp.transpose(x.reshape(x.shape[0] // dim_size, dim_size, *x.shape[1:]),
+                                                        (1, 0, 2, 3)).copy()),
+    ("lengths_to_shape", lambda xp, lengths: xp.asarray(np.array([lengths[0], len(lengths)], np.int32))),
+])
+def test_leading_dims_reference_detects_broken_kernel(case_id, wrong, broken):
+    _, op_type, inputs, args, expected = DIM_CASES[[c[0] for c in DIM_CASES].index(case_id)]
+    check(op_type, inputs, args, expected, "cpu")
+    broken(op_type, wrong)
+    with pytest.raises(AssertionError):
         check(op_type, inputs, args, expected, "cpu")

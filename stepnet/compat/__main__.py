@@ -1,0 +1,36 @@
+"""Run a Caffe2 program unchanged on stepnet: `python -m stepnet.compat script.py [args...]`.
+
+For that run, `import caffe2.python.X` and `from caffe2.proto import caffe2_pb2` resolve to stepnet
+(stepnet.compat.alias); the script runs as `__main__` with its own arguments, its folder first on sys.path, as
+`python script.py` would run it. A module the program needs that stepnet lacks fails as Python's
+ModuleNotFoundError naming it.
+"""
+from __future__ import annotations
+
+import runpy
+import sys
+from pathlib import Path
+
+from . import alias
+
+USAGE = "usage: python -m stepnet.compat SCRIPT.py [ARGS...]   (a Caffe2 program, run unchanged on stepnet)"
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0 if argv else 2
+    script = Path(argv[0])
+    if not script.is_file():
+        print(f"{USAGE}\nerror: {script} is not a file", file=sys.stderr)
+        return 2
+    alias.install()
+    sys.argv = [str(script), *argv[1:]]
+    sys.path.insert(0, str(script.resolve().parent))
+    runpy.run_path(str(script), run_name="__main__")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,105 @@
+"""`import caffe2.python.X` and `caffe2.proto.Y` resolving to stepnet, so that a Caffe2 program runs unchanged.
+
+    from stepnet.compat import alias
+    alias.install()                      # from here on, caffe2.python.core is stepnet.compat.core
+
+`caffe2`, `caffe2.python` and `caffe2.proto` become small packages of their own; each module under them is
+the stepnet module of the same role (`caffe2.python.core` *is* `stepnet.compat.core`: one module, one state),
+`caffe2.proto.caffe2_pb2` is stepnet's schema module. A name stepnet lacks is looked for as a file under the
+`roots` given to install (a folder holding `caffe2/python/...`, such as Caffe2's own pure-Python test helpers),
+and otherwise fails as a plain ModuleNotFoundError naming it. Installing is the caller's choice: nothing in
+stepnet installs it on import.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+from pathlib import Path
+
+PACKAGES = ("caffe2", "caffe2.python", "caffe2.proto")
+PROTO = {"caffe2_pb2": "stepnet.caffe2_pb2", "hsm_pb2": "stepnet.hsm_pb2"}
+
+
+def target_of(name: str) -> str | None:
+    """The stepnet module that stands for Caffe2 module `name`, if stepnet has one."""
+    if name.startswith("caffe2.python."):
+        target = "stepnet.compat." + name[len("caffe2.python."):]
+    elif name.startswith("caffe2.proto."):
+        target = PROTO.get(name[len("caffe2.proto."):])
+    else:
+        return None
+    if target is None:
+        return None
+    try:
+        return target if importlib.util.find_spec(target) is not None else None
+    except ModuleNotFoundError:   # a parent package stepnet lacks
+        return None
+
+
+class _Alias(importlib.abc.Loader):
+    """Loads a name as another, already existing module: the import system returns sys.modules[name] after
+    exec_module, which is the target itself."""
+
+    def __init__(self, target: str | None):
+        self.target = target
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module) -> None:
+        if self.target is None:    # one of the PACKAGES: an empty package
+            return
+        sys.modules[module.__name__] = importlib.import_module(self.target)
+
+
+class Finder(importlib.abc.MetaPathFinder):
+    """The meta path finder for the caffe2 namespace (install() puts one first on sys.meta_path)."""
+
+    def __init__(self, roots=()):
+        self.roots = [Path(r) for r in roots]
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "caffe2" and not name.startswith("caffe2."):
+            return None
+        if name in PACKAGES:
+            spec = importlib.machinery.ModuleSpec(name, _Alias(None), is_package=True)
+            spec.submodule_search_locations = [str(r.joinpath(*name.split("."))) for r in self.roots]
+            return spec
+        stepnet_name = target_of(name)
+        if stepnet_name is not None:
+            return importlib.machinery.ModuleSpec(name, _Alias(stepnet_name))
+        parts = name.split(".")
+        for root in self.roots:   # a module stepnet does not provide, from a root (e.g. Caffe2's test helpers)
+            base = root.joinpath(*parts)
+            for file, package in ((base / "__init__.py", True), (base.with_suffix(".py"), False)):
+                if file.is_file():
+                    return importlib.util.spec_from_file_location(
+                        name, file, submodule_search_locations=[str(base)] if package else None)
+            if base.is_dir():     # a folder without __init__.py: a namespace package, as Python 3 makes it
+                spec = importlib.machinery.ModuleSpec(name, None, is_package=True)
+                spec.submodule_search_locations = [str(base)]
+                return spec
+        return None
+
+
+def install(roots=()) -> Finder:
+    """Make `caffe2.*` resolve to stepnet (and to files under `roots`) in this process; idempotent: a second call
+    adds its roots to the finder already installed. Returns the finder."""
+    for finder in sys.meta_path:
+        if isinstance(finder, Finder):
+            finder.roots.extend(Path(r) for r in roots if Path(r) not in finder.roots)
+            return finder
+    finder = Finder(roots)
+    sys.meta_path.insert(0, finder)
+    return finder
+
+
+def uninstall() -> None:
+    """Remove the finder and every caffe2.* module it made (the stepnet modules themselves stay imported)."""
+    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, Finder)]
+    for name in [n for n in sys.modules if n == "caffe2" or n.startswith("caffe2.")]:
+        del sys.modules[name]
+

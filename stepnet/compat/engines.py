@@ -1,0 +1,20 @@
+"""Caffe2's engine preferences (core.SetEnginePref and the like): recorded, with no effect on how an op runs."""
+from __future__ import annotations
+
+_ENGINE_PREF: dict = {"op": {}, "global": {}}
+
+
+def SetEnginePref(op_engine_pref, global_engine_pref) -> None:
+    """Caffe2's engine preferences ({device type: {op type: [engines]}}, {device type: [engines]}): recorded;
+    engines are hints in stepnet, which runs an op the same way whatever engine is named."""
+    _ENGINE_PREF["op"], _ENGINE_PREF["global"] = dict(op_engine_pref), dict(global_engine_pref)
+
+
+def SetOpEnginePref(op_type, op_pref) -> None:
+    """Record {device type: [engines]} for one op type (see SetEnginePref)."""
+    for device, engines in dict(op_pref).items():
+        _ENGINE_PREF["op"].setdefault(device, {})[op_type] = list(engines)
+
+
+def SetGlobalEnginePref(global_engine_pref) -> None:
+    _ENGINE_PREF["global"] = dict(global_engine_pref)

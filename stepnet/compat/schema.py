@@ -1,0 +1,233 @@
+"""Caffe2's schema module: typed records of nested fields whose leaves, in order, are the tensors of a columnar
+dataset. The field types (Field, Scalar, List, Struct) are in _schema_fields.py; here are the records built from
+them (Map, Tuple, from_dtype, from_column_list, from_blob_list) and the helpers that tie a record to nets and
+workspaces: NewRecord (a blob per leaf), FeedRecord, FetchRecord, ConstRecord, InitEmptyRecord."""
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+
+import numpy as np
+
+from ..io.proto import TensorProto
+from ._schema_fields import (FIELD_SEPARATOR, FeatureSpec, Field, List, Metadata, Scalar, Struct,  # noqa: F401
+                             _as_field)
+from . import workspace
+from ..builders.builder import BlobRef
+
+logger = logging.getLogger(__name__)
+DataType = TensorProto.DataType
+_NUMERIC_TYPES = ((np.float16, DataType.FLOAT16), (np.float32, DataType.FLOAT), (np.float64, DataType.DOUBLE),
+                  (np.bool_, DataType.BOOL), (np.int8, DataType.INT8), (np.int16, DataType.INT16),
+                  (np.int32, DataType.INT32), (np.int64, DataType.INT64), (np.uint8, DataType.UINT8),
+                  (np.uint16, DataType.UINT16))
+
+
+def Map(keys, values, keys_name="keys", values_name="values", lengths_blob=None) -> List:
+    """A List of Structs (keys, values)."""
+    return List(Struct((keys_name, keys), (values_name, values)), lengths_blob=lengths_blob)
+
+
+def NamedTuple(name_prefix, *fields) -> Struct:
+    return Struct(*[(f"{name_prefix}_{i}", field) for i, field in enumerate(fields)])
+
+
+def Tuple(*fields) -> Struct:
+    """A Struct with the names field_0, field_1, ..."""
+    return NamedTuple("field", *fields)
+
+
+def RawTuple(num_fields: int, name_prefix="field") -> Struct:
+    """A Struct of num_fields untyped Scalars."""
+    if not isinstance(num_fields, int) or num_fields < 0:
+        raise ValueError(f"num_fields must be an int >= 0, got {num_fields!r}")
+    return NamedTuple(name_prefix, *([np.void] * num_fields))
+
+
+def from_dtype(dtype, _outer_shape=()) -> Field:
+    """A Scalar for a plain (or sub-array) dtype, a Struct of them for a structured one."""
+    if not isinstance(dtype, np.dtype):
+        shape, dtype = _outer_shape, np.dtype((dtype, _outer_shape))
+    else:
+        shape = tuple(_outer_shape) + dtype.shape
+        if shape != dtype.shape:
+            dtype = np.dtype((dtype.base, shape))
+    if not dtype.fields:
+        return Scalar(dtype)
+    fields = []
+    for name, (field_dtype, offset, *_) in dtype.fields.items():
+        if offset != 0:
+            raise ValueError("Fields with byte offsets are not supported.")
+        fields.append((name, from_dtype(field_dtype, _outer_shape=shape)))
+    return Struct(*fields)
+
+
+def from_column_list(col_names, col_types=None, col_blobs=None, col_metadata=None) -> Field:
+    """The record whose leaves are the given columns ('a:b' paths). A node whose children are exactly lengths
+    and values becomes a List, exactly lengths, keys and values a Map; any other node a Struct."""
+    n = len(col_names)
+    col_types = [None] * n if col_types is None else list(col_types)
+    col_blobs = [None] * n if col_blobs is None else list(col_blobs)
+    col_metadata = [None] * n if col_metadata is None else list(col_metadata)
+    if not len(col_types) == len(col_blobs) == len(col_metadata) == n:
+        raise ValueError("col_names, col_types, col_blobs and col_metadata must have the same length")
+    tree: OrderedDict = OrderedDict()
+    for name, dtype, blob, metadata in zip(col_names, col_types, col_blobs, col_metadata):
+        node = tree
+        *parents, leaf = name.split(FIELD_SEPARATOR)
+        for part in parents:
+            node = node.setdefault(part, OrderedDict())
+            if not isinstance(node, OrderedDict):
+                raise ValueError(f"column {name!r}: {part!r} is also a leaf column")
+        if leaf in node:
+            raise ValueError(f"column {name!r} given twice")
+        node[leaf] = Scalar(dtype=dtype, blob=blob, metadata=metadata)
+
+    def build(node) -> Field:
+        if isinstance(node, Field):
+            return node
+        children = {k: build(v) for k, v in node.items()}
+        if set(children) == {"lengths", "values"}:
+            return List(children["values"], lengths_blob=children["lengths"])
+        if set(children) == {"lengths", "keys", "values"}:
+            return Map(children["keys"], children["values"], lengths_blob=children["lengths"])
+        return Struct(*children.items())
+
+    return build(tree)
+
+
+def from_blob_list(schema: Field, values, throw_on_type_mismatch=False) -> Field:
+    """A copy of schema whose leaves hold values (arrays or blob references), in order."""
+    if not isinstance(schema, Field):
+        raise TypeError("Argument `schema` must be a Field.")
+    if isinstance(values, BlobRef):
+        values = [values]
+    record = schema.clone_schema()
+    scalars = record.all_scalars()
+    if len(scalars) != len(values):
+        raise ValueError(f"Values must have {len(scalars)} elements, got {len(values)}.")
+    for scalar, value in zip(scalars, values):
+        scalar.set_value(value, throw_on_type_mismatch, unsafe=True)
+    return record
+
+
+def as_record(value) -> Field:
+    """value as a Field: a Field as it is, a list of (name, value) pairs or a dict as a Struct, another list or
+    tuple as a Tuple, anything else as a Scalar."""
+    if isinstance(value, Field):
+        return value
+    if isinstance(value, (list, tuple)):
+        if value and all(isinstance(f, tuple) and len(f) == 2 and isinstance(f[0], str) for f in value):
+            return Struct(*[(k, as_record(v)) for k, v in value])
+        return Tuple(*[as_record(f) for f in value])
+    if isinstance(value, dict):
+        return Struct(*[(k, as_record(v)) for k, v in value.items()])
+    return _as_field(value)
+
+
+def _blob_refs(record: Field) -> list:
+    blobs = record.field_blobs()
+    if not all(isinstance(b, BlobRef) for b in blobs):
+        raise TypeError("the record's leaves must hold BlobReferences (make it with NewRecord)")
+    return blobs
+
+
+def FetchRecord(blob_record: Field, ws=None, throw_on_type_mismatch=False) -> Field:
+    """A record of the same schema holding the values of blob_record's blobs (in the current workspace, or ws)."""
+    if not isinstance(blob_record, Field):
+        raise TypeError("FetchRecord needs a schema.Field")
+
+    def fetch(name):
+        if ws is None:
+            return workspace.FetchBlob(name)
+        return ws.fetch(name) if hasattr(ws, "fetch") else ws.blobs[name].fetch()
+
+    arrays = [fetch(str(b)) for b in _blob_refs(blob_record)]
+    return from_blob_list(blob_record, arrays, throw_on_type_mismatch)
+
+
+def FeedRecord(blob_record: Field, arrays, ws=None) -> None:
+    """Feed arrays (a list, or a record of arrays) to blob_record's blobs, in order."""
+    if not isinstance(blob_record, Field):
+        raise TypeError("FeedRecord needs a schema.Field")
+    blobs = _blob_refs(blob_record)
+    if isinstance(arrays, Field):
+        arrays = arrays.field_blobs()
+    if len(arrays) != len(blobs):
+        raise ValueError(f"Values must contain exactly {len(blobs)} ndarrays.")
+    for blob, array in zip(blobs, arrays):
+        if ws is None:
+            workspace.FeedBlob(str(blob), array)
+        elif hasattr(ws, "feed"):
+            ws.feed(str(blob), array)
+        else:
+            ws.create_blob(str(blob)).feed(array)
+
+
+def NewRecord(net, schema: Field) -> Field:
+    """schema with a new blob of net (NextScopedBlob of the leaf's name) at each leaf."""
+    if isinstance(schema, Scalar):
+        record = schema.clone()
+        record.set_value(blob=net.NextScopedBlob("unnamed_scalar"), unsafe=True)
+        return record
+    if not isinstance(schema, Field):
+        raise TypeError("Record must be a schema.Field instance.")
+    return from_blob_list(schema, [net.NextScopedBlob(prefix=name) for name in schema.field_names()])
+
+
+def ConstRecord(net, array_record: Field) -> Field:
+    """A record of new blobs that net fills (net.Const) with array_record's arrays."""
+    record = NewRecord(net, array_record)
+    for blob, array in zip(record.field_blobs(), array_record.field_blobs()):
+        net.Const(array, blob)
+    return record
+
+
+def InitEmptyRecord(net, schema_or_record: Field, enforce_types=False) -> Field:
+    """Fill each leaf's blob (new blobs when it has none) with an empty tensor of its dtype and entry shape."""
+    record = schema_or_record if schema_or_record.has_blobs() else NewRecord(net, schema_or_record)
+    for dtype, blob in zip(record.field_types(), record.field_blobs()):
+        try:
+            net.ConstantFill([], blob, shape=[0] + list(dtype.shape), dtype=data_type_for_dtype(dtype))
+        except TypeError:
+            logger.warning("Blob %s has type error", blob)
+            if enforce_types:
+                raise
+            net.ConstantFill([], blob, shape=[0])
+    return record
+
+
+def data_type_for_dtype(dtype) -> int:
+    """The core.DataType of a numpy dtype (strings: STRING); TypeError for any other."""
+    base = np.dtype(dtype).base
+    if base.kind in "USO":
+        return DataType.STRING
+    for np_type, data_type in _NUMERIC_TYPES:
+        if base == np_type:
+            return data_type
+    raise TypeError(f"Unknown dtype: {base}")
+
+
+def is_schema_subset(schema: Field, original_schema: Field) -> bool:
+    return set(schema.field_names()).issubset(original_schema.field_names())
+
+
+def equal_schemas(schema: Field, original_schema: Field, check_field_names=True, check_field_types=True,
+                  check_field_metas=False) -> bool:
+    if not isinstance(schema, Field) or not isinstance(original_schema, Field):
+        raise TypeError("equal_schemas compares two schema.Field")
+    return not ((check_field_names and schema.field_names() != original_schema.field_names())
+                or (check_field_types and schema.field_types() != original_schema.field_types())
+                or (check_field_metas and schema.field_metadata() != original_schema.field_metadata()))
+
+
+def schema_check(schema, previous=None) -> Field:
+    record = as_record(schema)
+    if previous is not None and not equal_schemas(schema, previous):
+        raise ValueError("the schema differs from the previous one")
+    return record
+
+
+def attach_metadata_to_scalars(field: Field, metadata) -> None:
+    for scalar in field.all_scalars():
+        scalar.set_metadata(metadata)

@@ -1,0 +1,19 @@
+"""The process-wide state of the compat layer, as a fresh Caffe2 process has it (tests start each case from it)."""
+from __future__ import annotations
+
+
+def reset() -> None:
+    """One empty "default" workspace, no name or device scope, no net, step or optimizer name used yet."""
+    from . import _steps, control, core, optimizer, session, task, workspace
+    from .helpers import arg_scope
+    from .scope import SCOPE
+
+    workspace._reset_all()
+    core.Net._net_names_used.clear()
+    _steps.ExecutionStep._step_names_used.clear()
+    optimizer._optimizer_instance_count.clear()
+    SCOPE.names, SCOPE.device = [], None
+    arg_scope.get_current_scope().clear()
+    control._used_step_names.clear()
+    task.Task._global_names_used.clear()
+    session.Session._compiled_cache.clear()

@@ -1,0 +1,83 @@
+"""`caffe2.*` resolving to stepnet (stepnet.compat.alias) and `python -m stepnet.compat script.py`: a Caffe2
+program runs with no edit at all."""
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from stepnet.compat import alias
+
+
+@pytest.fixture
+def installed():
+    alias.install()
+    yield
+    alias.uninstall()
+
+
+def test_caffe2_modules_are_stepnets_own(installed):
+    import caffe2.python.core as c2core
+    from caffe2.proto import caffe2_pb2
+    from caffe2.python import brew, workspace
+
+    import stepnet.compat.brew
+    import stepnet.compat.core
+    import stepnet.compat.workspace
+    from stepnet import caffe2_pb2 as schema
+
+    assert c2core is stepnet.compat.core and workspace is stepnet.compat.workspace and brew is stepnet.compat.brew
+    assert caffe2_pb2 is schema
+    workspace.FeedBlob("x", np.arange(3, dtype=np.float32))
+    np.testing.assert_array_equal(stepnet.compat.workspace.FetchBlob("x"), [0, 1, 2])   # one state
+
+
+def test_a_module_stepnet_lacks_is_a_plain_module_not_found(installed):
+    with pytest.raises(ModuleNotFoundError, match="caffe2.python.no_such_module"):
+        import caffe2.python.no_such_module  # noqa: F401
+
+
+def test_roots_supply_what_stepnet_does_not(installed, tmp_path):
+    pkg = tmp_path / "caffe2" / "python"
+    pkg.mkdir(parents=True)
+    (pkg / "my_helper.py").write_text("from caffe2.python import core\nVALUE = core.IsOperator('Relu')\n")
+    alias.install(roots=[tmp_path])
+    from caffe2.python import my_helper
+    assert my_helper.VALUE is True
+
+
+def test_uninstall_forgets_the_names():
+    alias.install()
+    import caffe2.python.core  # noqa: F401
+    alias.uninstall()
+    assert not any(name == "caffe2" or name.startswith("caffe2.") for name in sys.modules)
+    with pytest.raises(ModuleNotFoundError):
+        import caffe2.python.core  # noqa: F401, F811
+
+
+COMMAND = "python -m stepnet.compat fit.py --flag x"   # docs/caffe2.md shows this command
+
+
+def test_an_unchanged_caffe2_program_runs(tmp_path):
+    script = tmp_path / "fit.py"
+    script.write_text(textwrap.dedent("""\
+        import sys
+        import numpy as np
+        from caffe2.python import core, workspace
+        from caffe2.proto import caffe2_pb2
+
+        net = core.Net("sum")
+        net.Sum(["a", "b"], "c")
+        workspace.FeedBlob("a", np.array([1.0, 2.0], dtype=np.float32))
+        workspace.FeedBlob("b", np.array([10.0, 20.0], dtype=np.float32))
+        workspace.RunNetOnce(net)
+        assert isinstance(net.Proto(), caffe2_pb2.NetDef)
+        print(sys.argv[1:], workspace.FetchBlob("c").tolist())
+        """))
+    out = subprocess.run([sys.executable, *COMMAND.split()[1:]], capture_output=True, text=True, timeout=120,
+                         cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "['--flag', 'x'] [11.0, 22.0]"
+    usage = subprocess.run([sys.executable, "-m", "stepnet.compat"], capture_output=True, text=True, timeout=120)
+    assert usage.returncode == 2 and "python -m stepnet.compat SCRIPT.py" in usage.stdout

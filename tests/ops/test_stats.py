@@ -1,0 +1,123 @@
+"""Stat registries and timers (stepnet/ops/stats.py): random updates against sums kept here, export with and
+without reset, the global registry outliving workspaces, timers publishing their sum and count, CPU
+utilization, bad inputs, and a broken kernel caught."""
+import time
+
+import numpy as np
+import pytest
+
+from stepnet import NetDef, Workspace
+from stepnet.core.errors import ArgumentError, DTypeError, OpError, ShapeError
+from stepnet.ops import stats
+from stepnet.testing import make_op
+
+rng = np.random.default_rng(5)
+
+
+def run(ws, op_type, inputs, outputs, **args):
+    ws.run_operator_once(make_op(op_type, inputs, outputs, **args))
+
+
+def strings(*names):
+    out = np.empty(len(names), object)
+    out[:] = names
+    return out
+
+
+def exported(ws, registry=(), **args):
+    run(ws, "StatRegistryExport", list(registry), ["k", "v", "t"], **args)
+    k, v, t = ws.fetch("k"), ws.fetch("v"), ws.fetch("t")
+    assert k.dtype == object and v.dtype == np.int64 and t.dtype == np.int64 and len(k) == len(v) == len(t)
+    return dict(zip(k.tolist(), v.tolist())), t
+
+
+def check_updates():
+    """Random updates into a private registry, summed here per key; a reset export leaves zeros."""
+    ws = Workspace()
+    run(ws, "StatRegistryCreate", [], ["reg"])
+    sums = {}
+    for _ in range(6):
+        names = [f"key{int(i)}" for i in rng.integers(0, 4, size=3)]
+        values = rng.integers(-50, 50, size=3)
+        ws.feed("names", strings(*names))
+        ws.feed("values", values.astype(np.int64))
+        run(ws, "StatRegistryUpdate", ["names", "values", "reg"], [])
+        for n, v in zip(names, values.tolist()):
+            sums[n.encode()] = sums.get(n.encode(), 0) + v
+    got, _ = exported(ws, ["reg"], reset=False)
+    assert got == sums
+    before = time.time_ns()
+    got, stamps = exported(ws, ["reg"])
+    assert got == sums and all(before <= s <= time.time_ns() for s in stamps.tolist())
+    got, _ = exported(ws, ["reg"])
+    assert got == dict.fromkeys(sums, 0)
+
+
+def test_updates_and_exports_against_sums():
+    check_updates()
+
+
+def test_the_check_catches_an_update_that_overwrites(broken):
+    def overwrite(xp, keys, values, registry):
+        for k, v in zip(keys.tolist(), values.tolist()):
+            registry.stats[k.encode()] = v
+    broken("StatRegistryUpdate", overwrite)
+    with pytest.raises(AssertionError):
+        check_updates()
+
+
+def test_the_global_registry_outlives_workspaces():
+    key = "test_stats/global/key"
+    ws = Workspace()
+    ws.feed("names", strings(key))
+    ws.feed("values", np.array([7], np.int64))
+    run(ws, "StatRegistryUpdate", ["names", "values"], [])
+    got, _ = exported(Workspace(), reset=False)
+    assert got[key.encode()] == 7
+    got, _ = exported(Workspace())
+    assert got[key.encode()] == 7 and stats.GLOBAL.stats[key.encode()] == 0
+
+
+def test_timers_publish_sum_and_count():
+    ws = Workspace()
+    for _ in range(2):
+        run(ws, "TimerBegin", [], ["timer"], counter_name="test_stats/timer")
+        run(ws, "TimerGet", ["timer"], ["so_far"])
+        run(ws, "TimerGetAndEnd", ["timer"], ["total"])
+    assert ws.fetch("so_far").shape == () and ws.fetch("total").shape == (1,)
+    assert 0 <= ws.fetch("so_far").item() <= ws.fetch("total").item()
+    assert stats.GLOBAL.stats[b"test_stats/timer/time_ns/count"] >= 2
+    with pytest.raises(OpError, match="timer 'test_stats/timer' is not running"):
+        run(ws, "TimerEnd", ["timer"], [])
+    net = NetDef(name="timers")
+    net.op.extend([make_op("TimerBegin", [], ["named_by_output"])])
+    bound = ws.bind(net)
+    bound.run()                      # one timer per op: a second begin without an end is an error
+    with pytest.raises(OpError, match="timer 'named_by_output' is already running"):
+        bound.run()
+
+
+def test_cpu_utilization_report():
+    ws = Workspace()
+    before = stats.GLOBAL.stats.get(b"test_stats_cpu/cpu_utilization", 0)
+    ws.feed("u", np.array([12.345], np.float32))
+    run(ws, "CpuUtilizationReport", ["u"], [], stats_name="test_stats_cpu")
+    assert stats.GLOBAL.stats[b"test_stats_cpu/cpu_utilization"] - before == 1234
+    ws.feed("u", np.array([np.nan], np.float32))
+    with pytest.raises(ArgumentError, match="must be a finite percentage"):
+        run(ws, "CpuUtilizationReport", ["u"], [], stats_name="test_stats_cpu")
+
+
+def test_bad_inputs():
+    ws = Workspace()
+    ws.feed("names", strings("a", "b"))
+    ws.feed("ints", np.array([1, 2], np.int32))
+    with pytest.raises(DTypeError, match="input 1 .values. must be an int64 tensor, got int32"):
+        run(ws, "StatRegistryUpdate", ["names", "ints"], [])
+    ws.feed("one", np.array([1], np.int64))
+    with pytest.raises(ShapeError, match="as many elements"):
+        run(ws, "StatRegistryUpdate", ["names", "one"], [])
+    with pytest.raises(DTypeError, match="input 2 must be a StatRegistry made by StatRegistryCreate"):
+        run(ws, "StatRegistryUpdate", ["names", "ints", "ints"], [])
+    with pytest.raises(DTypeError, match="input 0 .keys. must be a string tensor"):
+        run(ws, "StatRegistryUpdate", ["one", "one"], [])
