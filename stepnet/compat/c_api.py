@@ -148,7 +148,7 @@ class Workspace:
         return self.blobs.items()
 
     def create_blob(self, name) -> Blob:
-        name = _name(name)
+        name = blob_name(name)
         self._ws.create_blob(name)
         return Blob(self._ws, name)
 
@@ -156,10 +156,10 @@ class Workspace:
         return self.create_blob(name).feed(value, device_option)
 
     def fetch_blob(self, name):
-        return Blob(self._ws, _name(name)).fetch()
+        return Blob(self._ws, blob_name(name)).fetch()
 
     def has_blob(self, name) -> bool:
-        return self._ws.has(_name(name))
+        return self._ws.has(blob_name(name))
 
     def create_net(self, net, overwrite: bool = False) -> Net:
         return Net(_guard(self._ws.create_net, _proto(net, NetDef), overwrite=overwrite))
@@ -182,11 +182,12 @@ class Workspace:
         return self.run(PlanDef.FromString(data))
 
 
-def _name(name) -> str:
+def blob_name(name) -> str:
+    """A blob name as Caffe2 takes it (str, BlobReference or bytes); TypeError for anything else."""
     if isinstance(name, bytes):
         return name.decode()
     if not isinstance(name, str):
-        raise TypeError(f"a blob name is a string, got {type(name).__name__}")
+        raise TypeError(f"a blob name is a string or BlobReference, got {type(name).__name__}")
     return str(name)
 
 

@@ -101,12 +101,7 @@ def _reset_all() -> None:
 
 
 # ----------------------------------------------------------------------------------------------- blobs
-def _blob_name(name) -> str:
-    if isinstance(name, bytes):
-        return name.decode()
-    if not isinstance(name, str):
-        raise TypeError(f"a blob name is a string or BlobReference, got {type(name).__name__}")
-    return str(name)
+_blob_name = C.blob_name
 
 
 def Blobs() -> list:
