@@ -154,3 +154,20 @@ def test_a_message_missing_required_fields_is_a_file_error(tmp_path, capsys, mon
     (tmp_path / "net.pbtxt").write_text('name: "n" op { type: "Relu" arg { name: "q" qtensors { dims: 1 } } }')
     with pytest.raises(FileFormatError, match="required fields missing: op\\[0\\].arg\\[0\\].qtensors\\[0\\]"):
         proto.load(tmp_path / "net.pbtxt")
+
+
+def test_saving_an_alpha_image_as_jpeg_is_an_argument_error(tmp_path, capsys):
+    """--save-image out.jpg:bgra: JPEG has no alpha channel. One line naming the fix (Pillow's OSError before)."""
+    from PIL import Image
+    src, out = tmp_path / "img.png", tmp_path / "out.jpg"
+    Image.new("RGBA", (5, 4), (10, 20, 30, 255)).save(src)
+    net = proto.NetDef(name="pass")
+    net.op.add(type="Copy", input=["X"], output=["Y"])
+    proto.atomic_write(tmp_path / "net.pb", net.SerializeToString())
+    args = ["run", str(tmp_path / "net.pb"), "--feed", f"X={src}:bgra", "--fetch", "Y", "--file-root", str(tmp_path)]
+    assert main([*args, "--save-image", f"{out}:bgra"]) == 1
+    err = capsys.readouterr().err
+    assert re.search(r"cannot save a bgra image as JPEG .*drop it with layout rgb", err), err
+    assert "internal error" not in err and not out.exists()
+    assert main([*args, "--save-image", f"{tmp_path / 'out.png'}:bgra"]) == 0   # the same blob saves as PNG
+    assert Image.open(tmp_path / "out.png").getpixel((0, 0)) == (10, 20, 30, 255)

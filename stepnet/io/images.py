@@ -103,7 +103,11 @@ def image_bytes(array, layout: str = "rgb", fmt: str = "PNG") -> bytes:
         arr = arr[:, :, [2, 1, 0, *([3] if layout == "bgra" else [])]]
     mode = LAYOUTS[layout]
     buf = io.BytesIO()
-    Image.fromarray(np.ascontiguousarray(arr[:, :, 0] if mode == "L" else arr), mode).save(buf, format=fmt)
+    try:
+        Image.fromarray(np.ascontiguousarray(arr[:, :, 0] if mode == "L" else arr), mode).save(buf, format=fmt)
+    except (OSError, ValueError, KeyError) as e:   # Pillow: this format has no writer for this mode
+        fix = "; keep the alpha channel with .png, .webp or .tif, or drop it with layout rgb" if want == 4 else ""
+        raise ArgumentError(f"cannot save a {layout} image as {fmt} ({e}){fix}") from None
     return buf.getvalue()
 
 
