@@ -439,6 +439,20 @@ def test_plandef_and_netdef_told_apart_in_text_and_binary(tmp_path):
     assert type(stepnet.load(tmp_path / "net.pbtxt")) is proto.NetDef
 
 
+def test_text_of_caffe2_before_2018_08_names_device_id_cuda_gpu_id(tmp_path):
+    """DeviceOption's field 2 was cuda_gpu_id, then device_id: both read as field 2 (bytes 0x10 0x03 on the wire);
+    a string or comment holding the old name keeps it, and an error after it on its line keeps its column."""
+    text = ('name: "cuda_gpu_id: 1"  # cuda_gpu_id\n'
+            'op { type: "Relu" input: "X" output: "Y" device_option { cuda_gpu_id: 3 } '
+            'arg { name: "s" s: "cuda_gpu_id" } }\n')
+    (tmp_path / "old.pbtxt").write_text(text)
+    net = stepnet.load(tmp_path / "old.pbtxt")
+    assert net.op[0].device_option.SerializeToString() == bytes([0x10, 0x03])
+    assert net.name == "cuda_gpu_id: 1" and net.op[0].arg[0].s == b"cuda_gpu_id"
+    with pytest.raises(FileFormatError, match=r"line 1, column 37: .*no field named \"bogus\""):
+        proto.parse_text('op { device_option { cuda_gpu_id: 3 bogus: 1 } }', kind="net")
+
+
 def test_binary_plan_whose_nets_already_live_in_the_workspace(tmp_path):
     # A plan may run nets created earlier in the workspace, so it can have steps and no `network`.
     wire = ld(1, b"p") + ld(3, ld(1, b"s") + ld(3, b"train") + vi(4, 5))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import stat
 import tempfile
 from pathlib import Path
@@ -41,6 +42,10 @@ CPU, CUDA = 0, 1
 KINDS = {"net": NetDef, "plan": PlanDef, "tensor": TensorProto, "tensors": TensorProtos,
          "blob": BlobProto, "metanet": MetaNetDef, "op": OperatorDef}
 TEXT_SUFFIXES = {".pbtxt", ".prototxt", ".txt", ".pbtext", ".textproto"}
+# DeviceOption's field 2 was cuda_gpu_id in Caffe2 before 2018-08 (then device_id; the same number on the wire):
+# text files of either age parse. Strings and comments are matched first so that their contents stay as written;
+# the new name is padded to the old one's length so that error columns stay true.
+_LEGACY_NAMES = re.compile(r'"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'|#[^\n]*|\bcuda_gpu_id\b')
 
 
 # --------------------------------------------------------------------------------------------- files
@@ -74,6 +79,8 @@ def _parse_text(text: str, cls, where: str, depth: int = 0):
     if len(text) > files.TEXT_LIMIT:   # a net held as text in an argument: a file's limit holds for it too
         raise files.over(where, "the text-format message", f"{len(text)} characters", files.TEXT_LIMIT)
     check_text(text, where, depth)
+    if "cuda_gpu_id" in text:
+        text = _LEGACY_NAMES.sub(lambda m: "device_id  " if m.group() == "cuda_gpu_id" else m.group(), text)
     msg = cls()
     try:
         text_format.Parse(text, msg, allow_unknown_extension=False)
