@@ -19,6 +19,10 @@ because Caffe2's code of 2018 meets NumPy 2 or Hypothesis 6:
   4. hypothesis.extra.numpy.arrays: elements drawn as Python floats for a float16/float32 array are rounded to
      that type first, as Hypothesis 3 stored them (Hypothesis 6 refuses a value the dtype cannot hold exactly).
   5. scipy.misc.logsumexp: scipy.special.logsumexp, where SciPy moved it (SciPy 1.3 removed the old name).
+  6. numpy again: np.sum of a generator is Python's sum, as NumPy 1 did it (with a warning; NumPy 2 raises), and
+     np.set_printoptions(threshold=np.nan) means no truncation, sys.maxsize (NumPy 1.14 began refusing nan); the
+     print options are restored after each Caffe2 test.
+  7. inspect.getargspec (removed in Python 3.11): its 4-tuple, from inspect.getfullargspec.
 
 EXAMPLES comes from STEPNET_CAFFE2_EXAMPLES (default 2); tools/caffe2_suite.py runs the whole suite with more.
 
@@ -29,9 +33,12 @@ with its reason: those are strict xfails, so a test that starts to pass fails th
 from __future__ import annotations
 
 import ast
+import collections
 import contextlib
+import inspect
 import os
 import sys
+import types
 from pathlib import Path
 
 import numpy as np
@@ -41,6 +48,7 @@ HERE = Path(__file__).resolve().parent
 EXPECTED = HERE / "expected_failures.txt"
 collect_ignore = ["caffe2/python/test_util.py"]   # Caffe2's TestCase base, a helper (its name only looks like tests)
 EXAMPLES = int(os.environ.get("STEPNET_CAFFE2_EXAMPLES", "2"))
+ArgSpec = collections.namedtuple("ArgSpec", "args varargs keywords defaults")   # inspect's, before Python 3.11
 REMOVED_SETTINGS = ("timeout", "min_satisfying_examples", "perform_health_check", "max_iterations", "max_shrinks",
                     "strict", "use_coverage", "average_list_length", "max_mutations")
 
@@ -62,6 +70,27 @@ def _adapt_numpy() -> None:
 
         delete_._stepnet_adapted = True
         np.delete = delete_
+    if not getattr(np.sum, "_stepnet_adapted", False):
+        sum_, set_printoptions = np.sum, np.set_printoptions
+
+        def npsum(a, *args, **kwargs):   # NumPy 1: a generator went to Python's sum (with a DeprecationWarning)
+            return sum(a, *args, **kwargs) if isinstance(a, types.GeneratorType) else sum_(a, *args, **kwargs)
+
+        def printoptions(*args, **kwargs):   # NumPy 1.13 took threshold=nan for "never summarize"
+            if isinstance(kwargs.get("threshold"), float) and np.isnan(kwargs["threshold"]):
+                kwargs["threshold"] = sys.maxsize
+            return set_printoptions(*args, **kwargs)
+
+        npsum._stepnet_adapted = True
+        np.sum, np.set_printoptions = npsum, printoptions
+
+
+def _adapt_python() -> None:
+    if not hasattr(inspect, "getargspec"):
+        def getargspec(func):
+            spec = inspect.getfullargspec(func)
+            return ArgSpec(spec.args, spec.varargs, spec.varkw, spec.defaults)
+        inspect.getargspec = getargspec
 
 
 def _without_average_size(strategy):
@@ -129,6 +158,7 @@ def _install() -> None:
     from stepnet.compat import alias
 
     _adapt_numpy()
+    _adapt_python()
     _adapt_scipy()
     _adapt_hypothesis()
     alias.install(roots=[HERE])
@@ -153,9 +183,13 @@ def _caffe2_environment():
 
     alias.install(roots=[HERE])
     reset()
-    with caffe2_profile():
-        yield
-    reset()
+    printing = np.get_printoptions()
+    try:
+        with caffe2_profile():
+            yield
+    finally:
+        np.set_printoptions(**printing)
+        reset()
 
 
 # ------------------------------------------------------------------------------------------- expected failures
