@@ -12,6 +12,7 @@ EXTRAS = {
     "plots": ("matplotlib>=3.5",),
     "onnx": ("onnx>=1.16", "onnxruntime>=1.18"),
     "mpi": ("mpi4py>=4", "mpich"),
+    "databases": ("lmdb>=1.4", "plyvel>=1.5"),
 }
 
 

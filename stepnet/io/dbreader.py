@@ -1,48 +1,49 @@
 """Caffe2's db::DBReader: what CreateDB puts in a blob (an open db and a cursor over its records), and its
-BlobProto form (a DBReaderProto: Save and checkpoints keep which db a reader reads). Only minidb files."""
+BlobProto form (a DBReaderProto: Save and checkpoints keep which db a reader reads). minidb files, and lmdb and
+leveldb dbs through io.kvdb."""
 from __future__ import annotations
 
 from ..core.errors import ArgumentError, FileFormatError
-from . import minidb
+from . import kvdb, minidb
 from .proto import DBReaderProto
 
-DB_TYPES = ("minidb", "MiniDB")
 
-
-def check_db_type(db_type: str, what: str = "db_type") -> None:
-    if db_type not in DB_TYPES:
+def check_db_type(db_type: str, what: str = "db_type") -> str:
+    """The kind of db a db_type names: 'minidb', 'lmdb' or 'leveldb' (an ArgumentError for any other)."""
+    if db_type not in kvdb.KINDS:
         shown = repr(db_type) if db_type else "empty"
-        raise ArgumentError(f"{what} is {shown}, but stepnet reads and writes only 'minidb' dbs (leveldb, "
-                            "lmdb and others need Caffe2's libraries); set db_type='minidb', converting the "
-                            "data if needed")
+        raise ArgumentError(f"{what} is {shown}, but stepnet reads and writes 'minidb', 'lmdb' and 'leveldb' dbs "
+                            "(others, such as rocksdb or zmqdb, need Caffe2's libraries); set db_type to one of "
+                            "them, converting the data if needed")
+    return kvdb.KINDS[db_type]
 
 
 class DBReader:
-    """What CreateDB puts in a blob (Caffe2's db::DBReader): an open minidb and a cursor. read() returns the
+    """What CreateDB puts in a blob (Caffe2's db::DBReader): an open db and a cursor. read() returns the
     current record and moves on by num_shards records, going back to the first record of its shard at the
     end, so readers cycle over the data forever. The file is opened by open(limits, where), which confines its
     path: at once when the op is given (CreateDB), else by the first op that reads it (a reader loaded from a
     db)."""
 
     def __init__(self, source: str, db_type: str = "minidb", num_shards: int = 1, shard_id: int = 0):
-        check_db_type(db_type)
+        self.kind = check_db_type(db_type)
         if num_shards < 1 or not 0 <= shard_id < num_shards:
             raise ArgumentError(f"need num_shards >= 1 and 0 <= shard_id < num_shards, got "
                                 f"num_shards={num_shards}, shard_id={shard_id}")
         self.source, self.db_type = source, db_type
         self.num_shards, self.shard_id = num_shards, shard_id
-        self._db: minidb.MiniDB | None = None
+        self._db = None
 
     def open(self, limits, where: str) -> "DBReader":
         """Open the file (once) if its path lies under the file root of `limits` (the reading op's workspace's;
         where: the op, for the error)."""
         if self._db is None:
-            self._db = minidb.MiniDB(limits.confine(self.source, where))
+            self._db = kvdb.open_db(limits.confine(self.source, where), self.kind)
             self.seek_to_first()
         return self
 
     @property
-    def db(self) -> minidb.MiniDB:
+    def db(self):
         if self._db is None:
             raise FileFormatError(f"the DB reader of {self.source!r} is not open yet (ops reading it open it)")
         return self._db
@@ -82,7 +83,7 @@ class DBReader:
             yield self.db.key(i), self.db.value(i), self.where(i)
 
     def where(self, i: int) -> str:
-        return f"{self.source}: record {self.db.key(i)!r} at byte offset {self.db.offset(i)}"
+        return self.db.where(i)
 
     def __repr__(self):
         where = f"record {self.pos} of {len(self._db)}" if self._db is not None else "not open"

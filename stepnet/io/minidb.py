@@ -121,6 +121,10 @@ class MiniDB:
         """Byte offset of record i in the file (for error messages)."""
         return self._index[i][3]
 
+    def where(self, i: int) -> str:
+        """Record i for an error message: the file, its key and byte offset."""
+        return f"{self.path}: record {self.key(i)!r} at byte offset {self.offset(i)}"
+
     def keys(self) -> list[str]:
         return [entry[0] for entry in self._index]
 

@@ -1,6 +1,7 @@
 """Data and checkpoint operators: CreateDB, TensorProtosDBInput, Save, Load, Checkpoint (Snapshot), DBExists.
 
-Only the "minidb" db type is supported (stepnet/io/minidb.py); leveldb/lmdb and other types are a clear error.
+db types: "minidb" (stepnet/io/minidb.py), and "lmdb" and "leveldb" through their libraries (io/kvdb.py, the
+`databases` extra); other types are a clear error.
 Paths: with absolute_path=0 (the default) Save/Load/Checkpoint/DBExists open "<root folder>/<db>", as Caffe2
 does. Caffe2 takes the root folder from the workspace (default "."); stepnet uses the workspace attribute
 `root_folder` when it has one, else ".", so relative paths resolve against the current working directory.
@@ -16,7 +17,7 @@ import re
 import numpy as np
 
 from ..core import backend
-from ..io import minidb
+from ..io import kvdb, minidb
 from ..distributed import world
 from ..core.errors import (ArgumentError, DTypeError, FileAccessError, FileFormatError, MissingBlobError, ShapeError,
                            did_you_mean)
@@ -141,7 +142,7 @@ def _save_names(inputs: list[str], strip_prefix: str, overrides: list[str]) -> l
 
 
 def _save(ctx, values, db, db_type, absolute_path, strip_prefix, blob_name_overrides, chunk_size) -> None:
-    check_db_type(db_type)
+    kind = check_db_type(db_type)
     if not db:
         raise ArgumentError("the db argument (the file to write) is empty")
     if chunk_size < minidb.CHUNK_DEFAULT:
@@ -154,20 +155,25 @@ def _save(ctx, values, db, db_type, absolute_path, strip_prefix, blob_name_overr
     path = limits.confine(full_path(ws, db, absolute_path), ctx.label, write=True)
     if not world.writes(db):   # under mpiexec only rank 0 writes a file whose path names no {rank}
         return
-    data = minidb.pack_records(records)
+    data = minidb.pack_records(records) if kind == "minidb" else None
     if not limits.overwrite and os.path.lexists(path) and not ws.written.has(path):
         raise FileAccessError(f"db {path!r} was there before this run (a trained model, perhaps): a model replaces "
                               "such a file only when asked; pass --overwrite (Python: Limits(overwrite=True)), or "
                               "move the file", at=ctx.label)
-    if not limits.trusted and not minidb.replaceable(path):
-        raise FileAccessError(f"db {path!r} exists and is not a stepnet database (minidb) or an empty file: a "
-                              "model replaces no other file; give the db another name", at=ctx.label)
-    limits.check_write(ws.written, path, len(data), ctx.label)
+    if not limits.trusted and not (minidb.replaceable(path) if data is not None else kvdb.replaceable(path, kind)):
+        what = "a stepnet database (minidb) or an empty file" if data is not None else f"an {kind} db or empty"
+        raise FileAccessError(f"db {path!r} exists and is not {what}: a model replaces no other file; give the db "
+                              "another name", at=ctx.label)
+    size = len(data) if data is not None else sum(len(k) + len(v) for k, v in records)
+    limits.check_write(ws.written, path, size, ctx.label)
     try:
-        proto.atomic_write(path, data)
+        if data is not None:
+            proto.atomic_write(path, data)
+        else:
+            size = kvdb.write_db(path, kind, records)
     except FileFormatError as e:
         raise FileFormatError(f"{e}{_missing_file_hint(db, absolute_path)}") from None
-    ws.written.record(path, len(data), ctx.label)
+    ws.written.record(path, size, ctx.label)
 
 
 @op("Save", inputs=(1, None), outputs=0, context=True, devices="any", gradient=SHOULD_NOT_DO_GRADIENT,
@@ -235,7 +241,7 @@ def _load_sources(ctx, readers, db, dbs, db_type, absolute_path):
     """[(label, iterator of (key, value, where))] for the readers given as inputs, or the db/dbs files."""
     if readers:
         return [(r.source, r.rest()) for r in (_check_reader(r, i, ctx) for i, r in enumerate(readers))]
-    check_db_type(db_type)
+    kind = check_db_type(db_type)
     names = list(dbs) or [db]
     if not all(names):
         raise ArgumentError("Load needs the db argument (or dbs), and no db name may be empty")
@@ -246,16 +252,16 @@ def _load_sources(ctx, readers, db, dbs, db_type, absolute_path):
     for name in names:
         path = ctx.workspace.limits.confine(full_path(ctx.workspace, name, absolute_path), ctx.label)
         try:
-            f = minidb.MiniDB(path)
+            f = kvdb.open_db(path, kind)
         except FileFormatError as e:
             raise FileFormatError(f"{e}{_missing_file_hint(name, absolute_path)}") from None
         sources.append((f.path, _file_records(f)))
     return sources
 
 
-def _file_records(f: minidb.MiniDB):
+def _file_records(f):
     for i in range(len(f)):
-        yield f.key(i), f.value(i), f"{f.path}: record {f.key(i)!r} at byte offset {f.offset(i)}"
+        yield f.key(i), f.value(i), f.where(i)
 
 
 @op("Load", inputs=(0, None), outputs=(0, None), context=True, devices="any", gradient=NO_GRADIENT,
@@ -331,6 +337,6 @@ def _place(value, detail, ctx, keep_device):
     args={"absolute_path": 0, "db_name": "", "db_type": ""}, shape=lambda specs, **_: [spec((), np.bool_)])
 def db_exists(ctx, xp, *, absolute_path, db_name, db_type):
     """A bool scalar: whether the db can be opened for reading (path rule as Load's)."""
-    check_db_type(db_type)
+    kind = check_db_type(db_type)
     path = ctx.workspace.limits.confine(full_path(ctx.workspace, db_name, absolute_path), ctx.label)
-    return xp.asarray(np.array(os.path.isfile(path) and os.access(path, os.R_OK)))
+    return xp.asarray(np.array(kvdb.exists(path, kind)))

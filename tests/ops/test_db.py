@@ -239,11 +239,11 @@ def test_mutex_and_reader_blobs_round_trip(tmp_path):
 def test_bad_arguments():
     ws = Workspace()
     ws.feed("x", np.ones(1, np.float32))
-    with pytest.raises(ArgumentError, match="db_type is 'leveldb', but stepnet reads and writes only"):
-        run(ws, make_op("Save", ["x"], [], db="x.ldb", db_type="leveldb"))
+    with pytest.raises(ArgumentError, match="db_type is 'rocksdb', but stepnet reads and writes 'minidb', 'lmdb'"):
+        run(ws, make_op("Save", ["x"], [], db="x.ldb", db_type="rocksdb"))
     with pytest.raises(ArgumentError, match="required argument 'db_type' is missing"):
         run(ws, make_op("Save", ["x"], [], db="x.minidb"))
-    with pytest.raises(ArgumentError, match=r"CreateDB defaults to leveldb\) is 'leveldb'"):
+    with pytest.raises(FileFormatError, match=r"somewhere: no leveldb db there"):   # CreateDB's default db_type
         run(ws, make_op("CreateDB", [], ["r"], db="somewhere"))
     with pytest.raises(ArgumentError, match="db_type is empty"):
         run(ws, make_op("Load", [], ["x"], db="x.minidb"))
