@@ -28,6 +28,7 @@ class Optimizer:
         self._instance_num = _optimizer_instance_count[type(self).__name__]
         _optimizer_instance_count[type(self).__name__] += 1
         self._lr_multiplier = None
+        self._lr_multiplier_on_gpu = False
         self._aux_params = AuxOptimizerParams(local=[], shared=[])
 
     def __call__(self, net, param_init_net, param, grad=None):
@@ -60,7 +61,7 @@ class Optimizer:
         if self._lr_multiplier is not None:
             multiplier = self._lr_multiplier
             dev = CurrentDeviceScope()
-            if dev is not None and dev.device_type == 1:
+            if dev is not None and dev.device_type == 1 and not self._lr_multiplier_on_gpu:
                 multiplier = net.CopyFromCPUInput(multiplier, self.make_unique_blob_name("lr_multiplier"))
             lr = net.Mul([lr, multiplier], self.make_unique_blob_name("scaled_lr"), broadcast=1)
         return lr, iteration
@@ -78,7 +79,18 @@ class Optimizer:
         return iteration
 
     def add_lr_multiplier(self, lr_multiplier, is_gpu_blob: bool = False) -> None:
-        self._lr_multiplier = lr_multiplier
+        self._lr_multiplier, self._lr_multiplier_on_gpu = lr_multiplier, is_gpu_blob
+
+    def _add_lars(self, net, param, grad, offset) -> None:
+        """LARS (dense gradients only, as in Caffe2): the rate is scaled by Lars(param, grad) =
+        1/(|grad|/|param| + offset), which replaces any earlier multiplier of this optimizer."""
+        if offset is None or isinstance(grad, GradientSlice):
+            return
+        if offset < 0:
+            raise ValueError(f"Lars offset must be nonnegative, got {offset}")
+        multiplier = net.Lars([param, grad], self.make_unique_blob_name(str(param) + "_lars"), offset=offset)
+        dev = CurrentDeviceScope()
+        self.add_lr_multiplier(multiplier, is_gpu_blob=dev is not None and dev.device_type == 1)
 
     def get_auxiliary_parameters(self):
         return self._aux_params
@@ -95,14 +107,13 @@ class Optimizer:
 
 
 class SgdOptimizer(Optimizer):
-    """WeightedSum(param, ONE, grad, lr) with lr = -base_lr; with momentum, MomentumSGDUpdate (lr = base_lr)."""
+    """WeightedSum(param, ONE, grad, lr) with lr = -base_lr; with momentum, MomentumSGDUpdate (lr = base_lr);
+    lars=offset scales the rate of a dense parameter by its Lars factor."""
 
     def __init__(self, base_learning_rate=0.01, policy="fixed", momentum=0.0, nesterov=1,
                  sparse_dedup_aggregator=None, lars=None, **kwargs):
         super().__init__()
-        if lars is not None:
-            raise NotImplementedError("LARS needs the Lars op, which stepnet does not have")
-        self.base_learning_rate, self.policy = base_learning_rate, policy
+        self.base_learning_rate, self.policy, self.lars = base_learning_rate, policy, lars
         self.momentum, self.nesterov = momentum, nesterov
         self.sparse_dedup_aggregator = sparse_dedup_aggregator
         self.init_kwargs = kwargs
@@ -113,6 +124,7 @@ class SgdOptimizer(Optimizer):
             return
         if self.base_learning_rate < 0:
             raise ValueError(f"Expect positive base learning rate, got {self.base_learning_rate}")
+        self._add_lars(net, param, grad, self.lars)
         sign = -1 if self.momentum else 1
         lr, _ = self.build_lr(net, param_init_net, self.base_learning_rate * sign, policy=self.policy,
                               **self.init_kwargs)

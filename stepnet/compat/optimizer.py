@@ -41,27 +41,38 @@ class WeightDecayBuilder(Optimizer):
 
 
 class AdagradOptimizer(Optimizer):
-    """Adagrad(param, `<param>_squared_sum`, grad, lr) (SparseAdagrad for a sparse gradient)."""
+    """Adagrad(param, `<param>_squared_sum`, grad, lr) (SparseAdagrad for a sparse gradient; with rowWise,
+    RowWiseSparseAdagrad with one `<param>_avg_squared_sum` value per row, sparse gradients only); lars=offset
+    scales the rate of a dense parameter by its Lars factor."""
 
     def __init__(self, alpha=0.01, epsilon=1e-4, decay=1, policy="fixed", sparse_dedup_aggregator=None,
                  rowWise=False, engine="", lars=None, **kwargs):
         super().__init__()
-        if rowWise or lars is not None:
-            raise NotImplementedError("row-wise Adagrad and LARS need ops stepnet does not have")
         self.alpha, self.epsilon, self.decay, self.policy, self.engine = alpha, epsilon, decay, policy, engine
-        self.sparse_dedup_aggregator = sparse_dedup_aggregator
+        self.sparse_dedup_aggregator, self.rowWise, self.lars = sparse_dedup_aggregator, rowWise, lars
         self.init_kwargs = kwargs
 
     def _run(self, net, param_init_net, param_info):
         param, grad = param_info.blob, param_info.grad
         if self.alpha <= 0:
             return
+        self._add_lars(net, param, grad, self.lars)
         lr, _ = self.build_lr(net, param_init_net, self.alpha, policy=self.policy, **self.init_kwargs)
-        history = self._state(param_init_net, param, "_squared_sum")
+        if self.rowWise:
+            history = _per_row_state(param_init_net, param, "_avg_squared_sum")
+            self._aux_params.local.append(history)
+        else:
+            history = self._state(param_init_net, param, "_squared_sum")
+        if self.rowWise and not isinstance(grad, GradientSlice):
+            raise ValueError("If SparseAdagrad with rowWise=True, gradient must be a gradientslice: row-wise "
+                             "Adagrad has no dense form")
         if isinstance(grad, GradientSlice):
+            if self.decay != 1:
+                raise ValueError("Decay is not implemented for SparseAdagrad and must be set to 1")
             _no_dedup(self.sparse_dedup_aggregator)
-            net.SparseAdagrad([param, history, grad.indices, grad.values, lr], [param, history],
-                              epsilon=self.epsilon, engine=self.engine)
+            update = net.RowWiseSparseAdagrad if self.rowWise else net.SparseAdagrad
+            update([param, history, grad.indices, grad.values, lr], [param, history], epsilon=self.epsilon,
+                   engine=self.engine)
         else:
             net.Adagrad([param, history, grad, lr], [param, history], epsilon=self.epsilon,
                         decay=float(self.decay), engine=self.engine)
@@ -71,13 +82,14 @@ class AdagradOptimizer(Optimizer):
 
 
 class AdamOptimizer(Optimizer):
-    """Adam(param, `<param>_first_moment`, `<param>_second_moment`, grad, lr, iteration)."""
+    """Adam(param, `<param>_first_moment`, `<param>_second_moment`, grad, lr, iteration) (SparseAdam for a
+    sparse gradient; with rowWise, RowWiseSparseAdam with one `<param>_avg_second_moment` value per row, sparse
+    gradients only)."""
 
     def __init__(self, alpha=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, policy="fixed",
                  sparse_dedup_aggregator=None, rowWise=False, engine="", **kwargs):
         super().__init__()
-        if rowWise:
-            raise NotImplementedError("row-wise Adam needs an op stepnet does not have")
+        self.rowWise = rowWise
         self.alpha, self.beta1, self.beta2, self.epsilon = alpha, beta1, beta2, epsilon
         self.policy, self.engine, self.sparse_dedup_aggregator = policy, engine, sparse_dedup_aggregator
         self.init_kwargs = kwargs
@@ -88,17 +100,36 @@ class AdamOptimizer(Optimizer):
             return
         lr, iteration = self.build_lr(net, param_init_net, self.alpha, policy=self.policy, **self.init_kwargs)
         m1 = self._state(param_init_net, param, "_first_moment")
-        m2 = self._state(param_init_net, param, "_second_moment")
+        if self.rowWise:
+            m2 = _per_row_state(param_init_net, param, "_avg_second_moment")
+            self._aux_params.local.append(m2)
+        else:
+            m2 = self._state(param_init_net, param, "_second_moment")
         self._aux_params[1].append(iteration)
         args = {"beta1": self.beta1, "beta2": self.beta2, "epsilon": self.epsilon}
+        if self.rowWise and not isinstance(grad, GradientSlice):
+            raise ValueError("If SparseAdam with rowWise=True, gradient must be a gradientslice: row-wise Adam "
+                             "has no dense form")
         if isinstance(grad, GradientSlice):
             _no_dedup(self.sparse_dedup_aggregator)
-            net.SparseAdam([param, m1, m2, grad.indices, grad.values, lr, iteration], [param, m1, m2], **args)
+            update = net.RowWiseSparseAdam if self.rowWise else net.SparseAdam
+            update([param, m1, m2, grad.indices, grad.values, lr, iteration], [param, m1, m2], **args)
         else:
             net.Adam([param, m1, m2, grad, lr, iteration], [param, m1, m2], **args)
 
     def scale_learning_rate(self, scale) -> None:
         self.alpha *= scale
+
+
+def _per_row_state(param_init_net, param, suffix: str):
+    """A zero state of one value per row of param: ConstantFill(shape=[rows]) when the init net's shapes are
+    known, else made from Shape(param)[0:1] at run time (as Caffe2 does)."""
+    shapes, _ = workspace.InferShapesAndTypes([param_init_net])
+    if str(param) in shapes:
+        return param_init_net.ConstantFill([], str(param) + suffix, shape=[shapes[str(param)][0]], value=0.0)
+    shape = param_init_net.Shape(param, str(param) + "_shape")
+    rows = param_init_net.Slice([shape], str(shape) + "_numrows", starts=[0], ends=[1])
+    return param_init_net.ConstantFill(rows, str(param) + suffix, input_as_shape=1, value=0.0)
 
 
 class FtrlOptimizer(Optimizer):

@@ -19,7 +19,8 @@ FAMILIES = ("fill", "random_fill", "elementwise", "elementwise_grad", "activatio
             "segment_reducers", "lengths_gather", "partition", "sparse_ids",
             "counters", "maps", "dict_index", "stats", "strings", "rebatching", "tensor_vector", "python_op",
             "misc_math", "channel_stats", "criterion", "rank_loss", "im2col", "locally_connected", "retrieval",
-            "text_reader")
+            "text_reader",
+            "ftrl", "yellowfin", "mixed_sgd", "hsm", "hsm_search")
 
 for _family in FAMILIES:
     importlib.import_module(f"{__name__}.{_family}")

@@ -178,3 +178,66 @@ def test_zero_rates_add_nothing_and_negative_ones_are_refused():
     assert "LearningRate" not in [op.type for op in model.net.Proto().op]
     with pytest.raises(ValueError, match="positive base learning rate"):
         optimizer.build_sgd(model, base_learning_rate=-1.0)
+
+
+def _op(model, op_type):
+    return next(op for op in model.net.Proto().op if op.type == op_type)
+
+
+@pytest.mark.parametrize("build, lr, rate", [
+    (lambda m: optimizer.build_sgd(m, base_learning_rate=0.1, lars=0.5), 0.1, lambda lars: 0.1 * lars),
+    (lambda m: optimizer.build_adagrad(m, base_learning_rate=0.2, lars=0.5, epsilon=0.0), 0.2,
+     lambda lars: 0.2 * lars / np.abs(X)),
+])
+def test_lars_scales_the_rate_of_dense_parameters(build, lr, rate):
+    model = linear_model()
+    build(model)
+    lars_op = _op(model, "Lars")
+    assert list(lars_op.input) == ["w", "w_grad"] and lars_op.output[0].endswith("_w_lars_cpu")
+    (factor, w1), = train(model, 1, (lars_op.output[0], "w"))
+    want = 1 / (np.linalg.norm(X) / np.linalg.norm(W0) + 0.5)       # 1 / (|grad| / |param| + offset)
+    np.testing.assert_allclose(factor, [want], rtol=1e-6)
+    np.testing.assert_allclose(w1, W0 - rate(want) * X, rtol=1e-5)
+    with pytest.raises(ValueError, match="Lars offset must be nonnegative"):
+        optimizer.build_sgd(linear_model("neg"), base_learning_rate=0.1, lars=-1.0)
+
+
+def _embedding_model(name):
+    model = model_helper.ModelHelper(name=name)
+    emb = model.create_param("emb", [4, 2], Initializer("ConstantFill", value=1.0))
+    model.net.SumElements(model.net.Gather([emb, "idx"], "rows"), "loss")
+    model.AddGradientOperators(["loss"])
+    return model
+
+
+def test_row_wise_adagrad_and_adam_keep_one_state_value_per_row():
+    model = _embedding_model("rowwise_adagrad")
+    optimizer.build_adagrad(model, base_learning_rate=0.5, rowWise=True, epsilon=0.0)
+    assert model.net.Proto().op[-1].type == "RowWiseSparseAdagrad"
+    workspace.FeedBlob("idx", np.array([1, 3], np.int32))
+    workspace.RunNetOnce(model.param_init_net)
+    workspace.RunNetOnce(model.net)
+    np.testing.assert_allclose(workspace.FetchBlob("emb_avg_squared_sum"), [0, 1, 0, 1])   # mean of g² = 1
+    np.testing.assert_allclose(workspace.FetchBlob("emb"), [[1, 1], [0.5, 0.5], [1, 1], [0.5, 0.5]])
+    adam = _embedding_model("rowwise_adam")
+    optimizer.build_adam(adam, base_learning_rate=0.1, rowWise=True)
+    assert adam.net.Proto().op[-1].type == "RowWiseSparseAdam"
+    workspace.RunNetOnce(adam.param_init_net)
+    assert workspace.FetchBlob("emb_avg_second_moment").shape == (4,)
+    with pytest.raises(ValueError, match="rowWise=True, gradient must be a gradientslice"):
+        optimizer.build_adagrad(linear_model("dense"), base_learning_rate=0.1, rowWise=True)
+
+
+def test_ftrl_and_yellowfin_builders_add_their_ops():
+    model = linear_model("ftrl")
+    optimizer.build_ftrl(model, alpha=1.0, beta=0.1, lambda1=0.0, lambda2=0.0)
+    assert _op(model, "Ftrl").input[:] == ["w", "w_ftrl_nz", "w_grad"]
+    (w1, nz1), = train(model, 1, ("w", "w_ftrl_nz"))
+    assert nz1.shape == (2, 2)
+    np.testing.assert_allclose(nz1[:, 0], X ** 2)                     # n = g²
+    np.testing.assert_allclose(w1, -nz1[:, 1] / (0.1 + np.abs(X)), rtol=1e-5)   # w = -z / ((beta + √n) / alpha)
+    yf = linear_model("yellowfin")
+    optimizer.build_yellowfin(yf, base_learning_rate=0.1)
+    assert len(_op(yf, "YellowFin").input) == 10
+    (w1,), = train(yf, 1)
+    np.testing.assert_allclose(w1, W0 - 0.1 * X, rtol=1e-6)           # the first step: momentum 0, rate alpha
