@@ -141,3 +141,14 @@ def test_without_the_library_the_error_names_the_extra(monkeypatch):
     monkeypatch.setitem(__import__("sys").modules, "lmdb", None)
     with pytest.raises(StepnetError, match=r"lmdb dbs need the lmdb package: pip install .*`databases` extra"):
         kvdb.open_db("x", "lmdb")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_db_in_a_missing_directory_is_one_file_error(tmp_path, kind):
+    """Campaign seed 6 case 3361: Save to "$HOME/x" (a directory that is not there) gave mkdtemp's
+    FileNotFoundError as a kernel failure."""
+    ws = Workspace()
+    ws.feed("w", np.ones(2, np.float32))
+    with pytest.raises(FileFormatError, match=rf"\$HOME/x.{kind}: cannot write the {kind} db \(No such file"):
+        run(ws, make_op("Save", ["w"], [], db=f"$HOME/x.{kind}", db_type=kind))
+    assert os.listdir(tmp_path) == []

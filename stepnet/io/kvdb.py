@@ -202,7 +202,10 @@ def write_db(path: str, kind: str, records: Iterable[tuple[str, bytes]]) -> int:
     """Write the records as a new lmdb or leveldb db at path (replacing a db of that kind there); returns the
     bytes the new directory holds. Written into a hidden directory beside path, then renamed into place."""
     target = Path(path)
-    tmp = tempfile.mkdtemp(prefix=f".{target.name[:32]}.", suffix=".tmpdb", dir=target.parent)
+    try:
+        tmp = tempfile.mkdtemp(prefix=f".{target.name[:32]}.", suffix=".tmpdb", dir=target.parent)
+    except OSError as e:
+        raise FileFormatError(f"{path}: cannot write the {kind} db ({e.strerror or e})") from None
     try:
         if kind == "lmdb":
             lmdb = _library("lmdb", "lmdb")

@@ -8,7 +8,8 @@ FAMILIES = ("fill", "random_fill", "elementwise", "elementwise_grad", "activatio
             "sums", "math_grad", "reduce", "reduce_grad", "shape", "layout", "shape_grad", "index", "control", "scopes",
             "segments", "index_grad", "segment_grad", "util", "device", "conv", "pool", "norm", "image",
             "conv_grad", "pool_grad", "norm_grad", "image_grad", "loss", "softmax_loss", "rowwise_loss",
-            "optim", "sparse_optim", "lr", "clipping", "db", "lstm", "gru", "rnn_internal", "recurrent",
+            "optim", "sparse_optim", "lr", "ftrl", "yellowfin", "mixed_sgd", "clipping", "db", "lstm", "gru",
+            "rnn_internal", "recurrent",
             "recurrent_grad", "sampling", "metrics",
             "fp16", "fused_rowwise", "fused_sls", "rowwise8", "sparse_dense",
             "detection", "roi_align", "roi_pool", "fpn",
@@ -18,9 +19,11 @@ FAMILIES = ("fill", "random_fill", "elementwise", "elementwise_grad", "activatio
             "masks", "lookup", "calibration", "fills_extra",
             "segment_reducers", "lengths_gather", "partition", "sparse_ids",
             "counters", "maps", "dict_index", "stats", "strings", "rebatching", "tensor_vector", "python_op",
+            "dataset_ops", "dataset_records", "window_collector",
+            "row_mul", "unique", "segment_conversions", "blob_utils", "histogram", "space_batch", "tt_linear",
+            "batch_metrics",
             "misc_math", "channel_stats", "criterion", "rank_loss", "im2col", "locally_connected", "retrieval",
-            "text_reader",
-            "ftrl", "yellowfin", "mixed_sgd", "hsm", "hsm_search")
+            "text_reader", "hsm", "hsm_search")
 
 for _family in FAMILIES:
     importlib.import_module(f"{__name__}.{_family}")

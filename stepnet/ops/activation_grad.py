@@ -5,6 +5,8 @@ makers that emit them are in activation.py, next to the forward ops.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..core.errors import ShapeError
@@ -15,10 +17,17 @@ from .registry import Arg, op
 
 
 
+# Gradient ops whose Caffe2 kernel checks only that the inputs have one size (and shapes dX like input 0), so
+# that dX may be written in place over a dY of another shape.
+SIZE_ONLY = {"SeluGradient"}
+
+
 def _check_same(type_, names, specs) -> None:
-    """One float dtype and one shape for all inputs (arrays or TensorSpecs)."""
+    """One float dtype and one shape for all inputs (arrays or TensorSpecs); one size for SIZE_ONLY ops."""
     check_dtypes(specs, FLOAT, f"the inputs of {type_}")
     for name, s in zip(names[1:], specs[1:], strict=True):
+        if type_ in SIZE_ONLY and math.prod(s.shape) == math.prod(specs[0].shape):
+            continue
         if tuple(s.shape) != tuple(specs[0].shape):
             raise ShapeError(f"{type_}: {name} has shape {tuple(s.shape)} but {names[0]} has "
                              f"{tuple(specs[0].shape)}; they must match (both come from one forward op)")
@@ -28,10 +37,12 @@ def _register(type_, names, fn, args=None, inplace=((1, 0),), doc=""):
     """A gradient op computing fn(xp, <inputs by name>, **args) -> dX, inputs of one shape and float dtype."""
     def shape(specs, **_):
         _check_same(type_, names, specs)
-        return [like(specs[names.index("dY")])]
+        return [like(specs[0 if type_ in SIZE_ONLY else names.index("dY")])]
 
     def kernel(xp, *ins, **kw):
         _check_same(type_, names, ins)
+        if type_ in SIZE_ONLY:
+            ins = [x.reshape(ins[0].shape) for x in ins]
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             return fn(xp, *ins, **kw)
 

@@ -13,7 +13,8 @@ def _sample_shape(specs, **_):
     w = specs[0]
     if len(w.shape) != 2:
         raise ShapeError(f"sampling_weights must be 2-D (batch x weights), got {w.shape}")
-    return [spec((w.shape[0],), np.int32), spec((w.shape[0],), np.float32)]
+    rows = w.shape[0] if w.shape[1] else 0      # Caffe2 gives empty outputs when there is nothing to sample
+    return [spec((rows,), np.int32), spec((rows,), np.float32)]
 
 
 @op("WeightedSample", inputs=(1, 2), outputs=(1, 2), inplace=(), random=True, shape=_sample_shape,
@@ -27,14 +28,16 @@ def weighted_sample(xp, weights, values=None, *, rng):
     w = np.asarray(backend.to_host(weights), dtype=np.float64)
     if (w < 0).any():
         raise ShapeError("sampling weights must be non-negative")
+    if values is not None and values.shape != weights.shape:
+        raise ShapeError(f"sampling_values {tuple(values.shape)} must match the weights {tuple(weights.shape)}")
+    if w.shape[1] == 0:     # no weights to sample from: empty outputs, as Caffe2 gives them
+        return xp.zeros((0,), dtype=np.int32), (None if values is None else xp.zeros((0,), dtype=np.float32))
     cum = np.cumsum(w, axis=1)
     r = rng.uniform(0.0, 1.0, size=w.shape[0]) * cum[:, -1]
     idx = np.array([min(int(np.searchsorted(c, x, side="left")), w.shape[1] - 1) for c, x in zip(cum, r)],
                    dtype=np.int32)
     out_values = None
     if values is not None:
-        if values.shape != weights.shape:
-            raise ShapeError(f"sampling_values {tuple(values.shape)} must match the weights {tuple(weights.shape)}")
         out_values = np.asarray(backend.to_host(values))[np.arange(len(idx)), idx].astype(np.float32)
     return xp.asarray(idx), (None if out_values is None else xp.asarray(out_values))
 

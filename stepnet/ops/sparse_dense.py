@@ -125,7 +125,8 @@ def batch_dense_to_sparse(xp, lengths, indices, dense, **_):
 # --------------------------------------------------------------------------------------------- SparseToDenseMask
 MASK_ARGS = {"mask": Arg("ints", [], "the ids, in the order of the output's mask dimension"),
              "return_presence_mask": Arg("bool", False, "also output which cells were present"),
-             "max_skipped_indices": Arg("int", 50, "rows with invalid (negative) ids tolerated per run")}
+             "max_skipped_indices": Arg("int", 5, "invalid ids (negative, or the index type's largest) tolerated "
+                                        "per run: that many is an error")}
 
 
 def mask_positions(mask) -> dict[int, int]:
@@ -193,21 +194,22 @@ def _mask_shape(specs, mask, return_presence_mask, max_skipped_indices):
 def sparse_to_dense_mask(xp, indices, values, default, *lengths, mask, return_presence_mask, max_skipped_indices):
     """(INDICES, VALUES, DEFAULT[, LENGTHS]) -> [len(LENGTHS) x] len(mask) x DEFAULT's shape: the cell of
     mask[j] holds the VALUES row whose index is mask[j] (the last one in its row of LENGTHS), DEFAULT when none
-    is. Ids not in the mask are dropped; negative ids are skipped with a warning, and max_skipped_indices or
-    more rows with such ids is an error. LENGTHS must sum to the number of INDICES. return_presence_mask adds a
-    bool tensor of the cells that were present."""
+    is. Ids not in the mask are dropped; invalid ids (negative, or the largest value of INDICES' dtype) are
+    skipped with a warning, and max_skipped_indices or more of them is an error (Caffe2 counts them one by
+    one; its later versions count rows, with a default of 50). LENGTHS must sum to the number of INDICES.
+    return_presence_mask adds a bool tensor of the cells that were present."""
     rows, lens, cols = _mask_geometry(indices, values, default, lengths, mask, host_ints)
     ids = np.asarray(host_ints(indices, "INDICES"), dtype=np.int64)
     row_of = np.repeat(np.arange(len(lens), dtype=np.int64), lens)
-    bad = ids < 0
-    skipped_rows = np.unique(row_of[bad]).size
-    if skipped_rows:
-        warnings.warn(f"SparseToDenseMask: skipped {int(bad.sum())} negative id(s) in {skipped_rows} row(s)",
-                      StepnetWarning, stacklevel=2)
-        if skipped_rows >= max_skipped_indices:
-            raise ShapeError(f"SparseToDenseMask: {skipped_rows} rows have invalid (negative) INDICES; "
-                             f"max_skipped_indices={max_skipped_indices} allows fewer")
-    keep, cells = _mask_cells(lens, ids, cols)
+    bad = (ids < 0) | (ids >= np.iinfo(indices.dtype).max)
+    skipped = int(bad.sum())
+    if skipped:
+        warnings.warn(f"SparseToDenseMask: skipped {skipped} invalid id(s) in {np.unique(row_of[bad]).size} "
+                      "row(s)", StepnetWarning, stacklevel=2)
+        if skipped >= max_skipped_indices:
+            raise ShapeError(f"SparseToDenseMask: {skipped} INDICES are invalid (negative, or the largest "
+                             f"{indices.dtype}); max_skipped_indices={max_skipped_indices} allows fewer")
+    keep, cells = _mask_cells(lens, np.where(bad, -1, ids), cols)
     n_rows = len(lens)
     out = xp.broadcast_to(default, (n_rows * len(cols),) + tuple(default.shape)).copy()
     present = xp.zeros((n_rows * len(cols),), dtype=np.bool_)

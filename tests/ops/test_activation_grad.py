@@ -267,6 +267,19 @@ def test_bad_gradient_inputs_are_named():
         run_op("PReluGradient", [np.ones((2, 3), np.float32)] * 3 + [np.ones(2, np.float32)], 2)
 
 
+def test_selu_gradient_needs_one_size_only_and_shapes_dx_like_y():
+    """Caffe2's SeluGradient checks dY.size() == Y.size() and resizes dX like Y (dX may overwrite a dY of
+    another shape)."""
+    y = np.array([[0.5, -0.25], [-1.0, 2.0]], np.float32)
+    dy = np.array([1.0, 2.0, 3.0, 4.0], np.float32)
+    got = run_op("SeluGradient", [y, dy], alpha=1.5, scale=2.0)
+    want = [[2.0 * 1.0, 2.0 * (-0.25 + 3.0)], [3.0 * (-1.0 + 3.0), 2.0 * 4.0]]
+    assert got.shape == (2, 2)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    with pytest.raises(ShapeError, match=r"dY has shape \(3,\) but Y has \(2, 2\)"):
+        run_op("SeluGradient", [y, np.ones(3, np.float32)])
+
+
 # --------------------------------------------------------------------------------------------- the testers
 def test_check_gradient_catches_a_wrong_sigmoid_gradient(broken):
     broken("SigmoidGradient", lambda ctx, xp, Y, dY: dY * Y)  # forgot the (1 - Y)

@@ -40,6 +40,14 @@ def test_weighted_sample_values_and_errors():
         run_op("WeightedSample", [np.array([[1, -1]], np.float32)])
 
 
+@pytest.mark.parametrize("shape", [(0, 0), (3, 0), (0, 4)])
+def test_weighted_sample_of_nothing_gives_empty_outputs(shape):
+    """Caffe2 gives empty outputs when the batch or the weight rows are empty."""
+    idx, v = run_op("WeightedSample", [np.zeros(shape, np.float32), np.zeros(shape, np.float32)], 2)
+    assert idx.shape == v.shape == (0,) and idx.dtype == np.int32 and v.dtype == np.float32
+    assert run_op("WeightedSample", [np.zeros(shape, np.float32)]).shape == (0,)
+
+
 def test_string_join():
     """String ops run on the host only (as in Caffe2, which has no GPU string kernels)."""
     x = np.array([[b"a", b"b", b"c"], [b"d", b"e", b"f"]], dtype=object)

@@ -137,9 +137,20 @@ def test_against_reference(case, device):
 
 
 def test_negative_ids_are_skipped_with_a_warning():
-    with pytest.warns(StepnetWarning, match="skipped 1 negative id"):
+    with pytest.warns(StepnetWarning, match="skipped 1 invalid id"):
         got = run_op("SparseToDenseMask", [MI, MV, MD], mask=MASK)
     np.testing.assert_array_equal(got, ref_mask(MI, MV, MD, MASK)[0])
+
+
+def test_invalid_ids_are_counted_one_by_one_up_to_five():
+    """Caffe2 (2018) skips ids < 0 or equal to the index type's largest value and fails at the 5th in a run,
+    whatever rows they are in; an id equal to the largest value fills no cell even when the mask holds it."""
+    top = np.iinfo(np.int32).max
+    values, default = np.arange(6, dtype=F32), np.array(-1, F32)
+    got = run_op("SparseToDenseMask", [i32(top, 9, 2, -3, -4, -5), values, default], mask=[top, 2])
+    np.testing.assert_array_equal(got, [-1, 2])
+    with pytest.raises(ShapeError, match=r"5 INDICES are invalid"):
+        run_op("SparseToDenseMask", [i32(-1, 9, -2, -3, -4, -5), values, default, i32(2, 4)], mask=[2])
 
 
 # ------------------------------------------------------------------------------------------- gradients
@@ -208,7 +219,7 @@ BAD = [   # (op, inputs, args, outputs, error, message, found statically)
     ("SparseToDenseMask", [MI, MV, MD.astype(np.float64)], {"mask": MASK}, 1, DTypeError, "must have one dtype", True),
     ("SparseToDenseMask", [MI, MV, MD, i32(4, 4)], {"mask": MASK}, 1, ShapeError, "sum to 8 but there are 7", True),
     ("SparseToDenseMask", [MI, MV, MD, ML], {"mask": MASK, "max_skipped_indices": 1}, 1, ShapeError,
-     "1 rows have invalid .* max_skipped_indices=1", False),
+     r"1 INDICES are invalid \(negative, or the largest int64\); max_skipped_indices=1", False),
     ("SparseToDenseMaskGradient", [MI, f32(3, 5, 2), ML], {"mask": MASK[:4]}, 1, ShapeError,
      r"must start with \(len\(LENGTHS\), len\(mask\)\) = \(3, 4\)", True),
     ("SparseLabelSplit", [LL, i64(3, 1, 2, 0, 0, 2, 1, 4), LV], {"num_labels": 4}, 9, ShapeError,
