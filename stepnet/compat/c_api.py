@@ -9,8 +9,10 @@ import numpy as np
 
 from ..io.blobs import serialize_blob
 from ..io.proto import BlobProto, NetDef, OperatorDef, PlanDef, TensorProto, numpy_dtype
+from ..core.errors import MissingBlobError
 from ..core.limits import Limits
 from ..runtime.workspace import Workspace as _Workspace
+from . import _tracebacks
 from ._steps import ExecutionStep, Plan
 from .errors import caffe2_errors
 
@@ -93,17 +95,10 @@ class Blob:
 
     def serialize(self, name) -> bytes:
         """The BlobProto of this blob's value under `name` (a tensor whole, in one record)."""
-        (_, data), = serialize_blob(str(name), self.fetch(), chunk_size=2**62)
-        return data
+        return serialize(self._ws, self._name, name)
 
     def deserialize(self, data: bytes) -> None:
-        from ..io.blobs import BlobAssembler, parse_blob_proto
-
-        proto = parse_blob_proto(data, f"blob {self._name!r}")
-        assembler = BlobAssembler()
-        assembler.add(self._name, proto, f"blob {self._name!r}")
-        (value, _), = assembler.finish(f"blob {self._name!r}").values()
-        self.feed(value)
+        deserialize(self._ws, self._name, data)
 
     def __eq__(self, other):
         return isinstance(other, Blob) and other._ws is self._ws and other._name == self._name
@@ -161,9 +156,11 @@ class Workspace:
     def has_blob(self, name) -> bool:
         return self._ws.has(blob_name(name))
 
+    @_tracebacks.intercepted
     def create_net(self, net, overwrite: bool = False) -> Net:
         return Net(_guard(self._ws.create_net, _proto(net, NetDef), overwrite=overwrite))
 
+    @_tracebacks.intercepted
     def run(self, obj) -> bool:
         """Run an operator, a net (once, not kept) or a plan."""
         proto = _proto(obj, (OperatorDef, NetDef, PlanDef))
@@ -180,6 +177,74 @@ class Workspace:
 
     def _run_plan(self, data: bytes) -> bool:
         return self.run(PlanDef.FromString(data))
+
+
+def serialize(ws: _Workspace, name: str, as_name: str | None = None) -> bytes:
+    """The BlobProto bytes of blob `name` of ws, recorded under as_name (default: its own name), as stepnet's
+    io layer writes a db record: a tensor whole, with the device it is on."""
+    def run():
+        blob = ws.get_blob(name)
+        if blob.value is None:
+            raise MissingBlobError(f"blob {name!r} exists but holds no value yet (never written or fed)")
+        (_, data), = serialize_blob(str(name if as_name is None else as_name), blob.value, chunk_size=2**62)
+        return data
+    return _guard(run)
+
+
+def deserialize(ws: _Workspace, name: str, data: bytes) -> None:
+    """Store in blob `name` of ws (created if missing) the value of a serialized BlobProto."""
+    from ..io.blobs import BlobAssembler, parse_blob_proto
+
+    def run():
+        where = f"blob {name!r}"
+        assembler = BlobAssembler()
+        assembler.add(name, parse_blob_proto(bytes(data), where), where)
+        (value, _), = assembler.finish(where).values()
+        ws.feed(name, value)
+    _guard(run)
+
+
+class Predictor:
+    """Caffe2's C.Predictor: init_net runs once in a child of the current workspace (so it sees the current
+    blobs, and its own stay its own); run(inputs) feeds the predict net's external inputs (a list, in order,
+    or a dict by name), runs it and returns its external outputs as host arrays."""
+
+    def __init__(self, init_net: bytes, predict_net: bytes):
+        parent = Workspace.current._ws
+        self._ws = _Workspace(parent)
+        init, self._net = (_parsed(init_net, "init_net"), _parsed(predict_net, "predict_net"))
+        _guard(self._ws.run_net_once, init)
+        for name in self._net.external_input:
+            self._ws.create_blob(name)      # inputs fed at run time; an existing blob is used as it is
+        _guard(self._ws.create_net, self._net, overwrite=True)
+
+    def run(self, inputs) -> list:
+        names = list(self._net.external_input)
+        if isinstance(inputs, dict):
+            pairs = [(str(k), v) for k, v in inputs.items()]
+        else:
+            inputs = list(inputs)
+            if len(inputs) > len(names):
+                raise RuntimeError(f"Predictor.run: {len(inputs)} inputs given, but the predict net "
+                                   f"{self._net.name!r} has {len(names)} external inputs")
+            pairs = list(zip(names, inputs))
+        for name, value in pairs:
+            if not isinstance(value, np.ndarray):
+                raise RuntimeError(f"Predictor.run: input {name!r} must be a numpy array, "
+                                   f"got {type(value).__name__}")
+            _guard(self._ws.feed, name, value)
+        _guard(self._ws.run_net, self._net.name)
+        return [_guard(self._ws.fetch, name) for name in self._net.external_output]
+
+
+def _parsed(data, what: str) -> NetDef:
+    if isinstance(data, NetDef):
+        return data
+    if not isinstance(data, bytes):
+        raise TypeError(f"{what} must be a serialized NetDef (bytes), got {type(data).__name__}")
+    from ..io.validate import parse_checked
+
+    return _guard(parse_checked, NetDef(), data, what)
 
 
 def blob_name(name) -> str:
@@ -211,5 +276,5 @@ def _guard(fn, *args, **kwargs):
     return caffe2_errors(fn)(*args, **kwargs)
 
 
-__all__ = ["Workspace", "Blob", "Net", "TensorCPU", "BlobProto", "has_mkldnn", "use_mkldnn",
+__all__ = ["Workspace", "Blob", "Net", "TensorCPU", "BlobProto", "Predictor", "has_mkldnn", "use_mkldnn",
            "builtin_cpu_supports_avx"]

@@ -5,10 +5,13 @@ As in Caffe2: a string blob name is prefixed with the current NameScope, a BlobR
 ops get the current DeviceScope; every registered operator is a method of a Net (`net.FC(...)`) and of a
 BlobReference that knows its net (`x.Relu([], "y")`); net names are unique in the process (`net`, `net_1`, ...).
 Arguments an op does not declare are kept and warned about when the net is created (stepnet never ignores
-one silently); arity, in-place rules and argument types are checked as each op is added.
+one silently); in-place rules and argument types are checked as each op is added, its numbers of inputs and
+outputs when the net is created or run (as Caffe2 does). Ops made by Net methods record where they were made.
 """
 from __future__ import annotations
 
+import sys
+import warnings
 from collections import defaultdict
 
 import numpy as np
@@ -16,10 +19,11 @@ import numpy as np
 from ..builders.builder import NetBuilder
 from ..core.errors import did_you_mean
 from ..ops import REGISTRY
+from ..ops.binding import check_inplace, parse_args
 from ..ops.base import GradientSlice
 from ..io.proto import DeviceOption as _DeviceOptionProto
 from ..io.proto import NetDef, OperatorDef, TensorProto, make_argument
-from . import _python_ops, _steps, c_api as C, dyndep  # noqa: F401, N812 - core.C: Caffe2's C++ extension
+from . import _python_ops, _steps, _tracebacks, c_api as C, dyndep, immediate  # noqa: F401, N812 - core.C: Caffe2's
 from .blob_reference import BlobReference
 from .engines import SetEnginePref, SetGlobalEnginePref, SetOpEnginePref  # noqa: F401 - Caffe2's core has them
 from .gradients import GradientRegistry, python_makers  # noqa: F401 - Caffe2's core has GradientRegistry
@@ -39,8 +43,14 @@ def IsOperator(op_type: str) -> bool:
     return op_type in REGISTRY
 
 
+# Engines Caffe2 registers ops under; hints here: a registered op runs the same way under any engine.
+CAFFE2_ENGINES = frozenset({"CUDNN", "NNPACK", "EIGEN", "MKLDNN", "GLOO", "MPI", "NCCL", "SIMD", "THNN", "NVRTC",
+                            "PACKED", "MOBILE", "NERVANA", "TENSORCORE", "DEPTHWISE_3x3", "MIOPEN", "QNNPACK"})
+
+
 def IsOperatorWithEngine(op_type: str, engine: str) -> bool:
-    return op_type in REGISTRY   # engines are hints here: an op runs with any engine it is given
+    """Whether Caffe2's registry would hold op_type under engine ("", "DEFAULT" or one of CAFFE2_ENGINES)."""
+    return op_type in REGISTRY and (engine in ("", "DEFAULT") or engine in CAFFE2_ENGINES)
 
 
 def DeviceOption(device_type, cuda_gpu_id: int = 0, random_seed=None, node_name=None, numa_node_id=None,
@@ -108,7 +118,11 @@ def CreateOperator(operator_type, inputs, outputs, name="", control_input=None, 
         op.device_option.random_seed = kwargs.pop("random_seed")
     if arg is not None:
         op.arg.extend(arg)
-    op.arg.extend(make_argument(k, v) for k, v in kwargs.items())
+    for key, value in kwargs.items():
+        if value is None:   # Caffe2's MakeArgument refuses it (no argument type holds None)
+            raise ValueError(f"argument {key!r} of {operator_type} is None: give it a value or leave it out")
+        op.arg.append(make_argument(key, value))
+    immediate.run_if_on(op)
     return op
 
 
@@ -153,6 +167,7 @@ class Net(NetBuilder):
 
         def add(inputs=None, outputs=None, **kwargs):
             outs = self.add_op(op_type, [] if inputs is None else inputs, outputs, **kwargs)
+            _tracebacks.record(self.Name(), len(self._net.op) - 1, sys._getframe(1))   # the caller: where it was made
             outs = [outs] if isinstance(outs, str) else outs
             refs = tuple(BlobReference(o, self) for o in outs)
             return None if not refs else refs[0] if len(refs) == 1 else refs
@@ -161,7 +176,18 @@ class Net(NetBuilder):
 
     def add_op(self, op_type, inputs=(), outputs=None, **kwargs):
         self._sync()
-        return super().add_op(op_type, inputs, outputs, **kwargs)
+        outs = super().add_op(op_type, inputs, outputs, **kwargs)
+        immediate.run_if_on(self._net.op[-1])
+        return outs
+
+    def _check(self, opdef: OperatorDef) -> None:
+        """NetBuilder's checks but arity (binding raises the same ArityError, naming the op)."""
+        label = f"net {self.name!r}, new op #{len(self._net.op)} ({opdef.type})"
+        schema = REGISTRY.get(opdef.type)
+        check_inplace(schema, opdef, label)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")   # undeclared arguments: kept, and warned about at binding
+            parse_args(schema, opdef, label, strict=False)
 
     def _sync(self) -> None:
         """After Proto() was handed out the NetDef may have been changed directly: re-read what it defines."""
@@ -265,7 +291,7 @@ class Net(NetBuilder):
     def AddGradientOperators(self, ys, skip: int = 0) -> dict:
         """Append the backward pass of ys (a list: gradients seeded with ones; a dict: {y: gradient blob or
         None}) over the ops after the first `skip`; returns {blob: gradient BlobReference or GradientSlice}."""
-        from ..passes.gradients import backward_ops
+        from .gradients import caffe2_backward
         self._sync()
         ys = [ys] if isinstance(ys, str) else ys
         if isinstance(ys, dict):
@@ -273,7 +299,7 @@ class Net(NetBuilder):
             self.add_external_inputs(*(g for g in ys.values() if g is not None and not self.is_defined(g)))
         else:
             ys = [str(y) for y in ys]
-        ops, grads = backward_ops(self._net.op[skip:], ys, python_makers)
+        ops, grads = caffe2_backward(self._net.op[skip:], ys)
         self._net.op.extend(ops)
         self._defined.update(o for op in ops for o in op.output)
         return {BlobReference(k): (GradientSlice(BlobReference(v.indices), BlobReference(v.values))
@@ -287,6 +313,26 @@ class Net(NetBuilder):
         net = Net(clone_proto(self._net, name, blob_remap, op_id_mask, remap_funcs))
         net._attr_dict.update(self._attr_dict)
         return net
+
+    def ClonePartial(self, name, inputs, outputs, remap_funcs=None) -> tuple:
+        """A net of only the ops needed to compute `outputs` from `inputs` (a {blob: name in the clone} dict, a
+        list of such pairs, or a list of blobs kept by name); blobs made inside are prefixed `name/`.
+        Returns (the net, [BlobReferences of its outputs])."""
+        from ._clone import clone_partial
+        return clone_partial(self, name, inputs, outputs, remap_funcs)
+
+    def PopulateProtoWithFileName(self) -> None:
+        """Name each op a Net method added '<file>:<line>:<function>', where it was created."""
+        created = _tracebacks.operator_tracebacks.get(self.Name(), {})
+        for index, op in enumerate(self._net.op):
+            if index in created:
+                op.name = ":".join(map(str, created[index][0]))
+
+    def _CheckLookupTables(self) -> None:
+        """(Caffe2's test hook) every op output and external input is known to the net as defined."""
+        self._sync()
+        outputs = {o for op in self._net.op for o in op.output}
+        assert outputs <= self._defined and set(self._net.external_input) <= self._defined
 
     def AppendNet(self, net) -> "Net":
         """Add another net's ops, its external inputs not made here and its external outputs."""

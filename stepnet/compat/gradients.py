@@ -7,6 +7,12 @@ has no gradient maker of stepnet's own (a type stepnet does not know, or one reg
 Caffe2 tries its C++ makers first and its Python registry after. They are kept here, in the compat layer (the
 operator records are closed), and every backward pass started from compat consults them (GetGradientForOp,
 GetBackwardPass, core.Net.AddGradientOperators).
+
+Where Caffe2's API builds other gradient ops than stepnet's own pass, compat builds Caffe2's: the backward pass
+runs in its `caffe2` mode (passes/gradients.py), a StopGradient whose output nothing reads is refused, as
+Caffe2's IR refuses it, and Add and Sub without a `broadcast` argument have Caffe2's makers of that API (the
+output gradient passed through, and a Negative for Sub's second input) instead of stepnet's Add/SubGradient,
+which also reduce over numpy broadcasting: the vendored suite's Caffe2 requires equal shapes there.
 """
 from __future__ import annotations
 
@@ -37,9 +43,29 @@ def _name_of(g):
     return g.decode() if isinstance(g, bytes) else str(g)
 
 
+def _pass_through(op: OperatorDef, g_output: list):
+    """Caffe2's makers of Add and Sub without `broadcast`: (ops, input gradients), or None (stepnet's maker)."""
+    go = g_output[0] if g_output else None
+    if op.type not in ("Add", "Sub") or any(a.name == "broadcast" for a in op.arg) or not isinstance(go, str) \
+            or len(op.input) != 2 or len(op.output) != 1:
+        return None
+    if op.type == "Add":
+        return [], [go, go]
+    negative = OperatorDef(type="Negative", input=[go], output=[op.input[1] + "_grad"], is_gradient_op=True)
+    if op.HasField("device_option"):
+        negative.device_option.CopyFrom(op.device_option)
+    if op.engine:
+        negative.engine = op.engine
+    return [negative], [go, negative.output[0]]
+
+
 def python_makers(op: OperatorDef, g_output: list):
     """The backward pass's `extra`: (ops, input gradients) from a Python-registered function for an op type
-    without a maker of stepnet's own, else None (the op's record decides)."""
+    without a maker of stepnet's own, or from Caffe2's pass-through makers of Add and Sub; else None (the op's
+    record decides)."""
+    made = _pass_through(op, g_output)
+    if made is not None:
+        return made
     fn = _PYTHON_MAKERS.get(op.type)
     if fn is None or _has_own_maker(op.type):
         return None
@@ -68,6 +94,24 @@ def _reference(g):
     if isinstance(g, GradientSlice):
         return GradientSlice(BlobReference(g.indices), BlobReference(g.values))
     return BlobReference(g)
+
+
+def check_stop_gradients(ops) -> None:
+    """Caffe2's IR refuses a StopGradient whose output no op reads (it stops nothing: the blob meant to be cut
+    is read under its old name)."""
+    read = {name for op in ops for name in op.input}
+    for op in ops:
+        if op.type == "StopGradient" and op.output and op.output[0] not in read:
+            raise ValueError(f"StopGradient's output {op.output[0]!r} is read by no op, so it stops no gradient; "
+                             f"give it the same blob as input and output (StopGradient({op.input[0]!r}, "
+                             f"{op.input[0]!r}))")
+
+
+def caffe2_backward(operators, ys) -> tuple[list, dict]:
+    """(gradient ops, {blob: gradient name or GradientSlice}) as Caffe2's IR builds them (names as strings)."""
+    operators = list(operators)
+    check_stop_gradients(operators)
+    return backward_ops(operators, ys, python_makers, caffe2=True)
 
 
 def _as_created(ops) -> list:
@@ -109,5 +153,5 @@ class GradientRegistry:
             targets = {str(k): (None if v is None else str(v)) for k, v in ys.items()}
         else:
             targets = [str(y) for y in ([ys] if isinstance(ys, str) else ys)]
-        ops, grads = backward_ops(list(operators), targets, python_makers)
+        ops, grads = caffe2_backward(operators, targets)
         return _as_created(ops), {name: _reference(g) for name, g in grads.items() if g is not None}

@@ -213,3 +213,68 @@ class ModelHelper:
 def _name_scope_of(blob) -> str:
     name = str(blob)
     return name[:name.rfind("/") + 1]
+
+
+def ExtractPredictorNet(net_proto, input_blobs, output_blobs, device=None, renames=None, disabled_inputs=None):
+    """A prediction net from a training net: the ops from the first one reading an input (StopGradient aside) to
+    the last one writing an output, kept where everything they read is known (the net's external inputs, the
+    inputs, and what kept ops write; disabled_inputs are not known), RecurrentNetwork without its backward step
+    net; blobs renamed by `renames`, ops put on `device` when given. net_proto is not changed. Returns
+    (the core.Net, the external inputs it needs besides the inputs: its parameters)."""
+    from ..graph.view import copy_op
+
+    renames = {str(k): str(v) for k, v in (renames or {}).items()}
+    orig_inputs, orig_outputs = set(net_proto.external_input), set(net_proto.external_output)
+    inputs, outputs = [str(b) for b in input_blobs], {str(b) for b in output_blobs}
+    known = (orig_inputs | set(inputs)) - {str(b) for b in disabled_inputs or ()}
+    ext_in, ext_out = dict.fromkeys(inputs), dict.fromkeys(sorted(outputs))
+    ops = list(net_proto.op)
+    starts = [j for j, op in enumerate(ops) if set(inputs) & set(op.input) and op.type != "StopGradient"]
+    ends = [j for j, op in enumerate(ops) if outputs & set(op.output)]
+    if not starts:
+        raise ValueError(f"ExtractPredictorNet: no op of net {net_proto.name!r} reads the inputs {sorted(inputs)}")
+    if not ends:
+        raise ValueError(f"ExtractPredictorNet: no op of net {net_proto.name!r} writes the outputs {sorted(outputs)}")
+
+    def rename(names) -> list:
+        return [renames.get(b, b) for b in names]
+
+    def place(op) -> None:
+        if device is not None:
+            op.device_option.device_type = device.device_type
+            op.device_option.device_id = device.device_id
+
+    kept = []
+    for op in ops[min(starts):max(ends) + 1]:
+        if not known.issuperset(op.input):
+            log.debug("ExtractPredictorNet: op %s skipped, it reads unknown blobs %s", op.type,
+                      set(op.input) - known)
+            continue
+        if any(a.name == "is_test" and a.i == 0 for a in op.arg):
+            raise ValueError(f"ExtractPredictorNet: op {op.type} {list(op.output)} has is_test=0: extract a "
+                             "predictor from the test model, not the training one")
+        op = copy_op(op)
+        if op.type == "RecurrentNetwork":
+            for arg in op.arg:
+                if arg.name == "backward_step_net":
+                    arg.ClearField("n")
+                elif arg.name == "step_net":
+                    for step_op in arg.n.op:
+                        step_op.input[:], step_op.output[:] = rename(step_op.input), rename(step_op.output)
+                        place(step_op)
+                    arg.n.external_input[:] = rename(arg.n.external_input)
+                    arg.n.external_output[:] = rename(arg.n.external_output)
+                    ext_in.update(dict.fromkeys(b for b in arg.n.external_input if b in orig_inputs))
+        place(op)
+        kept.append(op)
+        known.update(op.output)
+        ext_in.update(dict.fromkeys(b for b in op.input if b in orig_inputs))
+        ext_out.update(dict.fromkeys(b for b in op.output if b in orig_outputs))
+    for op in kept:
+        op.input[:], op.output[:] = rename(op.input), rename(op.output)
+    predict_net = core.Net(net_proto.name + "_predict")
+    proto = predict_net.Proto()
+    proto.op.extend(kept)
+    proto.external_input.extend(rename(ext_in))
+    proto.external_output.extend(rename(ext_out))
+    return predict_net, sorted(set(proto.external_input) - set(rename(inputs)))

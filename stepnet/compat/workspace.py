@@ -7,9 +7,7 @@ what went wrong, with stepnet's message).
 """
 from __future__ import annotations
 
-import contextlib
 import math
-import os
 import time
 
 import numpy as np
@@ -19,21 +17,18 @@ from ..core.errors import StepnetError
 from ..graph.view import copy_net
 from ..ops import REGISTRY
 from ..io.proto import NetDef, OperatorDef, PlanDef, TensorProto
-from ..core.limits import Limits
 from ..core.spec import TensorSpec
-from ..runtime.workspace import Workspace
 from . import c_api as C  # noqa: F401, N812 - workspace.C: Caffe2's name for its C++ extension
 from . import core
+from . import _tracebacks, immediate
+from ._workspaces import (  # noqa: F401 - the named workspaces: Caffe2's workspace functions over them
+    CurrentWorkspace, ResetWorkspace, RootFolder, SwitchWorkspace, WorkspaceGuard, Workspaces, _current, _workspaces,
+    _ws, reset_all)
+from ._tracebacks import operator_tracebacks  # noqa: F401 - {net: {op index: where it was made}}, as Caffe2's
 from .errors import caffe2_errors
+from .immediate import (  # noqa: F401 - Caffe2's immediate mode
+    FeedImmediate, FetchImmediate, ImmediateBlobs, IsImmediate, RunOperatorImmediate, StartImmediate, StopImmediate)
 from .scope import CurrentDeviceScope, CurrentNameScope
-
-_workspaces: dict = {}
-_current = ["default"]
-def _ws() -> Workspace:
-    name = _current[0]
-    if name not in _workspaces:
-        _workspaces[name] = Workspace(limits=Limits(trusted=True))   # a script's paths are its own choice
-    return _workspaces[name]
 
 
 class _CurrentWorkspace:
@@ -46,58 +41,16 @@ class _CurrentWorkspace:
 C.Workspace.current = _CurrentWorkspace()
 
 
-# ----------------------------------------------------------------------------------------------- workspaces
-def CurrentWorkspace() -> str:
-    return _current[0]
-
-
-def Workspaces() -> list:
-    _ws()
-    return sorted(_workspaces)
-
-
-def SwitchWorkspace(name, create_if_missing: bool = False) -> None:
-    """Make `name` current; it must exist unless create_if_missing."""
-    if name not in _workspaces and not create_if_missing:
-        raise RuntimeError(f"Workspace {name} does not exist (pass create_if_missing=True to create it)")
-    _current[0] = name
-    _ws()
-
-
-def ResetWorkspace(root_folder=None) -> bool:
-    """Replace the current workspace with an empty one (blobs and nets gone); root_folder (created if missing)
-    is where db ops with relative paths read and write, as in Caffe2."""
-    old = _ws()
-    ws = _workspaces[_current[0]] = Workspace(gpu=old.gpu, strict=old.strict, check_nan=old.check_nan,
-                                              limits=old.limits)
-    ws.root_folder = getattr(old, "root_folder", None) if root_folder is None else str(root_folder)
-    if root_folder is not None:
-        os.makedirs(root_folder, exist_ok=True)
-    return True
-
-
-def RootFolder() -> str:
-    return getattr(_ws(), "root_folder", None) or "."
-
-
-@contextlib.contextmanager
-def WorkspaceGuard(workspace_name):
-    current = CurrentWorkspace()
-    SwitchWorkspace(workspace_name, True)
-    try:
-        yield
-    finally:
-        SwitchWorkspace(current)
-
-
 def GlobalInit(args) -> None:
     core.GlobalInit(args)
 
 
 def _reset_all() -> None:
-    """Drop every workspace and start again from an empty "default" (for tests)."""
-    _workspaces.clear()
-    _current[0] = "default"
+    """Drop every workspace and start again from an empty "default", out of immediate mode, with no operator
+    tracebacks (a fresh process's state, for tests)."""
+    immediate.StopImmediate()
+    reset_all()
+    operator_tracebacks.clear()
 
 
 # ----------------------------------------------------------------------------------------------- blobs
@@ -137,6 +90,16 @@ def FetchBlob(name):
 
 def FetchBlobs(names) -> list:
     return [FetchBlob(n) for n in names]
+
+
+def SerializeBlob(name) -> bytes:
+    """The blob as a serialized BlobProto (a tensor whole, with its device), as stepnet's db files hold it."""
+    return C.serialize(_ws(), _blob_name(name))
+
+
+def DeserializeBlob(name, serialized: bytes) -> None:
+    """Store in blob `name` (created if missing) the value of a serialized BlobProto."""
+    C.deserialize(_ws(), _blob_name(name), serialized)
 
 
 class _BlobDict:
@@ -196,6 +159,7 @@ def _netdef(net) -> NetDef:
     return copy_net(proto)
 
 
+@_tracebacks.intercepted
 @caffe2_errors
 def CreateNet(net, overwrite: bool = False, input_blobs=None) -> bool:
     """Bind a copy of the net in the current workspace under its name (to run with RunNet); input_blobs are
@@ -204,6 +168,7 @@ def CreateNet(net, overwrite: bool = False, input_blobs=None) -> bool:
     return True
 
 
+@_tracebacks.intercepted
 @caffe2_errors
 def RunNet(name, num_iter: int = 1, allow_fail: bool = False) -> bool:
     """Run a created net num_iter times; with allow_fail a failure returns False instead of raising."""
@@ -216,6 +181,7 @@ def RunNet(name, num_iter: int = 1, allow_fail: bool = False) -> bool:
     return True
 
 
+@_tracebacks.intercepted
 @caffe2_errors
 def RunNetOnce(net) -> bool:
     _ws().run_net_once(_netdef(net))
@@ -305,6 +271,37 @@ def InferShapesAndTypes(nets, blob_dimensions=None) -> tuple:
     return shapes, types
 
 
+def Predictor(init_net, predict_net) -> "C.Predictor":
+    """A C.Predictor over the current workspace (see c_api.Predictor)."""
+    return C.Predictor(StringifyProto(init_net), StringifyProto(predict_net))
+
+
+@caffe2_errors
+def GetOperatorCost(operator, blobs) -> tuple:
+    """(flops, bytes moved) of one op (an OperatorDef or its bytes) on the current shapes of the named blobs,
+    by Caffe2's cost formulas (_costs)."""
+    from ._costs import operator_cost
+    op = OperatorDef.FromString(operator) if isinstance(operator, bytes) else operator
+    return operator_cost(op, [np.shape(_ws().get_blob(_blob_name(b)).value) for b in blobs])
+
+
+@caffe2_errors
+def ApplyTransform(transform_key, net) -> NetDef:
+    """A new NetDef: Caffe2's transform registered as transform_key applied to net (see _transforms)."""
+    from ._transforms import apply_transform
+    return apply_transform(str(transform_key), _netdef(net))
+
+
+@caffe2_errors
+def ApplyTransformIfFaster(transform_key, net, init_net, warmup_runs: int = 5, main_runs: int = 10,
+                           improvement_threshold: float = 1.01) -> NetDef:
+    """The transformed net if, timed in fresh workspaces that init_net sets up, it runs more than
+    improvement_threshold times faster than net; else a copy of net."""
+    from ._transforms import apply_transform_if_faster
+    return apply_transform_if_faster(str(transform_key), _netdef(net), _netdef(init_net), int(warmup_runs),
+                                     int(main_runs), float(improvement_threshold))
+
+
 # ----------------------------------------------------------------------------------------------- the rest
 def RegisteredOperators() -> list:
     return list(REGISTRY)
@@ -327,17 +324,16 @@ def GetCuDNNVersion() -> int:
     return 0
 
 
-def IsImmediate() -> bool:
-    return False
-
-
 def NumCudaDevices() -> int:
     cupy = backend.cupy_module()
     return int(cupy.cuda.runtime.getDeviceCount()) if cupy is not None else 0
 
 
 def __getattr__(name):
-    """has_gpu_support / has_cuda_support, looked up when asked (CuPy is only imported then)."""
+    """has_gpu_support / has_cuda_support, looked up when asked (CuPy is only imported then); the immediate
+    mode's folder."""
     if name in ("has_gpu_support", "has_cuda_support"):
         return backend.cupy_module() is not None
+    if name == "_immediate_root_folder":   # Caffe2 keeps it here; Caffe2's tests read it
+        return immediate.root_folder()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -12,7 +12,8 @@ with the gradients of the If's outputs. Each If input's gradient gets one name t
 a branch that reads the input has the backward pass's gradient, one that leaves it alone passes the output
 gradient through (a Copy) or has zeros, one that overwrites it before reading it has zeros (Caffe2 passed the
 output gradient through there). When the backward pass renames a gradient If's output (`_<g>_autosplit_<k>`),
-rename_gradient_output renames the writes in its branches too.
+rename_gradient_output renames the writes in its branches too. While's gradient, and what the gradients of the
+ops with nested nets share, are in control_grad.py.
 """
 from __future__ import annotations
 
@@ -21,9 +22,11 @@ import numpy as np
 from ..core import backend
 from ..core.errors import ArgumentError, DTypeError, GradientError, ShapeError
 from ..graph.view import Graph, nested_nets
-from ..io.proto import NetDef, OperatorDef, make_argument, parse_text
-from .base import GradientSlice, like, on_device, out_spec
-from .registry import GRADIENT_NOT_IMPLEMENTED, NO_GRADIENT, SHOULD_NOT_DO_GRADIENT, Arg, op
+from ..io.proto import NetDef, OperatorDef, make_argument
+from .base import like, on_device, out_spec
+from .control_grad import gradient_copy  # noqa: F401 - scopes.py takes it from here
+from .control_grad import dedupe_gradients, nested_backward, net_argument, on_device_of, while_gradient
+from .registry import NO_GRADIENT, SHOULD_NOT_DO_GRADIENT, Arg, op
 
 NOT_IN_PLACE = ()   # Caffe2's default: an output may not reuse an input's blob
 BRANCHES = ("then_net", "else_net")
@@ -59,79 +62,7 @@ def condition_value(value, name: str) -> bool:
     return bool(np.asarray(backend.to_host(value)).reshape(-1)[0])
 
 
-# ------------------------------------------------------------------------------ gradients of ops with nested nets
-def net_argument(op: OperatorDef, name: str) -> NetDef | None:
-    """The NetDef of op's argument `name` (field n, or its text form in s); None when absent."""
-    for a in op.arg:
-        if a.name == name:
-            if a.HasField("n"):
-                return a.n
-            if a.HasField("s"):
-                return parse_text(a.s.decode(), "net", where=f"{op.type} argument {name!r}")
-    return None
-
-
-def on_device_of(op: OperatorDef, ops, *names: str) -> OperatorDef:
-    """op marked as a gradient op, with the device option of the last of `ops` that writes the first of `names`
-    some op writes (where that gradient lives)."""
-    for name in names:
-        src = next((o for o in reversed(ops) if name in o.output), None)
-        if src is not None:
-            if src.HasField("device_option"):
-                op.device_option.CopyFrom(src.device_option)
-            break
-    op.is_gradient_op = True
-    return op
-
-
-def gradient_copy(src: str, dst: str, ops=()) -> OperatorDef:
-    return on_device_of(OperatorDef(type="Copy", input=[src], output=[dst]), ops, src)
-
-
-def dedupe_gradients(g) -> list:
-    """The output gradients with one name per output (Caffe2's dedupe_g_output: Do's bindings need distinct
-    outer names): a name given for two outputs is copied to `<output>_<gradient>_DEDUP` for the second."""
-    by_output: dict[str, str] = {}
-    out = []
-    for name, grad in zip(g.def_.output, g.g_output):
-        if grad is None:
-            out.append(None)
-            continue
-        if isinstance(grad, GradientSlice):
-            raise GradientError(f"output {name!r} has a sparse gradient; gradients flowing into the "
-                                f"nets of {g.def_.type} must be dense", at=g.label)
-        if name not in by_output:
-            if grad in by_output.values():
-                new = f"{name}_{grad}_DEDUP"
-                g.op("Copy", [grad], [new], copy_args=False)
-                grad = new
-            by_output[name] = grad
-        out.append(by_output[name])
-    return out
-
-
-def nested_backward(g, arg: str, net: NetDef, seeds: dict):
-    """(backward net, {blob: gradient}, names its ops read before writing, names they write) of a nested net,
-    from the gradients `seeds` of its blobs (Caffe2's _gen_subnet_gradient)."""
-    if g.backward is None:
-        raise GradientError(f"the gradient of {g.def_.type} needs the backward pass over its nets", at=g.label)
-    try:
-        ops, grads = g.backward(net.op, dict(seeds))
-    except GradientError as e:
-        raise GradientError(f"{g.label}, {arg} {net.name!r}: {e}") from None
-    reads, writes = [], []
-    for o in ops:
-        reads.extend(n for n in o.input if n not in writes and n not in reads)
-        writes.extend(n for n in o.output if n not in writes)
-    grad_net = NetDef()
-    grad_net.CopyFrom(net)
-    if grad_net.name:
-        grad_net.name += "_grad"
-    del grad_net.op[:], grad_net.external_input[:], grad_net.external_output[:]
-    grad_net.op.extend(ops)
-    return grad_net, grads, reads, writes
-
-
+# ------------------------------------------------------------------------------------------- If's gradient
 def _branch_gradient(fwd: NetDef | None, grads: dict, seeds: dict, blob: str):
     """The gradient of If input `blob` (its value before the If) when this branch runs: (name or None, zero).
     A branch that reads it has the backward pass's gradient; one that overwrites it before any read has zero
@@ -266,7 +197,7 @@ def if_op(ctx, xp, condition, *_, then_net, else_net):
         ctx.bind(chosen).run()
 
 
-@op("While", inputs=(1, None), outputs=(0, None), context=True, devices="any", gradient=GRADIENT_NOT_IMPLEMENTED,
+@op("While", inputs=(1, None), outputs=(0, None), context=True, devices="any", gradient=while_gradient,
     args={"loop_net": Arg("net", doc="net run on each iteration"),
           "cond_net": Arg("net", None, "net that recomputes the condition before each iteration (optional)")},
     doc="Runs cond_net (when given), then loop_net while the one-element bool input 0 is true, in the op's own "

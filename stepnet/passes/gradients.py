@@ -6,17 +6,24 @@ what each input's gradient is: a dense blob name, a GradientSlice (sparse: indic
 version consumed by several ops gets one gradient per consumer; they are summed (renaming all but the first to
 `_<grad>_autosplit_<k>`) when the walk reaches its first consumer. Gradient ops that read forward blobs are
 checked to see the version their forward op saw (in-place overwrites would make them read the wrong data).
+
+`caffe2=True` gives what Caffe2's Python IR (core.py) gives where the two differ, for stepnet.compat: its
+accumulation ops are not marked is_gradient_op; an op writing a blob version that has no gradient, while a later
+version of the blob has one, is refused when its gradient ops would read that later gradient (Caffe2 hands an
+op the latest gradient of each output name and checks its version); and in the returned map an op that reads
+and writes a blob without giving it a gradient leaves it with none.
 """
 from __future__ import annotations
 
 from collections import defaultdict
 from typing import NamedTuple
 
-from ..core.errors import GradientError
+from ..core.errors import ArityError, GradientError
 from ..graph.view import Graph
 from ..ops import REGISTRY
 from ..ops.base import GradientContext, GradientSlice
 from ..ops.base import forward_label as _label
+from ..ops.binding import check_arity
 from ..ops.control import rename_gradient_output
 from ..ops.registry import GRADIENT_NOT_IMPLEMENTED, NO_GRADIENT, SHOULD_NOT_DO_GRADIENT
 from ..io.proto import OperatorDef, make_argument
@@ -37,13 +44,19 @@ class _Generator(NamedTuple):
     device: object = None      # the DeviceOption of the op that made it (or of the forward op)
 
 
-def _make_gradient(index: int, op: OperatorDef, g_output: list, extra=None):
+def _make_gradient(index: int, op: OperatorDef, g_output: list, extra=None, caffe2: bool = False):
     """(gradient ops, input gradients) of op: from `extra(op, g_output)` where it gives them (makers a caller
-    adds, such as Caffe2's Python-registered ones in stepnet.compat), else from the op's record."""
+    adds, such as Caffe2's Python-registered ones in stepnet.compat), else from the op's record, once the op
+    matches its record's arity."""
     made = extra(op, g_output) if extra is not None else None
     if made is not None:
         return made
     schema = REGISTRY.get(op.type)
+    try:
+        check_arity(schema, op, _label(index, op))
+    except ArityError as e:
+        raise GradientError(f"{_label(index, op)} does not pass its schema check ({e.message}); its gradient "
+                            "cannot be made") from None
     maker = schema.gradient
     wanted = [op.output[i] for i, g in enumerate(g_output) if g is not None]
     if maker in (SHOULD_NOT_DO_GRADIENT, GRADIENT_NOT_IMPLEMENTED) or (maker is None and wanted):
@@ -55,7 +68,8 @@ def _make_gradient(index: int, op: OperatorDef, g_output: list, extra=None):
                             "the net")
     if maker == NO_GRADIENT or maker is None:
         return [], [None] * len(op.input)
-    nested = backward_ops if extra is None else (lambda ops, ys: backward_ops(ops, ys, extra))
+    def nested(ops, ys):
+        return backward_ops(ops, ys, extra, caffe2=caffe2)
     ctx = GradientContext(op, g_output, index, nested)   # makers of If / Do run it over their nets
     maker(ctx)
     return ctx.ops, ctx.g_input
@@ -64,10 +78,11 @@ def _make_gradient(index: int, op: OperatorDef, g_output: list, extra=None):
 class BackwardPass:
     """Builds gradient ops for a list of forward ops (a whole net or a step net)."""
 
-    def __init__(self, ops, extra=None):
+    def __init__(self, ops, extra=None, caffe2: bool = False):
         self.graph = Graph(ops)
         self.ops = self.graph.ops
         self.extra = extra   # extra(op, g_output) -> (ops, g_input), or None for the op's own maker
+        self.caffe2 = caffe2
 
     def run(self, ys):
         """(gradient ops, {blob: gradient}) for ys: a list of blobs (gradient seeded with 1.0) or a dict
@@ -96,8 +111,10 @@ class BackwardPass:
         for i in reversed(range(len(self.ops))):
             op = self.ops[i]
             g_output = [current.get(name) for name in op.output]
+            if self.caffe2:
+                self._check_stale(i, op, g_output, result)
             if any(g is not None for g in g_output) or op.type == "ZeroGradient":
-                new_ops, g_input = _make_gradient(i, op, g_output, self.extra)
+                new_ops, g_input = _make_gradient(i, op, g_output, self.extra, self.caffe2)
                 self._check_versions(i, op, new_ops, g_output, written_by_grads)
                 for g in new_ops:
                     for name in g.output:
@@ -107,6 +124,10 @@ class BackwardPass:
                     if gen.device is None and op.HasField("device_option"):
                         gen = gen._replace(device=op.device_option)
                     generators[(op.input[k], self.graph.in_versions[i][k])].append(gen)
+                if self.caffe2:   # an input the op also writes, given no gradient, has none in Caffe2's map
+                    for name, g in zip(op.input, g_input):
+                        if g is None and name in op.output:
+                            result.pop(name, None)
             # Outputs written here are now at their previous version: their gradient is consumed.
             for name in op.output:
                 current.pop(name, None)
@@ -117,6 +138,27 @@ class BackwardPass:
                 if gens:
                     current[name] = result[name] = self._accumulate(name, v, gens, grad_ops)
         return grad_ops, result
+
+    def _check_stale(self, i, op, g_output, latest) -> None:
+        """Caffe2's version check: an output version without a gradient whose name has a later version's gradient
+        (`latest`) is refused when the op's gradient ops would read that gradient."""
+        stale = {n: latest[n] for n, g in zip(op.output, g_output) if g is None and latest.get(n) is not None}
+        if not stale:
+            return
+        given = [g if g is not None else stale.get(n) for n, g in zip(op.output, g_output)]
+        try:
+            new_ops, _ = _make_gradient(i, op, given, self.extra, True)
+        except GradientError:
+            return   # the op takes no such gradient: nothing reads it
+        names = {part: n for n, g in stale.items()
+                 for part in ((g.indices, g.values) if isinstance(g, GradientSlice) else (g,))}
+        read = next((name for g in new_ops for name in g.input if name in names), None)
+        if read is not None:
+            n = names[read]
+            version = self.graph.out_versions[i][list(op.output).index(n)]
+            raise GradientError(f"gradient of {_label(i, op)}: {read!r} is the gradient of a later version of "
+                                f"{n!r}, not of version {version}, which this op writes and nothing reads; give "
+                                "one of the writes of that blob another name")
 
     @staticmethod
     def _generators(op, new_ops, g_input):
@@ -149,6 +191,9 @@ class BackwardPass:
                                      arg=[make_argument("axis", 0)], is_gradient_op=True)
             _copy_device(idx_concat, gens)
             _copy_device(val_concat, gens)
+            if self.caffe2:   # Caffe2's IR makes them with CreateOperator: the field unset
+                idx_concat.ClearField("is_gradient_op")
+                val_concat.ClearField("is_gradient_op")
             grad_ops.extend([idx_concat, val_concat])
             return GradientSlice(idx_concat.output[0], val_concat.output[0])
         out = next((g.op.output[g.output_index] for g in gens if g.op is not None), name + "_grad")
@@ -167,7 +212,9 @@ class BackwardPass:
         if out in inputs:  # Sum runs in place on its first input only
             j = inputs.index(out)
             inputs[0], inputs[j] = inputs[j], inputs[0]
-        total = OperatorDef(type="Sum", input=inputs, output=[out], is_gradient_op=True)
+        total = OperatorDef(type="Sum", input=inputs, output=[out])
+        if not self.caffe2:
+            total.is_gradient_op = True
         _copy_device(total, gens)
         grad_ops.append(total)
         return out
@@ -193,10 +240,11 @@ class BackwardPass:
             local.update(g.output)
 
 
-def backward_ops(ops, ys, extra=None):
+def backward_ops(ops, ys, extra=None, caffe2: bool = False):
     """(gradient ops, {blob: gradient name or GradientSlice}) for forward ops and targets ys (spec §6.2).
-    extra(op, g_output): makers consulted before the records' (None from it: the record's maker)."""
-    return BackwardPass(ops, extra).run(ys)
+    extra(op, g_output): makers consulted before the records' (None from it: the record's maker); caffe2: what
+    Caffe2's Python IR gives where it differs (the module's docstring)."""
+    return BackwardPass(ops, extra, caffe2).run(ys)
 
 
 def gradient_of_op(op: OperatorDef, g_output: list, extra=None):

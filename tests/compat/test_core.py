@@ -47,8 +47,10 @@ def test_op_methods_check_what_they_can_when_added():
     net = core.Net("checks")
     with pytest.raises(AttributeError, match="not a registered operator.*did you mean Relu"):
         net.Rleu("x", "y")
+    short = core.Net("arity")
+    short.FC(["x", "w"], "y")     # Caffe2 checks how many inputs an op has when the net is created or run
     with pytest.raises(ArityError, match="FC takes 3 inputs"):
-        net.FC(["x", "w"], "y")
+        workspace.CreateNet(short)
     with pytest.raises(ArgumentError, match="must be an integer"):
         net.Softmax("x", "y", axis="two")
     net.Relu("x", "y", not_an_argument=1)       # Caffe2 keeps undeclared arguments; stepnet warns at creation
