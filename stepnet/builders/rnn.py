@@ -134,7 +134,7 @@ def retrieve_step_blobs(ws, net, prefix: str = "rnn") -> list[str]:
         count += 1
         ws.run_operator_once(OperatorDef(type="RecurrentNetworkBlobFetcher", input=[op.output[-1]], output=[out],
                                          arg=[make_argument("prefix", prefix)]))
-        names += [str(n) for n in ws.fetch(out).tolist()]
+        names += [n.decode("utf-8") for n in ws.fetch(out).tolist()]
     return names
 
 

@@ -3,9 +3,26 @@ net, its backward step net derived by the backward pass), set_rnn_executor_confi
 from __future__ import annotations
 
 from ..builders import rnn as _rnn
-from ..io.proto import make_argument
+from ..io.proto import OperatorDef, make_argument
 from . import core, workspace
-from .rnn_cell import on_device
+from .scope import CurrentDeviceScope
+
+STEP_NETS = ("step_net", "backward_step_net")
+
+
+def on_device(net, build):
+    """build(), then the current device scope stamped on the ops of the step nets it added to net that have no
+    device option (Caffe2 creates step ops under the scope, gradient ops included)."""
+    before, device = len(net.Proto().op), CurrentDeviceScope()
+    result = build()
+    if device is not None:
+        for op in net.Proto().op[before:]:
+            for arg in op.arg:
+                if arg.name in STEP_NETS and arg.HasField("n"):
+                    for step_op in arg.n.op:
+                        if not step_op.HasField("device_option"):
+                            step_op.device_option.CopyFrom(device)
+    return result
 
 
 def recurrent_net(net, cell_net, inputs, initial_cell_inputs, links, timestep=None, scope=None,
@@ -13,6 +30,7 @@ def recurrent_net(net, cell_net, inputs, initial_cell_inputs, links, timestep=No
     """Add a RecurrentNetwork op running cell_net once per timestep to net; returns (state_1_all, state_1_last,
     ...). inputs: [(input_t, sequence)], initial_cell_inputs: [(state_prev, initial blob)], links:
     {state_prev: state}."""
+    links = {str(k): v for k, v in links.items()}
     outs = on_device(net, lambda: _rnn.recurrent_net(
         net, cell_net, inputs, initial_cell_inputs, links, timestep=timestep, scope=scope,
         outputs_with_grads=outputs_with_grads, recompute_blobs_on_backward=recompute_blobs_on_backward,
@@ -31,5 +49,16 @@ def set_rnn_executor_config(rnn_op, num_threads=None, max_cuda_streams=None) -> 
 
 def retrieve_step_blobs(net, prefix="rnn") -> list:
     """Copy the blobs of every step workspace of net's RecurrentNetwork ops (net already run) into the current
-    workspace as `<prefix>_<blob><t>`; returns their names."""
-    return _rnn.retrieve_step_blobs(workspace._ws(), net.Proto() if hasattr(net, "Proto") else net, prefix)
+    workspace as `<prefix>_<blob><t>`; returns their names as Caffe2 does: the fetched string tensor's elements
+    (bytes)."""
+    proto = net.Proto() if hasattr(net, "Proto") else net
+    names, count = [], 1
+    for op in proto.op:
+        if op.type != "RecurrentNetwork":
+            continue
+        out = f"{prefix}_{count}"
+        count += 1
+        workspace.RunOperatorOnce(OperatorDef(type="RecurrentNetworkBlobFetcher", input=[op.output[-1]],
+                                              output=[out], arg=[make_argument("prefix", prefix)]))
+        names += workspace.FetchBlob(out).tolist()
+    return names

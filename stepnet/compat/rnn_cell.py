@@ -1,145 +1,110 @@
-"""Caffe2's rnn_cell: LSTM, BasicRNN (GRU is gru_cell.GRU, also here) and the cells LSTMCell, BasicRNNCell,
-GRUCell and MultiRNNCell with apply_over_sequence, built by stepnet.builders.rnn and stepnet.builders.cells, which lay
-out Caffe2's step nets, parameters and blob names. `model` is a model_helper.ModelHelper."""
+"""Caffe2's rnn_cell: the RNNCell classes (_rnn_cell_base, _lstm_cells, _attention_cells, gru_cell's GRUCell)
+and the layers built from them: LSTM, BasicRNN, MILSTM, LayerNormLSTM, LayerNormMILSTM (one cell per layer,
+several layers as a MultiRNNCell in one RecurrentNetwork op, or statically unrolled), LSTMWithAttention, and the
+parameter helpers of Caffe2's cuDNN LSTM. `model` is a model_helper.ModelHelper."""
 from __future__ import annotations
 
-from ..builders import rnn as _rnn
-from ..builders import cells as step_cells
-from . import core
-from .scope import CurrentDeviceScope
+import functools
 
-STEP_NETS = ("step_net", "backward_step_net")
+import numpy as np
 
-
-def on_device(net, build):
-    """build(), then the current device scope stamped on the ops of the step nets it added to net that have no
-    device option (Caffe2 creates step ops under the scope; stepnet.builders.rnn builds them without one)."""
-    before, device = len(net.Proto().op), CurrentDeviceScope()
-    result = build()
-    if device is not None:
-        for op in net.Proto().op[before:]:
-            for arg in op.arg:
-                if arg.name in STEP_NETS and arg.HasField("n"):
-                    for step_op in arg.n.op:
-                        if not step_op.HasField("device_option"):
-                            step_op.device_option.CopyFrom(device)
-    return result
+from . import workspace
+from ._attention_cells import (AttentionCell, LSTMWithAttention, LSTMWithAttentionCell,  # noqa: F401
+                               MILSTMWithAttentionCell)
+from ._lstm_cells import (BasicRNNCell, LayerNormLSTMCell, LayerNormMILSTMCell, LSTMCell,  # noqa: F401
+                          MILSTMCell)
+from ._rnn_cell_base import (DropoutCell, LSTMInitializer, MultiRNNCell, MultiRNNCellInitializer,  # noqa: F401
+                             RNNCell, UnrolledCell)
+from ._rnn_cell_base import _rectify_name as _RectifyName, _rectify_names as _RectifyNames  # noqa: F401
+from .attention import AttentionType  # noqa: F401
+from .recurrent import on_device  # noqa: F401 - kept where it was
 
 
-def _refs(model, blobs) -> tuple:
-    return tuple(core.BlobReference(str(b), model.net) for b in blobs)
+def _LSTM(cell_class, model, input_blob, seq_lengths, initial_states, dim_in, dim_out, scope=None,
+          outputs_with_grads=(0,), return_params=False, memory_optimization=False, forget_bias=0.0,
+          forward_only=False, drop_states=False, return_last_layer_only=True, static_rnn_unroll_size=None,
+          **cell_kwargs):
+    """A recurrent layer of cell_class over the T x N x dim_in input_blob (dim_out: an int, or one per layer).
 
-
-def _no_extras(return_params, cell_kwargs, allowed=()) -> None:
+    As in Caffe2, the outputs are counted 4 per layer (an LSTM's h_all, h_last, c_all, c_last):
+    outputs_with_grads index the last layer's, offset by 4 x (layers - 1), and return_last_layer_only returns
+    the outputs from that offset on. initial_states: 2 per layer (h, c), or None for trainable zero states.
+    return_params adds {'input': ..., 'recurrent': ...} parameter names (LSTMCell's)."""
+    dims = list(dim_out) if isinstance(dim_out, (list, tuple)) else [dim_out]
+    if not dims:
+        raise ValueError("dim_out is empty: give the hidden size of each layer")
+    layers = len(dims)
+    cells = [cell_class(input_size=dim_in if i == 0 else dims[i - 1], hidden_size=dims[i], forget_bias=forget_bias,
+                        memory_optimization=memory_optimization, name=scope if layers == 1 else None,
+                        forward_only=forward_only, drop_states=drop_states, **cell_kwargs)
+             for i in range(layers)]
+    cell = MultiRNNCell(cells, name=scope, forward_only=forward_only) if layers > 1 else cells[0]
+    if static_rnn_unroll_size is not None:
+        cell = UnrolledCell(cell, static_rnn_unroll_size)
+    offset = 4 * (layers - 1)
+    _, result = cell.apply_over_sequence(model=model, inputs=input_blob, seq_lengths=seq_lengths,
+                                         initial_states=initial_states,
+                                         outputs_with_grads=[offset + i for i in outputs_with_grads])
+    if return_last_layer_only:
+        result = result[offset:]
     if return_params:
-        raise NotImplementedError("return_params is not supported: the parameters are in model.params")
-    unknown = sorted(set(cell_kwargs) - set(allowed))
-    if unknown:
-        raise TypeError(f"unexpected cell arguments {unknown}")
+        result = list(result) + [{"input": cell.get_input_params(), "recurrent": cell.get_recurrent_params()}]
+    return tuple(result)
 
 
-def LSTM(model, input_blob, seq_lengths, initial_states, dim_in, dim_out, scope=None, outputs_with_grads=(0,),
-         return_params=False, memory_optimization=False, forget_bias=0.0, forward_only=False, drop_states=False,
-         return_last_layer_only=True, static_rnn_unroll_size=None, **cell_kwargs):
-    """One RecurrentNetwork over the T x N x dim_in input (dim_out: an int, or one per layer); returns
-    (hidden_all, hidden_last, cell_all, cell_last) of the last layer (of every layer without
-    return_last_layer_only). initial_states: (h0, c0) per layer, or None for trainable zero states."""
-    _no_extras(return_params, cell_kwargs)
-    return _refs(model, on_device(model.net, lambda: _rnn.lstm(
-        model, input_blob, seq_lengths, initial_states, dim_in, dim_out, scope=scope,
-        outputs_with_grads=outputs_with_grads, memory_optimization=memory_optimization, forget_bias=forget_bias,
-        forward_only=forward_only, drop_states=drop_states, return_last_layer_only=return_last_layer_only,
-        static_rnn_unroll_size=static_rnn_unroll_size)))
+LSTM = functools.partial(_LSTM, LSTMCell)
+BasicRNN = functools.partial(_LSTM, BasicRNNCell)
+MILSTM = functools.partial(_LSTM, MILSTMCell)
+LayerNormLSTM = functools.partial(_LSTM, LayerNormLSTMCell)
+LayerNormMILSTM = functools.partial(_LSTM, LayerNormMILSTMCell)
 
 
-def BasicRNN(model, input_blob, seq_lengths, initial_states, dim_in, dim_out, scope=None, outputs_with_grads=(0,),
-             return_params=False, memory_optimization=False, forget_bias=0.0, forward_only=False, drop_states=False,
-             return_last_layer_only=True, static_rnn_unroll_size=None, activation=None):
-    """h_t = activation(FC(h_{t-1}) + i2h(x_t)), activation 'tanh' or 'relu' (required, as in Caffe2); one
-    layer; returns (hidden_all, hidden_last)."""
-    _no_extras(return_params, {})
-    if activation not in ("relu", "tanh"):
-        raise RuntimeError(f"BasicRNNCell with unknown activation function ({activation})")
-    return _refs(model, on_device(model.net, lambda: _rnn.basic_rnn(
-        model, input_blob, seq_lengths, initial_states, dim_in, dim_out, scope=scope, activation=activation,
-        outputs_with_grads=outputs_with_grads, forward_only=forward_only, drop_states=drop_states,
-        static_rnn_unroll_size=static_rnn_unroll_size)))
+def _layered_LSTM(model, input_blob, seq_lengths, initial_states, dim_in, dim_out, scope, outputs_with_grads=(0,),
+                  return_params=False, memory_optimization=False, forget_bias=0.0, forward_only=False,
+                  drop_states=False, create_lstm=None):
+    """Layers as separate ops: each layer's (h_all, h_last, c_all, c_last) feeds the next (scope
+    `<scope>_layer_<i>` from the second on)."""
+    params = dict(model=model, input_blob=input_blob, seq_lengths=seq_lengths, initial_states=initial_states,
+                  dim_in=dim_in, dim_out=dim_out, scope=scope, outputs_with_grads=outputs_with_grads,
+                  return_params=return_params, memory_optimization=memory_optimization, forget_bias=forget_bias,
+                  forward_only=forward_only, drop_states=drop_states)
+    if not isinstance(dim_out, list):
+        return create_lstm(**params)
+    if len(dim_out) == 1:
+        return create_lstm(**{**params, "dim_out": dim_out[0]})
+    if not dim_out:
+        raise ValueError("dim_out list can't be empty")
+    if return_params:
+        raise ValueError("return_params not supported for layering")
+    for i, dim in enumerate(dim_out):
+        output, last_output, all_states, last_state = create_lstm(**{**params, "dim_out": dim})
+        params.update(input_blob=output, dim_in=dim, initial_states=(last_output, last_state),
+                      scope=f"{scope}_layer_{i + 1}")
+    return output, last_output, all_states, last_state
 
 
-def GRU(model, input_blob, seq_lengths, initial_states, dim_in, dim_out, scope=None, outputs_with_grads=(0,),
-        return_params=False, memory_optimization=False, forget_bias=0.0, forward_only=False, drop_states=False,
-        return_last_layer_only=True, static_rnn_unroll_size=None, linear_before_reset=False):
-    """gru_cell.GRU: one layer; returns (hidden_all, hidden_last)."""
-    _no_extras(return_params, {})
-    return _refs(model, on_device(model.net, lambda: _rnn.gru(
-        model, input_blob, seq_lengths, initial_states, dim_in, dim_out, scope=scope,
-        outputs_with_grads=outputs_with_grads, forward_only=forward_only, drop_states=drop_states,
-        linear_before_reset=linear_before_reset, static_rnn_unroll_size=static_rnn_unroll_size)))
+layered_LSTM = functools.partial(_layered_LSTM, create_lstm=LSTM)
 
 
-class RNNCell:
-    """A cell over one of stepnet's step cells; apply_over_sequence adds its RecurrentNetwork to model.net."""
-
-    def __init__(self, cell, forward_only=False):
-        self._cell = cell
-        self.forward_only = forward_only
-
-    @property
-    def name(self):
-        return self._cell.name
-
-    def apply_over_sequence(self, model, inputs, seq_lengths=None, initial_states=None, outputs_with_grads=None):
-        """(output sequence, (state_1_all, state_1_last, ...)) for the T x N x D inputs."""
-        states = _refs(model, on_device(model.net, lambda: _rnn.apply_over_sequence(
-            model, self._cell, inputs, seq_lengths, initial_states, outputs_with_grads,
-            forward_only=self.forward_only)))
-        return states[2 * self.get_output_state_index()], states
-
-    def get_state_names(self) -> list:
-        return self._cell.get_state_names()
-
-    def get_output_state_index(self) -> int:
-        return self._cell.output_index
-
-    def get_output_dim(self) -> int:
-        return self._cell.hidden_size
+def GetLSTMParamNames() -> dict:
+    return {"weights": ["input_gate_w", "forget_gate_w", "output_gate_w", "cell_w"],
+            "biases": ["input_gate_b", "forget_gate_b", "output_gate_b", "cell_b"]}
 
 
-def _no_initializer(initializer) -> None:
-    if initializer is not None:
-        raise NotImplementedError("custom initializers are not supported: pass initial_states, or None for "
-                                  "trainable zero states")
+def InitFromLSTMParams(lstm_pblobs, param_values) -> None:
+    """Feed the LSTM parameter blobs (lstm_pblobs[input_type]['weights' / 'biases']) from per-gate values
+    (param_values[input_type][<gate param name>]), concatenated in GetLSTMParamNames' order."""
+    names = GetLSTMParamNames()
+    for input_type, values in param_values.items():
+        for kind in ("weights", "biases"):
+            flat = np.concatenate([np.asarray(values[p]).ravel() for p in names[kind]])
+            blob = lstm_pblobs[input_type][kind]
+            current = workspace.FetchBlob(blob)
+            workspace.FeedBlob(blob, flat.reshape(current.shape).astype(np.float32))
 
 
-class LSTMCell(RNNCell):
-    def __init__(self, input_size, hidden_size, forget_bias=0.0, memory_optimization=False, drop_states=False,
-                 initializer=None, name=None, forward_only=False):
-        _no_initializer(initializer)
-        super().__init__(step_cells.LSTMCell(input_size, hidden_size, forget_bias, memory_optimization,
-                                             drop_states, name), forward_only)
-
-
-class BasicRNNCell(RNNCell):
-    def __init__(self, input_size, hidden_size, forget_bias=0.0, memory_optimization=False, drop_states=False,
-                 initializer=None, activation=None, name=None, forward_only=False):
-        _no_initializer(initializer)
-        if activation not in ("relu", "tanh"):
-            raise RuntimeError(f"BasicRNNCell with unknown activation function ({activation})")
-        super().__init__(step_cells.BasicRNNCell(input_size, hidden_size, activation, drop_states, name),
-                         forward_only)
-
-
-class GRUCell(RNNCell):
-    def __init__(self, input_size, hidden_size, forget_bias=0.0, memory_optimization=False, drop_states=False,
-                 linear_before_reset=False, name=None, forward_only=False):
-        super().__init__(step_cells.GRUCell(input_size, hidden_size, drop_states, linear_before_reset, name),
-                         forward_only)
-
-
-class MultiRNNCell(RNNCell):
-    """Cells stacked in one step net (each layer's output is the next one's input)."""
-
-    def __init__(self, cells, residual_output_layers=None, name=None, forward_only=False):
-        if residual_output_layers:
-            raise NotImplementedError("residual_output_layers is not supported")
-        super().__init__(step_cells.MultiRNNCell([c._cell for c in cells], name), forward_only)
+def cudnn_LSTM(model, input_blob, initial_states, dim_in, dim_out, scope, recurrent_params=None,
+               input_params=None, num_layers=1, return_params=False):
+    """Caffe2's cuDNN LSTM (the Recurrent op with its packed weight blob): not available in stepnet."""
+    raise NotImplementedError("cudnn_LSTM needs cuDNN's Recurrent op, which stepnet does not have: use "
+                              "rnn_cell.LSTM (the same layer as a RecurrentNetwork op)")

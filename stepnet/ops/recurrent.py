@@ -258,4 +258,4 @@ def blob_fetcher(ctx, xp, scratch, *, prefix):
             new = f"{prefix}_{name}{i}"
             ctx.workspace.create_blob(new).value = np.array(value, copy=True) if hasattr(value, "shape") else value
             names.append(new)
-    return np.array(names, dtype=object)
+    return np.array([n.encode("utf-8") for n in names], dtype=object)   # a string tensor: bytes

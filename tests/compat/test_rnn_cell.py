@@ -25,15 +25,26 @@ def run(model):
     workspace.RunNetOnce(model.net)
 
 
+def _layout(ops):
+    """Each op's type, inputs and outputs, and those of its step nets (argument values and net names aside)."""
+    out = []
+    for op in ops:
+        nets = [arguments(op.arg)[n] for n in ("step_net", "backward_step_net") if n in arguments(op.arg)]
+        out.append((op.type, list(op.input), list(op.output), [_layout(n.op) for n in nets]))
+    return out
+
+
 def test_lstm_builds_stepnets_own_layer():
+    """The Caffe2-style cells lay out the same ops and names as stepnet.builders.rnn's (brew.fc adds the model's
+    arg_scope arguments to each FC, as in Caffe2)."""
     model = model_helper.ModelHelper(name="m")
     outs = rnn_cell.LSTM(model, "seq", "lengths", ["h0_0", "c0_0"], D, H, scope="LSTM")
     reference = ModelBuilder("m")
     ref_outs = stepnet_rnn.lstm(reference, "seq", "lengths", ["h0_0", "c0_0"], D, H, scope="LSTM")
     assert list(outs) == [str(o) for o in ref_outs]
     assert all(isinstance(o, core.BlobReference) and o.Net() is model.net for o in outs)
-    assert model.net.Proto().op == reference.net.proto().op
-    assert model.param_init_net.Proto().op == reference.init_net.proto().op
+    assert _layout(model.net.Proto().op) == _layout(reference.net.proto().op)
+    assert _layout(model.param_init_net.Proto().op) == _layout(reference.init_net.proto().op)
     assert model.params == ["LSTM/i2h_w", "LSTM/i2h_b", "LSTM/gates_t_w", "LSTM/gates_t_b"]
 
 
@@ -56,7 +67,7 @@ def test_step_nets_get_the_device_scope():
     model = model_helper.ModelHelper(name="gpu")
     with core.DeviceScope(gpu):
         rnn_cell.LSTM(model, "seq", "lengths", ["h0_0", "c0_0"], D, H, scope="LSTM")
-        rnn_cell.GRUCell(D, H, name="gru").apply_over_sequence(model, "seq", None, ["h0_0"])
+        gru_cell.GRUCell(D, H, 0.0, False, name="gru").apply_over_sequence(model, "seq", None, ["h0_0"])
     rnn_ops = [op for op in model.net.Proto().op if op.type == "RecurrentNetwork"]
     nets = [arguments(op.arg)[name] for op in rnn_ops for name in ("step_net", "backward_step_net")]
     assert len(nets) == 4 and all(op.device_option == gpu for net in nets for op in net.op)
@@ -85,19 +96,20 @@ def test_basic_rnn_and_gru():
     feed_sequence()
     run(model)
     assert workspace.FetchBlob(h_all).min() >= 0 and workspace.FetchBlob(g_last).shape == (1, N, H)
-    assert rnn_cell.GRU is not None and gru_cell.GRUCell is rnn_cell.GRUCell
+    assert gru_cell.GRU.func is rnn_cell._LSTM and gru_cell.GRU.args == (gru_cell.GRUCell,)
 
 
 def test_cells_apply_over_sequence():
     model = model_helper.ModelHelper(name="cells")
-    lstm = rnn_cell.LSTMCell(D, H, forget_bias=1.0, name="single")
+    lstm = rnn_cell.LSTMCell(D, H, forget_bias=1.0, memory_optimization=False, name="single")
     out, states = lstm.apply_over_sequence(model, "seq", "lengths", ["h0_0", "c0_0"])
     assert out == states[0] == "single/hidden_state_all" and len(states) == 4
     assert lstm.get_state_names() == ["single/hidden_t", "single/cell_t"] and lstm.get_output_dim() == H
-    stack = rnn_cell.MultiRNNCell([rnn_cell.LSTMCell(D, H), rnn_cell.GRUCell(H, H)], name="mixed")
+    stack = rnn_cell.MultiRNNCell([rnn_cell.LSTMCell(D, H, 0.0, False), gru_cell.GRUCell(H, H, 0.0, False)],
+                                  name="mixed")
     out2, states2 = stack.apply_over_sequence(model, "seq", initial_states=["h0_0", "c0_0", "h0_0"])
     assert out2 == states2[4] == "mixed/layer_1/hidden_t_all" and stack.get_output_state_index() == 2
-    basic = rnn_cell.BasicRNNCell(D, H, activation="tanh", name="basic", forward_only=True)
+    basic = rnn_cell.BasicRNNCell(D, H, 0.0, False, activation="tanh", name="basic", forward_only=True)
     out3, _ = basic.apply_over_sequence(model, "seq", None, ["h0_0"])
     ops = model.net.Proto().op
     rnn_ops = [op for op in ops if op.type == "RecurrentNetwork"]
@@ -108,16 +120,19 @@ def test_cells_apply_over_sequence():
         assert workspace.FetchBlob(blob).shape == (T, N, H)
 
 
-def test_what_is_not_supported_says_so():
+def test_params_and_what_is_refused():
     model = model_helper.ModelHelper(name="no")
-    with pytest.raises(NotImplementedError, match="return_params"):
-        rnn_cell.LSTM(model, "seq", "lengths", None, D, H, scope="x", return_params=True)
-    with pytest.raises(TypeError, match="unexpected cell arguments"):
-        rnn_cell.LSTM(model, "seq", "lengths", None, D, H, scope="x", something=1)
-    with pytest.raises(NotImplementedError, match="residual_output_layers"):
-        rnn_cell.MultiRNNCell([rnn_cell.LSTMCell(D, H)], residual_output_layers=[1], name="r")
-    with pytest.raises(NotImplementedError, match="initializers"):
-        rnn_cell.LSTMCell(D, H, initializer=object())
+    *outs, params = rnn_cell.LSTM(model, "seq", "lengths", None, D, H, scope="x", return_params=True)
+    assert len(outs) == 4 and params == {"input": {"weights": "x/i2h_w", "biases": "x/i2h_b"},
+                                         "recurrent": {"weights": "x/gates_t_w", "biases": "x/gates_t_b"}}
+    with pytest.raises(TypeError, match="something"):
+        rnn_cell.LSTM(model, "seq", "lengths", None, D, H, scope="y", something=1)
+    with pytest.raises(ValueError, match="1 initial state values given for the 2 states"):
+        rnn_cell.LSTM(model, "seq", "lengths", ["h0_0"], D, H, scope="z")
+    with pytest.raises(NotImplementedError, match="cuDNN"):
+        rnn_cell.cudnn_LSTM(model, "seq", ("h", "c"), D, H, scope="c")
+    with pytest.raises(ValueError, match="unknown attention_type 7"):
+        rnn_cell.AttentionCell(2, "enc", None, rnn_cell.LSTMCell(D, H, 0.0, False), H, 7, None, False)
 
 
 def test_recurrent_net_over_a_hand_written_step_net():
@@ -141,7 +156,8 @@ def test_recurrent_net_over_a_hand_written_step_net():
     np.testing.assert_allclose(workspace.FetchBlob("h_all"), np.cumsum(xs, axis=0))
     names = recurrent.retrieve_step_blobs(net, "rnn")
     # forward-only: two step workspaces in turn, so the last two steps' blobs remain (Caffe2's num_workspaces)
-    assert names == ["rnn_h0", "rnn_h_prev0", "rnn_timestep0", "rnn_x_t0", "rnn_h1", "rnn_h_prev1", "rnn_timestep1",
-                     "rnn_x_t1"]
+    assert all(isinstance(n, bytes) for n in names)     # a string tensor's elements, as Caffe2 fetches them
+    assert [n.decode() for n in names] == ["rnn_h0", "rnn_h_prev0", "rnn_timestep0", "rnn_x_t0", "rnn_h1",
+                                           "rnn_h_prev1", "rnn_timestep1", "rnn_x_t1"]
     assert workspace.FetchBlob("rnn_h0").tolist() == [[[9.0, 12.0, 15.0]]]
     assert workspace.FetchBlob("rnn_h1").tolist() == [[[18.0, 22.0, 26.0]]]
