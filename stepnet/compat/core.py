@@ -5,8 +5,8 @@ As in Caffe2: a string blob name is prefixed with the current NameScope, a BlobR
 ops get the current DeviceScope; every registered operator is a method of a Net (`net.FC(...)`) and of a
 BlobReference that knows its net (`x.Relu([], "y")`); net names are unique in the process (`net`, `net_1`, ...).
 Arguments an op does not declare are kept and warned about when the net is created (stepnet never ignores
-one silently); in-place rules and argument types are checked as each op is added, its numbers of inputs and
-outputs when the net is created or run (as Caffe2 does). Ops made by Net methods record where they were made.
+one silently); argument types are checked as each op is added, its numbers of inputs and outputs and its
+in-place rules when the net is created or run (as Caffe2 does). Ops made by Net methods record where they were made.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import numpy as np
 from ..builders.builder import NetBuilder
 from ..core.errors import did_you_mean
 from ..ops import REGISTRY
-from ..ops.binding import check_inplace, parse_args
+from ..ops.binding import parse_args
 from ..ops.base import GradientSlice
 from ..io.proto import DeviceOption as _DeviceOptionProto
 from ..io.proto import NetDef, OperatorDef, TensorProto, make_argument
@@ -181,10 +181,9 @@ class Net(NetBuilder):
         return outs
 
     def _check(self, opdef: OperatorDef) -> None:
-        """NetBuilder's checks but arity (binding raises the same ArityError, naming the op)."""
+        """NetBuilder's checks but arity and in-place rules (binding raises the same errors, naming the op)."""
         label = f"net {self.name!r}, new op #{len(self._net.op)} ({opdef.type})"
         schema = REGISTRY.get(opdef.type)
-        check_inplace(schema, opdef, label)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")   # undeclared arguments: kept, and warned about at binding
             parse_args(schema, opdef, label, strict=False)
@@ -395,3 +394,6 @@ class Net(NetBuilder):
 
 
 _steps.NET_TYPE[:] = [Net]   # steps and plans made from protos make core.Nets
+
+
+from . import workspace  # noqa: E402, F401 - Caffe2's core imports workspace (core.workspace.RunPlan)

@@ -244,21 +244,29 @@ def _gather_ranges_bound(specs, **_):
     return [TensorSpec((math.prod(data.shape),), data.dtype), TensorSpec(tuple(ranges.shape[:1]), ranges.dtype)]
 
 
+def _concat_as_inferred(specs, *, axis, order, add_axis, split):
+    """Caffe2's shape inference stacks with add_axis even when the axis comes from `order` (its kernel, and so
+    stepnet's record, concatenates then)."""
+    if add_axis and axis is None:
+        axis, order = (1 if (order or "NCHW").upper() == "NCHW" else 3), None
+    return REGISTRY.get("Concat").shape(specs, axis=axis, order=order, add_axis=add_axis, split=split)
+
+
 # Caffe2's shape functions where they differ from stepnet's (which gives exact sizes when values are known).
-CAFFE2_SHAPES = {"GatherRanges": _gather_ranges_bound}
+CAFFE2_SHAPES = {"GatherRanges": _gather_ranges_bound, "Concat": _concat_as_inferred}
 
 
 @caffe2_errors
 def InferShapesAndTypes(nets, blob_dimensions=None) -> tuple:
-    """({blob: dims}, {blob: TensorProto data type}) of the nets' blobs, from the current workspace's blobs or
-    from blob_dimensions ({name: dims}, float32)."""
+    """({blob: dims}, {blob: TensorProto data type}) of the nets' blobs and the workspace's (Caffe2 starts from
+    every blob in the current workspace), or from blob_dimensions ({name: dims}, float32) alone."""
     from ..core.spec import spec
     from ..passes.shapes import infer_net, specs_of_workspace
     from ..io.tensors import data_type_of
     protos = [n.Proto() if hasattr(n, "Proto") else n for n in nets]
     if blob_dimensions is None:
         names = {b for p in protos for op in p.op for b in op.input} | {b for p in protos for b in p.external_input}
-        known = specs_of_workspace(_ws(), names)
+        known = specs_of_workspace(_ws(), names | set(_ws().blobs()))
     else:
         known = {k: spec(v) for k, v in blob_dimensions.items()}
     for proto in protos:

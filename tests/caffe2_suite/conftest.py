@@ -16,13 +16,15 @@ because Caffe2's code of 2018 meets NumPy 2 or Hypothesis 6:
      tests keep theirs).
   3. hypothesis.strategies.lists, text, binary, sets: `average_size` (removed) is dropped, and text's
      `alphabet=None` (Hypothesis 3's "any character", refused by Hypothesis 6) is left out.
-  4. hypothesis.extra.numpy.arrays: elements drawn as Python floats for a float16/float32 array are rounded to
-     that type first, as Hypothesis 3 stored them (Hypothesis 6 refuses a value the dtype cannot hold exactly).
+  4. hypothesis.extra.numpy.arrays: an element is converted to the array's numeric type first, as Hypothesis 3
+     stored it by assignment (a float rounded to float16/float32, a float into an integer array truncated, an
+     integer wrapped to the width of its type); Hypothesis 6 refuses a value the dtype cannot hold exactly.
   5. scipy.misc.logsumexp: scipy.special.logsumexp, where SciPy moved it (SciPy 1.3 removed the old name).
   6. numpy again: np.sum of a generator is Python's sum, as NumPy 1 did it (with a warning; NumPy 2 raises), and
      np.set_printoptions(threshold=np.nan) means no truncation, sys.maxsize (NumPy 1.14 began refusing nan); the
      print options are restored after each Caffe2 test.
   7. inspect.getargspec (removed in Python 3.11): its 4-tuple, from inspect.getfullargspec.
+  8. np.fromstring without sep (the binary mode NumPy 2 removed): a copy of np.frombuffer's array, what it returned.
 
 EXAMPLES comes from STEPNET_CAFFE2_EXAMPLES (default 2); tools/caffe2_suite.py runs the whole suite with more.
 
@@ -83,6 +85,13 @@ def _adapt_numpy() -> None:
 
         npsum._stepnet_adapted = True
         np.sum, np.set_printoptions = npsum, printoptions
+        fromstring = np.fromstring
+
+        def fromstring_(string, dtype=float, count=-1, *, sep="", **kwargs):   # NumPy 1's binary mode
+            if sep == "":
+                return np.frombuffer(string, dtype=dtype, count=count, **kwargs).copy()
+            return fromstring(string, dtype=dtype, count=count, sep=sep, **kwargs)
+        np.fromstring = fromstring_
 
 
 def _adapt_python() -> None:
@@ -133,8 +142,8 @@ def _adapt_hypothesis() -> None:
 
     def arrays_(dtype, shape, elements=None, **kwargs):
         kind = np.dtype(dtype) if not isinstance(dtype, st.SearchStrategy) else None
-        if elements is not None and kind is not None and kind in (np.dtype(np.float16), np.dtype(np.float32)):
-            elements = elements.map(kind.type)
+        if elements is not None and kind is not None and kind.kind in "iuf" and kind != np.dtype(np.float64):
+            elements = elements.map(lambda v: np.array(v).astype(kind)[()])   # (Hypothesis 3: result[i] = v)
         return arrays(dtype, shape, elements=elements, **kwargs)
 
     hnp.arrays = arrays_
