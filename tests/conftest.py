@@ -11,6 +11,20 @@ import pytest
 DATA_DIR = Path(__file__).resolve().parent / "data"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _stepnet_cache(tmp_path_factory):
+    """stepnet's cache (onnxruntime exports) in a folder of the test session's, never the user's ~/.cache."""
+    import os
+    folder = tmp_path_factory.mktemp("stepnet-cache")
+    saved = os.environ.get("STEPNET_CACHE_DIR")
+    os.environ["STEPNET_CACHE_DIR"] = str(folder)
+    yield folder
+    if saved is None:
+        os.environ.pop("STEPNET_CACHE_DIR", None)
+    else:
+        os.environ["STEPNET_CACHE_DIR"] = saved
+
+
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
     """tests/data: the vendored real Caffe2 files (provenance in tests/data/SOURCES.md)."""

@@ -148,6 +148,7 @@ def _child(case, w: int, timeout: float, vm: int) -> None:
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         os.environ["HOME"] = str(case.env.outside / "home")
+        os.environ["STEPNET_CACHE_DIR"] = str(case.env.io / "cache")   # the tool's own cache: not a model's write
         for fd, name in ((1, "stdout"), (2, "stderr")):
             out = os.open(case.env.io / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             os.dup2(out, fd)

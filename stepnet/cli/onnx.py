@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import warnings
 
-import numpy as np
 
 from ..io import proto
-from ..core.errors import ArgumentError, StepnetWarning
+from ..core.errors import ArgumentError, StepnetError, StepnetWarning
 from ..io.feeds import parse_dims
 from ..export.onnx.errors import ExportError
 from ..graph.view import plan_networks, step_network
@@ -128,41 +127,30 @@ def _dims(value_info) -> tuple:
 
 
 # --------------------------------------------------------------------------------------------- engine
-def run_in_onnxruntime(ws, predict, feeds: dict, fetch, iterations: int) -> bool:
-    """Run the predict net in onnxruntime: exported in memory with the workspace's blobs (the init net's, the
-    checkpoint's) as weights and the feeds as inputs; the outputs are stored in the workspace. False (after a
-    one-line message) when the net cannot be exported, so the caller runs it on stepnet's engine."""
-    from ..graph.view import blob_names, walk
-
+def run_in_onnxruntime(ws, predict, feeds: dict, fetch, iterations: int, threads: int | None = None,
+                       quiet_fallback: bool = False) -> bool:
+    """Run the predict net in onnxruntime (export.onnx.engine.OnnxNet: exported once per content, cached): the
+    workspace's blobs (the init net's, the checkpoint's) as weights, the feeds as inputs; the outputs are stored
+    in the workspace. False when the net cannot be exported or onnxruntime cannot run it, so the caller runs it on
+    stepnet's engine: after a one-line warning, or silently with quiet_fallback (--engine auto)."""
     try:
-        from ..export.onnx.exporter import export_onnx
-        from ..export.onnx.errors import require
-        ort = require("onnxruntime")
+        from ..export.onnx.engine import OnnxNet
+        from ..graph.view import blob_names, walk
         nets = {id(n): n for _, n, _, _ in walk(predict)}
         names = blob_names(predict, *nets.values())
-        params = {n: ws.fetch(n) for n in sorted(names) if n not in feeds and ws.has(n) and _tensor(ws, n)}
-        inputs = {k: np.asarray(v) for k, v in feeds.items() if k in names}
-        result = export_onnx(predict, None, inputs=inputs, outputs=list(fetch) or None, params=params)
-    except ExportError as e:   # a warning: shown as one line (names from the file escaped), never an error line
-        warnings.warn(StepnetWarning(f"onnxruntime engine: {e}; running on stepnet's engine"), stacklevel=2)
-        return False
-    blobs = list(result.outputs)
-    options = ort.SessionOptions()
-    options.log_severity_level = 4   # fatal only: its own error log would be a second line on stderr
-    try:
-        session = ort.InferenceSession(result.model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        net = OnnxNet(ws, predict, [k for k in feeds if k in names], list(fetch) or None, threads)
         for _ in range(max(iterations, 1)):
-            values = session.run([result.outputs[b] for b in blobs], inputs)
-    except Exception as e:  # noqa: BLE001 - onnxruntime's errors (Fail, InvalidArgument, ...) derive from Exception
-        why = " ".join(str(e).split())[:300]
-        warnings.warn(StepnetWarning(f"onnxruntime engine: onnxruntime could not run the exported net ({why}); "
-                                     "running on stepnet's engine"), stacklevel=2)
+            net.run()
+    except ExportError as e:   # a warning: shown as one line (names from the file escaped), never an error line
+        if not quiet_fallback:
+            warnings.warn(StepnetWarning(f"onnxruntime engine: {e}; running on stepnet's engine"), stacklevel=2)
         return False
-    for b, v in zip(blobs, values):
-        ws.feed(b, v)
+    except Exception as e:  # noqa: BLE001 - onnxruntime's errors (Fail, InvalidArgument, ...) derive from Exception
+        if isinstance(e, StepnetError):
+            raise
+        why = " ".join(str(e).split())[:300]
+        if not quiet_fallback:
+            warnings.warn(StepnetWarning(f"onnxruntime engine: onnxruntime could not run the exported net ({why}); "
+                                         "running on stepnet's engine"), stacklevel=2)
+        return False
     return True
-
-
-def _tensor(ws, name: str) -> bool:
-    v = ws.get_blob(name).value
-    return hasattr(v, "shape") and getattr(v, "dtype", None) is not None and v.dtype != object

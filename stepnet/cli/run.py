@@ -131,7 +131,7 @@ def _run(a, ws, model, predict_def, monitor: Monitor, profiler: Profiler | None)
         start = time.perf_counter()   # the init net ran above: time from here, and count only the runs
         if profiler is not None:
             profiler.stats.clear()
-        if a.engine != "onnxruntime" or not run_in_onnxruntime(ws, predict, feeds, a.fetch, a.iterations or 1):
+        if not _onnxruntime_ran(a, ws, predict, feeds, profiler):
             net = ws.create_net(predict)
             for _ in range(a.iterations or 1):
                 net.run()
@@ -162,6 +162,22 @@ def _run(a, ws, model, predict_def, monitor: Monitor, profiler: Profiler | None)
         if not a.quiet:
             print(f"saved {one_line(name)} as image {path}")
     return 0
+
+
+def _onnxruntime_ran(a, ws, predict, feeds, profiler) -> bool:
+    """Whether --engine ran the predict net in onnxruntime (False: run it on stepnet's engine). auto takes
+    onnxruntime only where it gives the same run: a CPU workspace, no per-op profile or NaN check."""
+    if a.engine == "stepnet":
+        return False
+    if a.engine == "auto":
+        import importlib.util
+        from ..core import backend
+        gpu = a.device in ("cuda", "emulate") or (a.device == "auto" and backend.cupy_module() is not None)
+        extra = all(importlib.util.find_spec(m) is not None for m in ("onnx", "onnxruntime"))
+        if gpu or profiler is not None or a.check_nan or not extra:
+            return False
+    return run_in_onnxruntime(ws, predict, feeds, a.fetch, a.iterations or 1, a.threads,
+                              quiet_fallback=a.engine == "auto")
 
 
 def _has_prof_dag(*models) -> bool:
@@ -248,8 +264,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where CUDA ops run: auto (GPU if CuPy has one, else CPU), cpu, cuda, emulate")
     r.add_argument("--strict", action="store_true", help="unknown op arguments are errors, not warnings")
     r.add_argument("--check-nan", action="store_true", help="stop at the first op that produces NaN or Inf")
-    r.add_argument("--engine", choices=("stepnet", "onnxruntime"), default="stepnet",
-                   help="onnxruntime: export a predict net in memory and run it there (needs the onnx extra)")
+    r.add_argument("--engine", choices=("stepnet", "onnxruntime", "auto"), default="stepnet",
+                   help="onnxruntime: export a predict net (once: kept by content in ~/.cache/stepnet/onnx) and "
+                        "run it there, with --threads intra-op threads (needs the onnx extra); auto: onnxruntime "
+                        "where it can run the net (a predict net on the CPU, no --profile/--check-nan), quietly "
+                        "stepnet's engine elsewhere")
     r.add_argument("--quiet", "-q", action="store_true",
                    help="no progress bar or lines, notices or fetched blobs (a model's Print ops still print, "
                         "scalars as labeled lines)")
