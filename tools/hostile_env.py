@@ -52,6 +52,16 @@ def is_minidb(data: bytes) -> bool:
     return bool(data)
 
 
+def _library_file_of_a_db(path: Path) -> bool:
+    """A file lmdb or leveldb made inside the db directory a model named (the directory meets the rules as a
+    write of its own; the names inside it are the library's: data.mdb, CURRENT, 000003.log, ...)."""
+    from stepnet.io import kvdb
+    parent, name = path.parent, path.name
+    if name in kvdb.LMDB_FILES:
+        return (parent / "data.mdb").exists()
+    return kvdb.is_leveldb_file(name) and kvdb.looks_like(str(parent), "leveldb")
+
+
 class Case:
     """One case: its folder, command line, the files its command line writes, what it must refuse."""
 
@@ -228,7 +238,7 @@ class Env:
             if (up / "pyvenv.cfg").exists() and (up / "pyvenv.cfg") != path:
                 return f"in a Python environment ({up})"
             up = up.parent
-        if a[0] == "dir":
+        if a[0] == "dir" or _library_file_of_a_db(path):
             return None
         name = path.name
         stem, suffix = os.path.splitext(name)
