@@ -10,6 +10,7 @@ in-place rules when the net is created or run (as Caffe2 does). Ops made by Net 
 """
 from __future__ import annotations
 
+import importlib
 import sys
 import warnings
 from collections import defaultdict
@@ -25,7 +26,8 @@ from ..io.proto import DeviceOption as _DeviceOptionProto
 from ..io.proto import NetDef, OperatorDef, TensorProto, make_argument
 from . import _python_ops, _steps, _tracebacks, c_api as C, dyndep, immediate  # noqa: F401, N812 - core.C: Caffe2's
 from .blob_reference import BlobReference
-from .engines import SetEnginePref, SetGlobalEnginePref, SetOpEnginePref  # noqa: F401 - Caffe2's core has them
+from .engines import (IsOperatorWithEngine, SetEnginePref, SetGlobalEnginePref,  # noqa: F401 - Caffe2's core
+                      SetOpEnginePref)
 from .gradients import GradientRegistry, python_makers  # noqa: F401 - Caffe2's core has GradientRegistry
 from ._steps import ExecutionStep, Plan, execution_step, scoped_execution_step, to_execution_step  # noqa: F401
 from .scope import SCOPE, CurrentDeviceScope, CurrentNameScope, DeviceScope, EmptyDeviceScope, NameScope  # noqa: F401
@@ -41,16 +43,6 @@ def GlobalInit(args) -> None:
 
 def IsOperator(op_type: str) -> bool:
     return op_type in REGISTRY
-
-
-# Engines Caffe2 registers ops under; hints here: a registered op runs the same way under any engine.
-CAFFE2_ENGINES = frozenset({"CUDNN", "NNPACK", "EIGEN", "MKLDNN", "GLOO", "MPI", "NCCL", "SIMD", "THNN", "NVRTC",
-                            "PACKED", "MOBILE", "NERVANA", "TENSORCORE", "DEPTHWISE_3x3", "MIOPEN", "QNNPACK"})
-
-
-def IsOperatorWithEngine(op_type: str, engine: str) -> bool:
-    """Whether Caffe2's registry would hold op_type under engine ("", "DEFAULT" or one of CAFFE2_ENGINES)."""
-    return op_type in REGISTRY and (engine in ("", "DEFAULT") or engine in CAFFE2_ENGINES)
 
 
 def DeviceOption(device_type, cuda_gpu_id: int = 0, random_seed=None, node_name=None, numa_node_id=None,
@@ -396,4 +388,9 @@ class Net(NetBuilder):
 _steps.NET_TYPE[:] = [Net]   # steps and plans made from protos make core.Nets
 
 
-from . import workspace  # noqa: E402, F401 - Caffe2's core imports workspace (core.workspace.RunPlan)
+
+def __getattr__(name: str):
+    """core.workspace, as Caffe2's core imports it (core.workspace.RunPlan); here workspace imports core."""
+    if name == "workspace":
+        return importlib.import_module(f"{__package__}.workspace")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -2,6 +2,15 @@
 from __future__ import annotations
 
 _ENGINE_PREF: dict = {"op": {}, "global": {}}
+# Engines Caffe2 registers ops under; hints here: a registered op runs the same way under any engine.
+CAFFE2_ENGINES = frozenset({"CUDNN", "NNPACK", "EIGEN", "MKLDNN", "GLOO", "MPI", "NCCL", "SIMD", "THNN", "NVRTC",
+                            "PACKED", "MOBILE", "NERVANA", "TENSORCORE", "DEPTHWISE_3x3", "MIOPEN", "QNNPACK"})
+
+
+def IsOperatorWithEngine(op_type: str, engine: str) -> bool:
+    """Whether Caffe2's registry would hold op_type under engine ("", "DEFAULT" or one of CAFFE2_ENGINES)."""
+    from ..ops import REGISTRY
+    return op_type in REGISTRY and (engine in ("", "DEFAULT") or engine in CAFFE2_ENGINES)
 
 
 def SetEnginePref(op_engine_pref, global_engine_pref) -> None:
