@@ -135,7 +135,7 @@ def test_every_vendored_file_is_listed_in_sources_md_with_its_sha256(data_dir):
 
 
 def test_the_file_set_is_complete():
-    assert len(PB_FILES) == 5
+    assert len(PB_FILES) == 7
     assert len(list((DATA / "glow").glob("*.pbtxt"))) == 140
     assert len(list((DATA / "models").glob("*.pbtxt"))) == 5
     assert (DATA / "LICENSE-Apache-2.0.txt").read_bytes() == (DATA / "glow" / "LICENSE.glow").read_bytes()

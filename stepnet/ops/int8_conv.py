@@ -1,4 +1,4 @@
-"""Int8 layers with weights: Int8Conv, Int8ConvRelu, Int8FC.
+"""Int8 layers with weights: Int8Conv, Int8ConvRelu, Int8ConvTranspose, Int8FC.
 
 Semantics from caffe2/operators/quantized/int8_conv_op.h and int8_fc_op.h (QNNPACK era) and QNNPACK's
 convolution.c / fully-connected.c: X and the weights are uint8 Int8 tensors, the bias an int32 Int8 tensor of
@@ -11,8 +11,15 @@ is sum((x - X.zero_point) * (w - W.zero_point)) + bias in int32, requantized wit
 Int8Conv is 2-D and NHWC only (filter M x KH x KW x C/group), with the window arguments of Conv
 (window.py geometry; the kernel comes from the filter, and kernel arguments must agree with it). Int8FC
 flattens X from axis 1 (Caffe2's Int8FC has no axis argument) to M x K, takes W as N x K and gives M x N.
-The sums are exact: the integer codes are multiplied in float64 GEMMs (every partial sum is an integer far
-below 2^53), then rounded back to integers.
+Int8ConvTranspose (int8_conv_transpose_op.h, QNNPACK's deconvolution.c) is the adjoint of a group-1 convolution:
+X N x H x W x C, filter C x KH x KW x M (as ConvTranspose's NHWC filter), output spatial size
+(in - 1) * stride + kernel + adj - pad_begin - pad_end; each output is sum over the taps that land on it of
+(x - X.zero_point) * (w - W.zero_point), plus the bias, requantized as Int8Conv's (range [0, 255]). Its window
+arguments are ConvTranspose's (kernel, stride, pad, adj, legacy_pad VALID/SAME); it has no group argument
+(QNNPACK is called with one group).
+
+The sums are exact: the integer codes are multiplied in float64 GEMMs (every partial sum is an integer far below
+2^53), then rounded back to integers.
 """
 from __future__ import annotations
 
@@ -25,8 +32,9 @@ from ..core.int8 import Int8Tensor
 from .int8_base import (
     INT8_GRADIENT, QUANT_ARGS, activation_range, check_nhwc, int8_input, int8_spec, output_quant,
     requantization_scale, requantize, wrap_int32)
+from .conv import _kernel_of, _transpose_geometry
 from .registry import op
-from .window import args_key, family, geometry, im2col, window_args
+from .window import args_key, col2im, family, geometry, im2col, window_args
 
 CONV_ARGS = {**window_args("kernel", "stride", "pad", "dilation"), "group": 1, **QUANT_ARGS}
 
@@ -99,6 +107,48 @@ _CONV_DOC = ("2-D convolution of an NHWC uint8 Int8 image X with a filter M x KH
              "N x OH x OW x M.")
 _register_conv("Int8Conv", False, _CONV_DOC.format(relu=""))
 _register_conv("Int8ConvRelu", True, _CONV_DOC.format(relu=", then ReLU (clamped at Y_zero_point)"))
+
+
+# --------------------------------------------------------------------------------------------- ConvTranspose
+def conv_transpose_plan(X, W, B, order, legacy_pad, Y_scale, Y_zero_point, args):
+    """Int8ConvTranspose's checks on Int8Tensors or specs; (geometry, output spatial sizes, X's and W's
+    quantization, Y's quantization, requantization scale)."""
+    op_type = "Int8ConvTranspose"
+    check_nhwc(op_type, order)
+    qx, qw = int8_input(op_type, "X", X), int8_input(op_type, "the filter", W)
+    if len(X.shape) != 4:
+        raise ShapeError(f"{op_type} needs a 4-D NHWC image X, got shape {tuple(X.shape)} (QNNPACK deconvolutions "
+                         "are 2-D)")
+    if len(W.shape) != 4 or W.shape[0] != X.shape[3]:
+        raise ShapeError(f"{op_type}: the filter must be C x KH x KW x M with C = X's {X.shape[3]} channels (NHWC), "
+                         f"got filter shape {tuple(W.shape)}")
+    if 0 in tuple(X.shape) or 0 in tuple(W.shape):
+        raise ShapeError(f"{op_type}: X {tuple(X.shape)} and the filter {tuple(W.shape)} must have no empty dim "
+                         "(QNNPACK refuses an empty batch or image)")
+    _bias_checks(op_type, B, W.shape[3])
+    geom, out = _transpose_geometry(args, legacy_pad, tuple(X.shape[1:3]), _kernel_of(args, W, "NHWC"))
+    qy = output_quant(op_type, Y_scale, Y_zero_point)
+    return geom, out, qx, qw, qy, requantization_scale(op_type, qx[0], qw[0], qy[0])
+
+
+def _conv_transpose_shape(specs, *, order, legacy_pad, Y_scale, Y_zero_point, **args):
+    X, W, B = (*specs, None)[:3]
+    _, out, _, _, qy, _ = conv_transpose_plan(X, W, B, order, legacy_pad, Y_scale, Y_zero_point, args)
+    return [int8_spec((X.shape[0], *out, W.shape[3]), qy)]
+
+
+@op("Int8ConvTranspose", inputs=(2, 3), outputs=1, inplace=(), gradient=INT8_GRADIENT, shape=_conv_transpose_shape,
+    args={**window_args("kernel", "stride", "pad", "adj"), **QUANT_ARGS}, grows="shapes")
+def int8_conv_transpose(xp, X, W, B=None, *, order, legacy_pad, Y_scale, Y_zero_point, **args):
+    """Transposed 2-D convolution of an NHWC uint8 Int8 image X with a filter C x KH x KW x M and an int32
+    bias, in QNNPACK's integer arithmetic, requantized to Y_scale / Y_zero_point; output N x OH x OW x M."""
+    geom, out, qx, qw, qy, scale = conv_transpose_plan(X, W, B, order, legacy_pad, Y_scale, Y_zero_point, args)
+    (n, h, w, c), m = X.shape, W.shape[3]
+    x = X.data.reshape(n * h * w, c).astype(np.float64) - qx[1]
+    wc = xp.moveaxis(W.data.astype(np.float64) - qw[1], 3, 1).reshape(c, -1)     # C x M*KH*KW
+    y = col2im(xp, xp.matmul(x, wc)[None], (n, m, *out), geom)                     # N x M x OH x OW
+    acc = wrap_int32(xp, xp.rint(xp.moveaxis(y, 1, -1)).astype(np.int64) + B.data.astype(np.int64))
+    return Int8Tensor(requantize(xp, acc, scale, qy[1], 0, 255), *qy)
 
 
 # --------------------------------------------------------------------------------------------- FC

@@ -1,6 +1,7 @@
-"""Int8Conv, Int8ConvRelu and Int8FC: against float64 loop references written here (within one quantization
-step), on every device, and exactly against the outputs Caffe2's own tests record (int8_test.cc, TFLite test
-vectors run through Caffe2/QNNPACK)."""
+"""Int8Conv, Int8ConvRelu, Int8ConvTranspose and Int8FC: against float64 loop references written here (within
+one quantization step), on every device, and exactly against the outputs Caffe2's own tests record (int8_test.cc,
+TFLite test vectors run through Caffe2/QNNPACK; its ConvTranspose case is checked there against the float op,
+whose values are whole numbers, so exactly here too)."""
 import numpy as np
 import pytest
 from int8_reference import F32, bias_for, check_close, check_exact, random_int8, real
@@ -75,6 +76,46 @@ def test_conv_with_zero_weight_zero_point_and_saturation(device, op_type):
     check_close(got, np.maximum(want, 0) if op_type == "Int8ConvRelu" else want, scale, 100)
 
 
+def conv_transpose_ref(x, w, b, stride=(1, 1), pads=(0, 0, 0, 0), adj=(0, 0)):
+    """NHWC transposed convolution in float64: x N x H x W x C, w C x KH x KW x M, pads (top, left, bottom,
+    right); every input pixel (i, j) adds x[i, j] @ w[:, p, q] at output (i*stride - top + p, j*stride - left + q),
+    the output being (in - 1) * stride + kernel + adj - pads."""
+    n, h, wd, _ = x.shape
+    _, kh, kw, m = w.shape
+    pt, pl, pb, pr = pads
+    oh, ow = (h - 1) * stride[0] + kh + adj[0] - pt - pb, (wd - 1) * stride[1] + kw + adj[1] - pl - pr
+    y = np.zeros((n, oh, ow, m)) + b
+    for i, j, p, q in np.ndindex(h, wd, kh, kw):
+        r, s = i * stride[0] - pt + p, j * stride[1] - pl + q
+        if 0 <= r < oh and 0 <= s < ow:
+            y[:, r, s] += x[:, i, j] @ w[:, p, q]
+    return y
+
+
+DECONVS = [  # (id, X shape NHWC, filter shape C x KH x KW x M, args, reference keywords)
+    ("k2s2", (2, 3, 4, 5), (5, 2, 2, 3), {"kernel": 2, "stride": 2}, {"stride": (2, 2)}),
+    ("k4s2p1", (1, 4, 3, 3), (3, 4, 4, 2), {"kernel": 4, "stride": 2, "pad": 1}, {"stride": (2, 2),
+                                                                               "pads": (1, 1, 1, 1)}),
+    ("pads_adj", (1, 3, 3, 2), (2, 3, 2, 4), {"stride_h": 2, "stride_w": 3, "pads": [0, 1, 2, 0], "adj_h": 1,
+                                              "adj_w": 2}, {"stride": (2, 3), "pads": (0, 1, 2, 0), "adj": (1, 2)}),
+    ("1x1", (2, 2, 3, 6), (6, 1, 1, 4), {}, {})]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("cid, x_shape, w_shape, args, ref", DECONVS, ids=[c[0] for c in DECONVS])
+def test_conv_transpose(device, cid, x_shape, w_shape, args, ref):
+    x = random_int8(rng, x_shape, 0.04, 120)
+    w = random_int8(rng, w_shape, 0.01, 130)
+    b = bias_for(rng, w_shape[3], x.scale, w.scale)
+    want = conv_transpose_ref(real(x), real(w), real(b), **ref)
+    scale, zp = output_params(want)
+    got = run_op("Int8ConvTranspose", [x, w, b], device=device, order="NHWC", Y_scale=scale, Y_zero_point=zp,
+                 **args)
+    check_close(got, want, scale, zp, f"Int8ConvTranspose {cid}")
+    assert infer_alone("Int8ConvTranspose", [x, w, b], order="NHWC", Y_scale=scale, Y_zero_point=zp,
+                       **args)["out0"].shape == want.shape
+
+
 FCS = [("2d", (4, 10), 6), ("flattened", (3, 2, 2, 5), 7), ("vector_rows", (5, 1), 3)]
 
 
@@ -109,6 +150,28 @@ CAFFE2_VECTORS = [  # (id, op, X, W, bias, args, the uint8 codes Caffe2 produced
      setq([1, 2, 3, 4], (1, 2, 2, 1)), biasq([-1]), {"kernel": 2, "stride_w": 3, "stride_h": 1}, [157, 103, 167, 93]),
     ("FC", "Int8FC", setq([1, 2, 3, 4, 5, 6, 7, 8, -9, -10, 1, 2, 3, 4, 5, 6, 7, -8, 9, -10], (2, 10)),
      setq(list(range(1, 11)) * 3, (3, 10)), biasq([1, 2, 3]), {}, [151, 152, 153, 185, 186, 187])]
+# int8_test.cc's ConvTranspose: X 1 x 3 x 6 x 1 and filter 1 x 2 x 2 x 1 as in Conv2, kernel 2, strides 2 x 1,
+# bias -1, Y_scale 1: every real output is a whole number, so the codes are those numbers + 127.
+DECONV_X = [[3, 2, 1, -1, -2, -3], [4, 3, 2, -2, -3, -4], [5, 4, 3, -3, -4, -5]]
+
+
+def _caffe2_conv_transpose_by_hand():
+    """y[2i + p][j + q] += x[i][j] * w[p][q] with w = [[1, 2], [3, 4]], on a 6 x 7 output starting at -1."""
+    y = [[-1.0] * 7 for _ in range(6)]
+    for i, row in enumerate(DECONV_X):
+        for j, v in enumerate(row):
+            for p, q, wv in ((0, 0, 1), (0, 1, 2), (1, 0, 3), (1, 1, 4)):
+                y[2 * i + p][j + q] += v * wv
+    return y
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_caffe2s_conv_transpose_case(device):
+    x, w = setq(sum(DECONV_X, []), (1, 3, 6, 1)), setq([1, 2, 3, 4], (1, 2, 2, 1))
+    got = run_op("Int8ConvTranspose", [x, w, biasq([-1])], device=device, order="NHWC", kernel=2, stride_h=2,
+                 stride_w=1, Y_scale=1.0, Y_zero_point=127)
+    want = np.clip(np.array(_caffe2_conv_transpose_by_hand()) + 127, 0, 255).astype(np.uint8)
+    check_exact(got, want.reshape(1, 6, 7, 1), 1.0, 127)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -147,7 +210,21 @@ BAD = [
     ("Int8FC", [X(2, 6), X(4, 6), B(5)], {}, ShapeError, "vector of the 4"),
     ("Int8FC", [X(2, 6), Int8Tensor(np.zeros((4, 6), np.int32)), B(4)], {}, DTypeError, "W as an Int8 tensor of uint8"),
     ("Int8FC", [X(2, 6), X(4, 6), np.zeros(4, np.int32)], {}, DTypeError, "bias as an Int8 tensor"),
-    ("Int8FC", [X(2, 6, scale=1.0), X(4, 6, scale=1.0), B(4)], {}, ArgumentError, "= 1 must be below 1")]
+    ("Int8FC", [X(2, 6, scale=1.0), X(4, 6, scale=1.0), B(4)], {}, ArgumentError, "= 1 must be below 1"),
+    ("Int8ConvTranspose", [X(1, 3, 3, 2), X(2, 2, 2, 4), B(4)], {}, ArgumentError, "NHWC.*the default"),
+    ("Int8ConvTranspose", [X(1, 3, 3, 2), X(2, 2, 2, 4)], NHWC, ArityError, "bias as input 2"),
+    ("Int8ConvTranspose", [X(1, 3, 3, 2), X(3, 2, 2, 4), B(4)], NHWC, ShapeError, "C = X's 2 channels"),
+    ("Int8ConvTranspose", [X(1, 3, 3, 2), X(2, 2, 2, 4), B(2)], NHWC, ShapeError, "vector of the 4 output"),
+    ("Int8ConvTranspose", [X(1, 3, 3, 2), X(2, 2, 2, 4), B(4)], {**NHWC, "kernel": 3}, ShapeError,
+     "kernel arguments say"),
+    ("Int8ConvTranspose", [X(1, 3, 3, 2), X(2, 2, 2, 4, scale=2.0), B(4)], NHWC, ArgumentError, "must be below 1"),
+    ("Int8ConvTranspose", [X(1, 3, 3, 2), X(2, 2, 2, 4), B(4)], {**NHWC, "stride": 2, "adj": 3}, ArgumentError,
+     "adj must not exceed stride"),
+    ("Int8ConvTranspose", [X(1, 3, 3, 2), X(2, 2, 2, 4), B(4)], {**NHWC, "pad": 2}, ShapeError,
+     "remove the whole output"),
+    ("Int8ConvTranspose", [X(3, 3, 2), X(2, 2, 2, 4), B(4)], NHWC, ShapeError, "4-D NHWC"),
+    ("Int8ConvTranspose", [X(1, 0, 3, 2), X(2, 2, 2, 4), B(4)], NHWC, ShapeError, "no empty dim"),
+    ("Int8ConvTranspose", [X(1, 3, 3, 2), X(2, 0, 2, 4), B(4)], NHWC, ShapeError, "no empty dim")]
 
 
 @pytest.mark.parametrize("op_type, inputs, args, error, words", BAD)
@@ -175,7 +252,9 @@ def _plus_two(k):
     ("Int8ConvRelu", _plus_two, lambda: test_conv("cpu", "Int8ConvRelu", *CONVS[3])),
     ("Int8FC", _ignore_filter_zero_point, lambda: test_fc("cpu", *FCS[1])),
     ("Int8Conv", _plus_two, lambda: test_caffe2s_recorded_outputs("cpu", *CAFFE2_VECTORS[0])),
-    ("Int8FC", _plus_two, lambda: test_caffe2s_recorded_outputs("cpu", *CAFFE2_VECTORS[2]))])
+    ("Int8FC", _plus_two, lambda: test_caffe2s_recorded_outputs("cpu", *CAFFE2_VECTORS[2])),
+    ("Int8ConvTranspose", _ignore_filter_zero_point, lambda: test_conv_transpose("cpu", *DECONVS[1])),
+    ("Int8ConvTranspose", _plus_two, lambda: test_caffe2s_conv_transpose_case("cpu"))])
 def test_broken_kernels_are_caught(op_type, wrong, check, broken):
     check()
     broken(op_type, wrong(REGISTRY.get(op_type).kernel))
