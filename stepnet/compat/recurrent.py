@@ -3,6 +3,7 @@ net, its backward step net derived by the backward pass), set_rnn_executor_confi
 from __future__ import annotations
 
 from ..builders import rnn as _rnn
+from ..builders.builder import BlobRef
 from ..io.proto import OperatorDef, make_argument
 from . import core, workspace
 from .scope import CurrentDeviceScope
@@ -31,11 +32,26 @@ def recurrent_net(net, cell_net, inputs, initial_cell_inputs, links, timestep=No
     ...). inputs: [(input_t, sequence)], initial_cell_inputs: [(state_prev, initial blob)], links:
     {state_prev: state}."""
     links = {str(k): v for k, v in links.items()}
+    inputs = [(t, _scoped(seq)) for t, seq in inputs]
+    initial_cell_inputs = [(c, _scoped(b)) for c, b in initial_cell_inputs]
+    before = len(net.Proto().op)
     outs = on_device(net, lambda: _rnn.recurrent_net(
         net, cell_net, inputs, initial_cell_inputs, links, timestep=timestep, scope=scope,
         outputs_with_grads=outputs_with_grads, recompute_blobs_on_backward=recompute_blobs_on_backward,
         forward_only=forward_only))
+    if scope is not None:   # '<scope>/step_workspaces' is an output named by a string: it gets the name scope
+        for op in net.Proto().op[before:]:
+            if op.type == "RecurrentNetwork":
+                op.output[-1] = core.ScopedName(op.output[-1])
     return tuple(core.BlobReference(str(o), net) for o in outs)
+
+
+def _scoped(blob):
+    """An op input given as a plain string is a blob of the current name scope (Caffe2 creates the op with it, so
+    'hidden_init' under NameScope('cpu_0') is cpu_0/hidden_init); a BlobReference is used as it is."""
+    if isinstance(blob, bytes):
+        blob = blob.decode()
+    return core.ScopedName(blob) if isinstance(blob, str) and not isinstance(blob, BlobRef) else blob
 
 
 def set_rnn_executor_config(rnn_op, num_threads=None, max_cuda_streams=None) -> None:

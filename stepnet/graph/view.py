@@ -15,7 +15,8 @@ from ..io.proto import NetDef, OperatorDef, parse_text
 from ..io.validate import MAX_DEPTH, NET_IN_ARG, too_deep_text
 
 # Arguments that hold a nested net (a NetDef in `n`, or its text form in `s`): RecurrentNetwork, If, While, Do.
-NET_ARGS = frozenset({"step_net", "backward_step_net", "then_net", "else_net", "loop_net", "cond_net", "net"})
+NET_ARGS = frozenset({"step_net", "backward_step_net", "then_net", "else_net", "loop_net", "cond_net", "net",
+                      "body"})   # ONNXWhile's loop body
 
 
 class Graph:

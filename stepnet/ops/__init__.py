@@ -23,7 +23,8 @@ FAMILIES = ("fill", "random_fill", "elementwise", "elementwise_grad", "activatio
             "row_mul", "unique", "segment_conversions", "blob_utils", "histogram", "space_batch", "tt_linear",
             "batch_metrics",
             "misc_math", "channel_stats", "criterion", "rank_loss", "im2col", "locally_connected", "retrieval",
-            "text_reader", "hsm", "hsm_search")
+            "text_reader", "hsm", "hsm_search",
+            "onnx_loop")
 
 for _family in FAMILIES:
     importlib.import_module(f"{__name__}.{_family}")

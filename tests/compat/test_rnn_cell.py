@@ -161,3 +161,38 @@ def test_recurrent_net_over_a_hand_written_step_net():
                                            "rnn_h_prev1", "rnn_timestep1", "rnn_x_t1"]
     assert workspace.FetchBlob("rnn_h0").tolist() == [[[9.0, 12.0, 15.0]]]
     assert workspace.FetchBlob("rnn_h1").tolist() == [[[18.0, 22.0, 26.0]]]
+
+
+def test_lstms_of_several_devices_have_their_own_initial_states_and_step_workspaces():
+    """As data_parallel_model builds one copy per device: under NameScope('cpu_<k>') a string initial state is
+    that scope's blob (cpu_0/h0_0), and the op's step_workspaces output gets the name scope before the LSTM's own
+    (cpu_0/partest/step_workspaces), so the copies share neither. Both backward passes are built, and with the
+    same parameters and feeds the two devices' gradients are the same."""
+    model = model_helper.ModelHelper(name="devices")
+    losses = []
+    for k in range(2):
+        with core.NameScope(f"cpu_{k}"):
+            out, _, _, _ = rnn_cell.LSTM(model, "seq", "lengths", ("h0_0", "c0_0"), D, H, scope="partest")
+            losses.append(model.net.AveragedLoss(out, "loss"))
+    rnn_ops = [op for op in model.net.Proto().op if op.type == "RecurrentNetwork"]
+    for k, op in enumerate(rnn_ops):
+        assert {f"cpu_{k}/h0_0", f"cpu_{k}/c0_0"} <= set(op.input)
+        assert op.output[-1] == f"cpu_{k}/partest/step_workspaces"
+    model.AddGradientOperators(losses)
+    rng = np.random.default_rng(1)
+    feeds = {"seq": rng.normal(size=(T, N, D)).astype(np.float32), "lengths": np.full(N, T, np.int32),
+             "h0_0": rng.normal(size=(1, N, H)).astype(np.float32), "c0_0": np.zeros((1, N, H), np.float32)}
+    for k in range(2):
+        for name, value in feeds.items():
+            workspace.FeedBlob(f"cpu_{k}/{name}", value)
+    workspace.RunNetOnce(model.param_init_net)
+    params = [str(p) for p in model.params if str(p).startswith("cpu_0/")]
+    assert params
+    for p in params:
+        workspace.FeedBlob(p.replace("cpu_0/", "cpu_1/", 1), workspace.FetchBlob(p))
+    workspace.RunNetOnce(model.net)
+    for p in params:
+        g0 = workspace.FetchBlob(str(model.param_to_grad[p]))
+        g1 = workspace.FetchBlob(str(model.param_to_grad[core.BlobReference(p.replace("cpu_0/", "cpu_1/", 1))]))
+        assert np.abs(g0).sum() > 0
+        np.testing.assert_array_equal(g0, g1)
