@@ -24,7 +24,8 @@ FAMILIES = ("fill", "random_fill", "elementwise", "elementwise_grad", "activatio
             "batch_metrics",
             "misc_math", "channel_stats", "criterion", "rank_loss", "im2col", "locally_connected", "retrieval",
             "text_reader", "hsm", "hsm_search",
-            "onnx_loop")
+            "onnx_loop",
+            "image_input", "summarize")
 
 for _family in FAMILIES:
     importlib.import_module(f"{__name__}.{_family}")
