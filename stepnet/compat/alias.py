@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 PACKAGES = ("caffe2", "caffe2.python", "caffe2.proto")
-PROTO = {"caffe2_pb2": "stepnet.caffe2_pb2", "hsm_pb2": "stepnet.hsm_pb2"}
+PROTO = {"caffe2_pb2": "stepnet.caffe2_pb2", "hsm_pb2": "stepnet.hsm_pb2", "metanet_pb2": "stepnet.caffe2_pb2"}
 
 
 def target_of(name: str) -> str | None:

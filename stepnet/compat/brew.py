@@ -19,6 +19,7 @@ from .helpers.fc import fc
 from .helpers.nonlinearity import prelu, relu, tanh
 from .helpers.normalization import instance_norm, layer_norm, lrn, softmax, spatial_bn
 from .helpers.pooling import average_pool, max_pool
+from .helpers.tools import image_input, video_input
 from .helpers.train import accuracy, add_weight_decay, iter
 
 _registry: dict = {}
@@ -58,7 +59,8 @@ def has_helper(helper_or_helper_name) -> bool:
 
 for _helper in (fc, dropout, max_pool, average_pool, lrn, softmax, instance_norm, spatial_bn, relu, prelu, tanh,
                 concat, depth_concat, sum, transpose, iter, accuracy, conv, conv_nd, conv_transpose, group_conv,
-                add_weight_decay, elementwise_linear, layer_norm, batch_mat_mul, db_input, cond, loop):
+                add_weight_decay, elementwise_linear, layer_norm, batch_mat_mul, db_input, cond, loop, image_input,
+                video_input):
     Register(_helper)
 _registry["arg_scope"] = arg_scope
 del _helper
