@@ -3,7 +3,9 @@
 For that run, `import caffe2.python.X` and `from caffe2.proto import caffe2_pb2` resolve to stepnet
 (stepnet.compat.alias); the script runs as `__main__` with its own arguments, its folder first on sys.path, as
 `python script.py` would run it. A module the program needs that stepnet lacks fails as Python's
-ModuleNotFoundError naming it.
+ModuleNotFoundError naming it. Caffe2's programs were written for NumPy 1: for the run, the names NumPy 2
+removed that they use are put back as NumPy 1 defined them (NUMPY1_NAMES: np.asscalar, np.float, np.int, ...),
+only where the installed NumPy lacks them.
 """
 from __future__ import annotations
 
@@ -12,6 +14,18 @@ import sys
 from pathlib import Path
 
 from . import alias
+
+NUMPY1_NAMES = {"float": float, "int": int, "bool": bool, "object": object, "long": int, "unicode": str,
+                "str": str, "complex": complex, "asscalar": lambda a: a.item()}
+
+
+def numpy1_names() -> None:
+    """The NumPy 1 names (NUMPY1_NAMES) the installed NumPy lacks, added to it as NumPy 1 defined them."""
+    import numpy as np
+    for name, value in NUMPY1_NAMES.items():
+        if name not in np.__dict__:
+            setattr(np, name, value)
+
 
 USAGE = "usage: python -m stepnet.compat SCRIPT.py [ARGS...]   (a Caffe2 program, run unchanged on stepnet)"
 
@@ -26,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{USAGE}\nerror: {script} is not a file", file=sys.stderr)
         return 2
     alias.install()
+    numpy1_names()
     sys.argv = [str(script), *argv[1:]]
     sys.path.insert(0, str(script.resolve().parent))
     runpy.run_path(str(script), run_name="__main__")

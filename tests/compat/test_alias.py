@@ -81,3 +81,15 @@ def test_an_unchanged_caffe2_program_runs(tmp_path):
     assert out.stdout.strip() == "['--flag', 'x'] [11.0, 22.0]"
     usage = subprocess.run([sys.executable, "-m", "stepnet.compat"], capture_output=True, text=True, timeout=120)
     assert usage.returncode == 2 and "python -m stepnet.compat SCRIPT.py" in usage.stdout
+
+
+def test_a_program_gets_the_numpy_1_names_it_uses(tmp_path):
+    """A 2018 program's np.asscalar / np.float run under NumPy 2 (resnet50_trainer's test pass uses asscalar)."""
+    script = tmp_path / "old.py"
+    script.write_text("import numpy as np\nprint(np.asscalar(np.array([3.5])), np.float('2'), np.int(7.9))\n")
+    out = subprocess.run([sys.executable, "-m", "stepnet.compat", str(script)], capture_output=True, text=True,
+                         timeout=120, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["3.5", "2.0", "7"]
+    plain = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert plain.returncode != 0 and "asscalar" in plain.stderr   # NumPy 2 itself has none of them
