@@ -239,13 +239,13 @@ def test_specialized_ops_check_once_per_input_signature(ws, patched):
     call = net.ops[0].call
     assert isinstance(call, Specialized)
     net.run()
-    sig = call.signature
+    state = call.state
     net.run()
     np.testing.assert_array_equal(ws.fetch("y"), REGISTRY.get("FC").kernel(np, x, w, b))
-    assert call.signature is sig
+    assert call.state is state
     ws.feed("x", x[:2])                                   # a new signature: specialized again
     net.run()
-    assert ws.fetch("y").shape == (2, 5) and call.signature != sig
+    assert ws.fetch("y").shape == (2, 5) and call.state[0] != state[0]
     ws.feed("w", w[:, :2])                                # and checked again
     with pytest.raises(ShapeError, match=r"FC: X \(2, 3\) at axis=1 is M x K = 2 x 3"):
         net.run()

@@ -67,10 +67,29 @@ def test_report_net_every_interval_and_at_end():
     assert count(ws, "rep") == 1  # only the final report
 
 
-def test_concurrent_substeps_run_in_order():
-    steps = """execution_step { name: "c" concurrent_substeps: true
-        substep { name: "a" network: "tick" } substep { name: "b" network: "tick" num_iter: 2 } }"""
-    assert count(run(steps)) == 3
+def test_concurrent_substeps_and_instances_run_in_threads():
+    """Each substep of a concurrent step runs in its own thread per iteration (tests/test_concurrent_plan.py has
+    the queues between them); num_concurrent_instances runs each substep that many times at once. Each counter
+    here is ticked by one thread only, or by AtomicIter."""
+    steps = """execution_step { name: "c" concurrent_substeps: true num_iter: 2
+        substep { name: "a" network: "tick" } substep { name: "b" network: "report" num_iter: 3 } }"""
+    ws = run(steps)
+    assert (count(ws), count(ws, "rep")) == (2, 6)
+    p = parse_text('name: "p" network { name: "init" op { type: "CreateMutex" output: "m" } }\n'
+                   'network { name: "t" op { type: "AtomicIter" input: ["m", "it"] output: "it" } }\n'
+                   'execution_step { network: "init" }\n'
+                   'execution_step { num_concurrent_instances: 4 substep { network: "t" num_iter: 25 } }', "plan")
+    ws = Workspace()
+    ws.feed("it", np.zeros(1, np.int64))
+    ws.run_plan(p)
+    assert count(ws) == 100
+
+
+def test_a_concurrent_steps_stop_blob_is_read_after_its_threads():
+    steps = """execution_step { name: "c" concurrent_substeps: true should_stop_blob: "stop"
+        substep { name: "a" network: ["tick", "check"] } substep { name: "b" network: "report" } }"""
+    ws = run(steps)
+    assert (count(ws), count(ws, "rep")) == (3, 3)
 
 
 def test_create_workspace_keeps_new_blobs_local():

@@ -8,31 +8,37 @@ held (nothing, the first time round). A closed queue still takes writes while it
 remaining records; past that, writes and reads fail, and the Safe ops set their status output (the last one)
 to true instead, the end-of-data signal a plan's should_stop_blob reads.
 
-stepnet runs one op at a time, so an operation Caffe2 would block on (a write to a full open queue, a read from
-an empty open one) could never go on: it is an error naming the queue."""
+A write to a full open queue waits for a reader, a read from an empty open one for a writer (closing the queue
+wakes them), as in Caffe2, but only while another thread of the run could still make progress (core.waits):
+when every thread waits, or the op's thread runs alone, the wait is an error naming the queue."""
 from __future__ import annotations
 
 import numpy as np
 
 from ..core import backend
 from ..core.errors import ArgumentError, ArityError, DTypeError, OpError, ShapeError
+from ..core.waits import Group, Signal
 from ..io.dbreader import DBReader
 from .base import on_device
 from .registry import NO_GRADIENT, SHOULD_NOT_DO_GRADIENT, Arg, op
 
 MAX_BLOBS = 1024  # the in-place pairs declared for Enqueue ops (input i + 1 is output i)
 IN_PLACE = [(i + 1, i) for i in range(MAX_BLOBS)]
+READ_HINT = ("enqueue first, put the producer in a concurrent substep, or close the queue (CloseBlobsQueue) to end "
+             "the data")
+WRITE_HINT = "dequeue first, put the consumer in a concurrent substep, or create the queue with a larger capacity"
 
 
 class BlobsQueue:
     """A ring of `capacity` records, each a list of `num_blobs` workspace Blobs; `reader` and `writer` count
-    the records read and written so far (Caffe2's reader_/writer_)."""
+    the records read and written so far (Caffe2's reader_/writer_), under `signal`'s lock."""
 
     def __init__(self, name: str, records: list, num_blobs: int, field_names=()):
         self.name, self.records, self.num_blobs = name, records, num_blobs
         self.field_names = list(field_names)
         self.reader = self.writer = 0
         self.closing = False
+        self.signal = Signal()
 
     @property
     def capacity(self) -> int:
@@ -46,32 +52,40 @@ class BlobsQueue:
             raise ArityError(f"queue {self.name!r} holds records of {self.num_blobs} blob(s), but the op {what} "
                              f"{count}")
 
-    def write(self, blobs) -> bool:
-        """Swap blobs into the next free record; False when the queue is closed and full."""
-        if self.writer == self.reader + self.capacity:
-            if self.closing:
+    def write(self, blobs, group: Group | None = None, label=None) -> bool:
+        """Swap blobs into the next free record, waiting for room while the queue is full and open; False when
+        it is closed and full. Without a group the op's thread is taken to run alone."""
+        with self.signal:
+            self.signal.wait(lambda: self.closing or len(self) < self.capacity, group or Group(), label,
+                             f"queue {self.name!r} is full ({self.capacity} records) and open", "read from it",
+                             WRITE_HINT)
+            if len(self) == self.capacity:
                 return False
-            raise OpError(f"queue {self.name!r} is full ({self.capacity} records) and open: Caffe2 would wait "
-                          "for a reader, but stepnet runs one op at a time, so none can come; dequeue first, or "
-                          "create the queue with a larger capacity")
-        _swap(blobs, self.records[self.writer % self.capacity], copy_views=True)
-        self.writer += 1
-        return True
+            _swap(blobs, self.records[self.writer % self.capacity], copy_views=True)
+            self.writer += 1
+            self.signal.notify()
+            return True
 
-    def read(self, blobs) -> bool:
-        """Swap the oldest record into blobs; False when the queue is closed and empty."""
-        if self.reader == self.writer:
-            if self.closing:
+    def read(self, blobs, group: Group | None = None, label=None, timeout: float = 0.0) -> bool:
+        """Swap the oldest record into blobs, waiting for one while the queue is empty and open (up to timeout
+        seconds when > 0: then an error); False when it is closed and empty."""
+        with self.signal:
+            if not self.signal.wait(lambda: self.closing or len(self) > 0, group or Group(), label,
+                                    f"queue {self.name!r} is empty and open", "write to it", READ_HINT,
+                                    timeout=timeout if timeout > 0 else None):
+                raise OpError(f"queue {self.name!r}: no record came within timeout_secs={timeout:g}")
+            if not len(self):
                 return False
-            raise OpError(f"queue {self.name!r} is empty and open: Caffe2 would wait for a writer, but stepnet "
-                          "runs one op at a time, so none can come; enqueue first, or close the queue "
-                          "(CloseBlobsQueue) to end the data")
-        _swap(blobs, self.records[self.reader % self.capacity])
-        self.reader += 1
-        return True
+            _swap(blobs, self.records[self.reader % self.capacity])
+            self.reader += 1
+            self.signal.notify()
+            return True
 
     def close(self) -> None:
-        self.closing = True
+        """No more records: waiting writers and readers wake (a closed queue still drains)."""
+        with self.signal:
+            self.closing = True
+            self.signal.notify()
 
     def __repr__(self):
         state = "closed" if self.closing else "open"
@@ -87,6 +101,11 @@ def _swap(blobs, record, copy_views: bool = False) -> None:
             value = value.copy()
         blob.value, slot.value = slot.value, value
         blob.view = slot.view = False
+
+
+def _waiter(ctx) -> tuple:
+    """(the group of the thread running the op, the op's place): what a queue's wait needs."""
+    return ctx.workspace.waits.group(), ctx.label
 
 
 def _queue(value, i: int = 0) -> BlobsQueue:
@@ -131,22 +150,23 @@ def create_blobs_queue(ctx, xp, *, capacity, num_blobs, enforce_unique_name, fie
     gradient=NO_GRADIENT, writes_unnamed=True)
 def enqueue_blobs(ctx, xp, queue, *_):
     """Put the data blobs (inputs 1..n, written in place as outputs 0..n-1) into the queue as one record; they are
-    left holding the record's old contents. Fails on a closed full queue."""
+    left holding the record's old contents. Waits for room while the queue is full and open (core.waits); fails
+    on a closed full queue."""
     queue = _queue(queue)
     _check_counts(ctx, len(ctx.outputs), "enqueues")
     queue.check_blobs(len(ctx.outputs), "enqueues")
-    if not queue.write(ctx.outputs):
+    if not queue.write(ctx.outputs, *_waiter(ctx)):
         raise OpError(f"queue {queue.name!r} is closed and full: the record cannot be enqueued")
 
 
 @op("DequeueBlobs", inputs=1, outputs=(1, None), context=True, devices="any", gradient=NO_GRADIENT,
     args={"timeout_secs": 0.0}, writes_unnamed=True)
 def dequeue_blobs(ctx, xp, queue, *, timeout_secs):
-    """Take the oldest record into the outputs. Fails on a closed empty queue. timeout_secs is accepted: with one
-    op at a time nothing can arrive while waiting, so an empty open queue fails at once."""
+    """Take the oldest record into the outputs, waiting for one while the queue is empty and open (core.waits; at
+    most timeout_secs when > 0, then it fails). Fails on a closed empty queue."""
     queue = _queue(queue)
     queue.check_blobs(len(ctx.outputs), "dequeues")
-    if not queue.read(ctx.outputs):
+    if not queue.read(ctx.outputs, *_waiter(ctx), timeout=timeout_secs):
         raise OpError(f"queue {queue.name!r} is closed and empty: no record left to dequeue")
 
 
@@ -161,19 +181,20 @@ def close_blobs_queue(ctx, xp, queue):
     devices="any", gradient=NO_GRADIENT, writes_unnamed=True)
 def safe_enqueue_blobs(ctx, xp, queue, *_):
     """EnqueueBlobs with a status output (the last output): true when the queue was closed and full, so nothing
-    was enqueued."""
+    was enqueued. Waits for room as EnqueueBlobs does."""
     queue = _queue(queue)
     n = len(ctx.outputs) - 1
     _check_counts(ctx, n, "enqueues", status=True)
     queue.check_blobs(n, "enqueues")
-    ok = queue.write(ctx.outputs[:n])
+    ok = queue.write(ctx.outputs[:n], *_waiter(ctx))
     return (None,) * n + (_status(xp, not ok),)
 
 
 @op("SafeDequeueBlobs", inputs=1, outputs=(2, None), context=True, devices="any", gradient=NO_GRADIENT,
     args={"num_records": 1}, writes_unnamed=True)
 def safe_dequeue_blobs(ctx, xp, queue, *, num_records):
-    """DequeueBlobs with a status output (the last output): true when the queue was closed and empty. With
+    """DequeueBlobs with a status output (the last output): true when the queue was closed and empty (it waits
+    for a record as DequeueBlobs does, with no timeout). With
     num_records > 1 up to that many records are read and each column's tensors are concatenated along their
     first axis (every record's tensors must be at least 1-D); the status is false if at least one was read."""
     queue = _queue(queue)
@@ -182,12 +203,12 @@ def safe_dequeue_blobs(ctx, xp, queue, *, num_records):
     n = len(ctx.outputs) - 1
     queue.check_blobs(n, "dequeues")
     if num_records == 1:
-        ok = queue.read(ctx.outputs[:n])
+        ok = queue.read(ctx.outputs[:n], *_waiter(ctx))
         return (None,) * n + (_status(xp, not ok),)
-    scratch = ctx.state.setdefault("scratch", [type(b)(b.name + "#scratch") for b in ctx.outputs[:n]])
+    scratch = [type(b)(b.name + "#scratch") for b in ctx.outputs[:n]]   # per call: concurrent instances share ops
     columns = [[] for _ in range(n)]
     for _ in range(num_records):
-        if not queue.read(scratch):
+        if not queue.read(scratch, *_waiter(ctx)):
             break
         for j, blob in enumerate(scratch):
             if getattr(blob.value, "ndim", 0) < 1:
@@ -220,7 +241,7 @@ def weighted_sample_dequeue_blobs(ctx, xp, *queues, weights, table_idx_blob, rng
     index = int(np.searchsorted(cumulative, np.float32(rng.random()), side="left"))
     queue = _queue(queues[index], index)
     queue.check_blobs(n, "dequeues")
-    ok = queue.read(ctx.outputs[:n])
+    ok = queue.read(ctx.outputs[:n], *_waiter(ctx))
     outs = [None] * n
     if table_idx_blob >= 0:
         outs[table_idx_blob] = on_device(xp, [index], np.int32)
@@ -257,7 +278,7 @@ class BlobsQueueDBReader(DBReader):
     """A DB reader (what TensorProtosDBInput reads) whose records come from a BlobsQueue: each read dequeues one
     record and takes its value (and key, if key_blob_index >= 0) from the record's blobs, each a string or a
     string tensor (its first element). The queue never wraps around as a file does: reading an empty queue is
-    an error (an open one could only be filled by another op, which cannot run meanwhile)."""
+    an error (the reader is not told which run's threads could fill it, so it waits for none)."""
 
     def __init__(self, queue: BlobsQueue, key_blob_index: int, value_blob_index: int):
         self.queue, self.key_blob_index, self.value_blob_index = queue, key_blob_index, value_blob_index
@@ -310,7 +331,7 @@ class BlobsQueueDBReader(DBReader):
 def create_blobs_queue_db(xp, queue, *, key_blob_index, value_blob_index, timeout_secs):
     """A DB reader over the queue: each record read dequeues one queue record, the value (a serialized
     TensorProtos, for TensorProtosDBInput) from blob value_blob_index and the key from key_blob_index (-1:
-    none). timeout_secs is accepted: nothing can arrive while one op runs, so an empty queue fails at once."""
+    none). timeout_secs is accepted; the reader does not wait: an empty queue fails at once."""
     queue = _queue(queue)
     for name, index, low in (("value_blob_index", value_blob_index, 0), ("key_blob_index", key_blob_index, -1)):
         if not low <= index < queue.num_blobs:

@@ -7,54 +7,80 @@ along their first axis); a dequeue takes num_elements of them and stacks each co
 so batches of one size go in and batches of another come out. A closed queue takes no more elements and gives
 what it still holds (a dequeue then may get fewer than asked; none left is a failure).
 
-stepnet runs one op at a time, so an operation Caffe2 would block on (an enqueue into a full open queue, a
-dequeue of more elements than an open queue holds) could never go on: it is an error naming the queue."""
+As in Caffe2, an enqueue puts what fits and waits for room for the rest, and a dequeue takes what there is and
+waits for the rest (closing the queue wakes both: the enqueue then fails, the dequeue returns what it has), but
+only while another thread of the run could still make progress (core.waits): when every thread waits, or the
+op's thread runs alone, the wait is an error naming the queue."""
 from __future__ import annotations
 
 import collections
-import threading
 
 import numpy as np
 
 from ..core import backend
 from ..core.errors import ArgumentError, ArityError, DTypeError, OpError, ShapeError
 from ..core.spec import TensorSpec
+from ..core.waits import Group, Signal
 from .registry import NO_GRADIENT, op
 
 
 class RebatchingQueue:
-    """Elements (tuples of num_blobs host arrays) in FIFO order, at most `capacity` of them."""
+    """Elements (tuples of num_blobs host arrays) in FIFO order, at most `capacity` of them, under `signal`'s
+    lock."""
 
     def __init__(self, name: str, capacity: int, num_blobs: int):
         self.name, self.capacity, self.num_blobs = name, capacity, num_blobs
         self.elements: collections.deque = collections.deque()
         self.closed = False
-        self._lock = threading.Lock()
+        self.signal = Signal()
 
-    def put(self, elements: list) -> None:
-        with self._lock:
-            if self.closed:
-                raise OpError(f"rebatching queue {self.name!r} is closed: nothing more can be enqueued")
-            if len(self.elements) + len(elements) > self.capacity:
-                raise OpError(f"rebatching queue {self.name!r} holds {len(self.elements)} of {self.capacity} "
-                              f"elements, no room for {len(elements)} more: Caffe2 would wait for a reader, but "
-                              "stepnet runs one op at a time, so none can come; dequeue first, or create the "
-                              "queue with a larger capacity")
-            self.elements.extend(elements)
+    def put(self, elements: list, group: Group | None = None, label=None) -> None:
+        """Append the elements, waiting for room as they go in (without a group the thread runs alone)."""
+        group, done = group or Group(), 0
+        with self.signal:
+            while done < len(elements):
+                held = len(self.elements)
+                self.signal.wait(lambda: self.closed or len(self.elements) < self.capacity, group, label,
+                                 f"rebatching queue {self.name!r} is open and full ({held} of {self.capacity} "
+                                 f"elements), with {len(elements) - done} more to enqueue", "dequeue from it",
+                                 "dequeue first, put the consumer in a concurrent substep, or create the queue "
+                                 "with a larger capacity")
+                if self.closed:
+                    more = f" ({done} of the {len(elements)} elements went in)" if done else ""
+                    raise OpError(f"rebatching queue {self.name!r} is closed: nothing more can be enqueued{more}")
+                room = self.capacity - len(self.elements)
+                self.elements.extend(elements[done:done + room])
+                done += room
+                self.signal.notify()
 
-    def take(self, count: int) -> list:
-        with self._lock:
-            if len(self.elements) < count and not self.closed:
-                raise OpError(f"rebatching queue {self.name!r} holds {len(self.elements)} element(s), fewer than "
-                              f"the {count} asked, and is open: Caffe2 would wait for a writer, but stepnet runs "
-                              "one op at a time, so none can come; enqueue first, or close the queue")
-            if not self.elements:
-                raise OpError(f"rebatching queue {self.name!r} is closed and empty: nothing left to dequeue")
-            return [self.elements.popleft() for _ in range(min(count, len(self.elements)))]
+    def take(self, count: int, group: Group | None = None, label=None) -> list:
+        """count elements, waiting for them while the queue is open; fewer (at least one) when it closes. A wait
+        that fails (a deadlock, a stopped run) puts the elements taken so far back in front."""
+        group, rows = group or Group(), []
+        with self.signal:
+            while len(rows) < count:
+                held = len(self.elements) + len(rows)
+                try:
+                    self.signal.wait(lambda: self.closed or self.elements, group, label,
+                                     f"rebatching queue {self.name!r} is open and holds {held} element(s), fewer "
+                                     f"than the {count} asked", "enqueue into it",
+                                     "enqueue first, put the producer in a concurrent substep, or close the queue")
+                except BaseException:
+                    self.elements.extendleft(reversed(rows))
+                    raise
+                if not self.elements:
+                    break
+                while self.elements and len(rows) < count:
+                    rows.append(self.elements.popleft())
+                self.signal.notify()
+        if not rows:
+            raise OpError(f"rebatching queue {self.name!r} is closed and empty: nothing left to dequeue")
+        return rows
 
     def close(self) -> None:
-        with self._lock:
+        with self.signal:
             self.closed = True
+            self.signal.notify()
 
     def __repr__(self):
         state = "closed" if self.closed else "open"
@@ -68,6 +94,11 @@ def _queue(value) -> RebatchingQueue:
             f"a tensor {value}" if isinstance(value, TensorSpec) else type(value).__name__)
         raise DTypeError(f"input 0 must be a queue made by CreateRebatchingQueue, got {what}")
     return value
+
+
+def _waiter(ctx) -> tuple:
+    """(the group of the thread running the op, the op's place): what a queue's wait needs."""
+    return ctx.workspace.waits.group(), ctx.label
 
 
 def _queue_shape(specs, **_):
@@ -90,30 +121,31 @@ def _host(x, i: int) -> np.ndarray:
     return np.array(backend.to_host(x), copy=True)
 
 
-@op("EnqueueRebatchingQueue", inputs=(2, None), outputs=0, gradient=NO_GRADIENT, args={"enqueue_batch": False},
-    shape=_queue_shape)
-def enqueue_rebatching_queue(xp, queue, *tensors, enqueue_batch):
+@op("EnqueueRebatchingQueue", inputs=(2, None), outputs=0, context=True, gradient=NO_GRADIENT,
+    args={"enqueue_batch": False}, shape=_queue_shape)
+def enqueue_rebatching_queue(ctx, xp, queue, *tensors, enqueue_batch):
     """Put the tensors (one per component) into the queue as one element, or with enqueue_batch one element per
-    row: every tensor is split along its first axis, which must be the same size for all. Fails on a closed
-    queue."""
+    row: every tensor is split along its first axis, which must be the same size for all. Waits for room while
+    the queue is full and open (core.waits); fails on a closed queue."""
     queue = _queue(queue)
     if len(tensors) != queue.num_blobs:
         raise ArityError(f"rebatching queue {queue.name!r} holds elements of {queue.num_blobs} tensor(s), but the "
                          f"op enqueues {len(tensors)}")
     arrays = [_host(x, i + 1) for i, x in enumerate(tensors)]
     if not enqueue_batch:
-        queue.put([tuple(arrays)])
+        queue.put([tuple(arrays)], *_waiter(ctx))
         return
     if any(a.ndim < 1 for a in arrays) or len({a.shape[0] for a in arrays}) != 1:
         raise ShapeError(f"enqueue_batch splits every tensor along its first axis, which must be the same size for "
                          f"all of them; got shapes {[a.shape for a in arrays]}")
-    queue.put([tuple(a[r].copy() for a in arrays) for r in range(arrays[0].shape[0])])
+    queue.put([tuple(a[r].copy() for a in arrays) for r in range(arrays[0].shape[0])], *_waiter(ctx))
 
 
-@op("DequeueRebatchingQueue", inputs=1, outputs=(1, None), context="structure", gradient=NO_GRADIENT,
+@op("DequeueRebatchingQueue", inputs=1, outputs=(1, None), context=True, gradient=NO_GRADIENT,
     args={"num_elements": 1}, shape=_queue_shape)
 def dequeue_rebatching_queue(ctx, xp, queue, *, num_elements):
-    """Take num_elements elements (fewer if the queue is closed and holds fewer; none is a failure) and stack
+    """Take num_elements elements, waiting for them while the queue is open (core.waits; fewer if it is closed
+    and holds fewer; none is a failure), and stack
     each component's tensors along a new first axis: output j has shape [taken] + the component's shape. The
     taken elements' components must agree in shape and dtype."""
     queue = _queue(queue)
@@ -122,7 +154,7 @@ def dequeue_rebatching_queue(ctx, xp, queue, *, num_elements):
     if len(ctx.opdef.output) != queue.num_blobs:
         raise ArityError(f"rebatching queue {queue.name!r} holds elements of {queue.num_blobs} tensor(s), but the "
                          f"op has {len(ctx.opdef.output)} outputs")
-    rows = queue.take(num_elements)
+    rows = queue.take(num_elements, *_waiter(ctx))
     outs = []
     for j in range(queue.num_blobs):
         parts = [row[j] for row in rows]

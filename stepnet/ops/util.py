@@ -18,6 +18,7 @@ from ..core.int8 import Int8Tensor
 from ..core.spec import TensorSpec
 from .base import like, out_spec, size_of
 from .registry import NO_GRADIENT, SHOULD_NOT_DO_GRADIENT, op
+from .stats import record
 
 PRINT_LIMIT_DEFAULT = 1000  # Caffe2's TensorPrinter prints at most this many values unless `limit` is set
 
@@ -170,10 +171,12 @@ def iter_op(ctx, xp, *counter):
 def atomic_iter(ctx, xp, mutex, counter):
     """Iter holding `mutex` (made by CreateMutex) while it increments, for concurrent (Hogwild) nets. The
     counter is read and written back under the lock (the run loop reads inputs before the call and stores
-    results after it, both outside any lock, which would lose increments between threads)."""
+    results after it, both outside any lock, which would lose increments between threads). Each run adds 1 to
+    the global stat `atomic_iter/stats/<counter>/num_iter`, as Caffe2 exports it."""
     _check_mutex(mutex)
     with mutex:
         ctx.outputs[0].set(next_iter(ctx.inputs[1].value, "iter"))
+    record(f"atomic_iter/stats/{ctx.opdef.input[1]}/num_iter")
     return None
 
 

@@ -56,11 +56,13 @@ class Specialized:
     their outputs by their inputs' shapes): bind once, check once per signature. The first call with a new
     signature (shape and dtype of every input) runs `check` (the blob limit's) and asks the record's
     specialize(*inputs, **args), which does every check that depends only on those and returns the kernel
-    without them; later calls of that signature go straight to it. Non-numpy inputs take the checked kernel."""
-    __slots__ = ("call", "specialize", "check", "signature", "fast")
+    without them; later calls of that signature go straight to it. Non-numpy inputs take the checked kernel.
+    The (signature, kernel) pair is one attribute, replaced whole: threads running the same bound net (concurrent
+    instances of a plan step) never pair one signature with another's kernel."""
+    __slots__ = ("call", "specialize", "check", "state")
 
     def __init__(self, call, specialize, check=None):
-        self.call, self.specialize, self.check, self.signature, self.fast = call, specialize, check, None, None
+        self.call, self.specialize, self.check, self.state = call, specialize, check, (None, None)
 
     def __call__(self, *values):
         sig = []
@@ -71,14 +73,13 @@ class Specialized:
                 return self.call(*values)
             sig.append((v.shape, v.dtype))
         sig = tuple(sig)
-        if sig != self.signature:
-            self.signature, self.fast = None, None
+        state = self.state
+        if sig != state[0]:
             if self.check is not None:
                 self.check(*values)
             fast = self.specialize(*values) if self.specialize is not None else None
-            self.fast = fast or self.call     # (specialize raises as the kernel would on bad inputs)
-            self.signature = sig
-        return self.fast(*values)
+            state = self.state = (sig, fast or self.call)   # (specialize raises as the kernel would on bad inputs)
+        return state[1](*values)
 
 
 class Net:

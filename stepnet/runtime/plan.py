@@ -1,11 +1,13 @@
-"""PlanDef execution (Caffe2's plan executor, single-threaded): steps, substeps, iterations, stop blobs,
-report nets, fresh child workspaces; and the hooks that checkpoint a run and resume it (stepnet.io.checkpoints).
+"""PlanDef execution (Caffe2's plan executor): steps, substeps, iterations, stop blobs, report nets, fresh child
+workspaces, concurrent substeps in threads (runtime.concurrent); and the hooks that checkpoint a run and resume it
+(stepnet.io.checkpoints).
 
 A step is named by its path of indices (top-level step, then substeps). After every iteration of an outermost
 iterating step (one that no iterating step encloses) and after every top-level step, the `boundary` callback
 sees the run's Position; a run resumed from a Position re-runs the setup steps before it (steps that never
 iterate), restores the checkpoint and goes on from there. The training iterations (training_loops) are counted
-for the `progress` callback and set by `iterations`."""
+for the `progress` callback and set by `iterations`. The substeps of a concurrent step are never outermost: no
+checkpoint is taken while threads run."""
 from __future__ import annotations
 
 import time
@@ -17,8 +19,10 @@ from ..core import backend
 from ..io.checkpoints import FINISHED, Position, Resume
 from ..io.files import quoted
 from ..core.errors import PlanError
+from ..core.waits import Group, Stopped
 from ..graph.view import copy_net, plan_networks, step_network
 from ..ops.control import _may_change, _writes
+from .concurrent import check_threads, deal, is_concurrent, raise_failure, run_threads
 
 Progress = Callable[[str, int, int], None]
 Boundary = Callable[[Position, Any], None]
@@ -47,6 +51,7 @@ class PlanRun:
         # id of a step with a stop blob -> (the step, ops.control._writes of its nets): the step is held so that its
         # id is not reused by another step message while the run lasts
         self._writes: dict[int, tuple] = {}
+        self.group = Group(workspace.waits)   # the run's threads (core.waits), stopped together on a failure
 
     def net(self, name: str, ws):
         """The net bound in ws (Workspace.bind), created on first use in this run, replacing a same-named net
@@ -56,10 +61,16 @@ class PlanRun:
 
     def run(self) -> None:
         steps = self.plan.execution_step
-        for k, step in enumerate(steps):
-            self.step(step, self.root, outer=True, path=(k,))
-            if self.boundary is not None and self.resume is None:
-                self.boundary(Position((k + 1,)) if k + 1 < len(steps) else Position(FINISHED), self.root)
+        previous = self.root.waits.enter(self.group)
+        try:
+            for k, step in enumerate(steps):
+                self.step(step, self.root, outer=True, path=(k,))
+                if self.boundary is not None and self.resume is None:
+                    self.boundary(Position((k + 1,)) if k + 1 < len(steps) else Position(FINISHED), self.root)
+        except Stopped:
+            raise_failure(self.group)
+        finally:
+            self.root.waits.leave(previous)
 
     # ------------------------------------------------------------------------------------------- steps
     def step(self, step, ws, outer: bool = False, path: tuple = ()) -> None:
@@ -110,7 +121,7 @@ class PlanRun:
         nets = [self.net(n, ws) for n in step.network]
         checkpoints = self.boundary is not None and outer and iterates
         while (total is None or i < total) and not (chained and self._budget.left <= 0) and not self._iteration(
-                step, ws, nets, regular, periodic, last_periodic, inner_outer, path):
+                step, ws, nets, regular, periodic, last_periodic, inner_outer, path, report):
             i += 1
             if unit is not None:
                 self.done += 1
@@ -129,16 +140,28 @@ class PlanRun:
         if report:
             report(final=True)
 
-    def _iteration(self, step, ws, nets, regular, periodic, last_periodic, outer: bool, path: tuple) -> bool:
-        """One iteration of a step; True when its stop blob became true (checked after every net/substep)."""
+    def _iteration(self, step, ws, nets, regular, periodic, last_periodic, outer: bool, path: tuple,
+                   report=None) -> bool:
+        """One iteration of a step; True when its stop blob became true (checked after every net/substep, or
+        once after a concurrent step's threads)."""
         stop_blob = step.should_stop_blob
+        check = self.group.check
         for net in nets:
+            check()
             net.run()
             if stop_blob and _should_stop(ws, stop_blob):
                 return True
+        if is_concurrent(step):
+            instances = max(1, step.num_concurrent_instances)
+            check_threads(step, len(regular) * instances, self.group)
+            jobs = [lambda j=j, sub=sub: self.step(sub, ws, False, path + (j,)) for j, sub in deal(regular, instances)]
+            run_threads(jobs, self.group, ws.waits, None if report is None else lambda: report(final=False))
+            if stop_blob and _should_stop(ws, stop_blob):
+                return True
+            regular = ()
         for j, sub in regular:
-            for _ in range(max(1, step.num_concurrent_instances)):
-                self.step(sub, ws, outer, path + (j,))
+            check()
+            self.step(sub, ws, outer, path + (j,))
             if stop_blob and _should_stop(ws, stop_blob):
                 return True
         now = time.monotonic()
@@ -219,14 +242,14 @@ class Loop:
 def training_loops(plan, iterations: int | None = None) -> dict[tuple, Loop]:
     """The plan's training loops by step path: its outermost iterating steps with num_iter (a loop with a stop
     blob is not counted), each with the single loops nested in it. `iterations` sets each one's count of
-    innermost iterations."""
+    innermost iterations. Loops inside a concurrent step are not counted: they run in threads of their own."""
     loops: dict[tuple, Loop] = {}
 
     def scan(steps, prefix):
         for k, step in enumerate(steps):
             path = prefix + (k,)
             if step.should_stop_blob:
-                if step.only_once:
+                if step.only_once and not is_concurrent(step):
                     scan(step.substep, path)
             elif step.HasField("num_iter") and step.num_iter > 1:
                 chain, inner = [step], _single_loop(step)
@@ -234,7 +257,7 @@ def training_loops(plan, iterations: int | None = None) -> dict[tuple, Loop]:
                     chain.append(inner)
                     inner = _single_loop(inner)
                 loops[path] = Loop(chain, iterations)
-            else:
+            elif not is_concurrent(step):
                 scan(step.substep, path)
     scan(plan.execution_step, ())
     return loops
@@ -242,8 +265,8 @@ def training_loops(plan, iterations: int | None = None) -> dict[tuple, Loop]:
 
 def _single_loop(step):
     """The one loop with num_iter nested in step (through steps that run once), when step holds exactly one
-    and nothing else that iterates; else None."""
-    if step.network:
+    and nothing else that iterates (and runs its substeps one after another); else None."""
+    if step.network or is_concurrent(step):
         return None
     found = []
     for sub in step.substep:
@@ -256,7 +279,7 @@ def _single_loop(step):
             if inner is None:
                 return None
             found.append(inner)
-    return found[0] if len(found) == 1 and max(1, step.num_concurrent_instances) == 1 else None
+    return found[0] if len(found) == 1 else None
 
 
 def _iterates(step) -> bool:

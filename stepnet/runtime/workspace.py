@@ -10,6 +10,7 @@ from ..core.errors import MissingBlobError, NetError, did_you_mean
 from ..core.limits import Limits
 from ..core.writes import WriteLog
 from ..core.int8 import Int8Tensor
+from ..core.waits import Threads
 from ..core.extras import install_hint
 from ..kernels import jit
 
@@ -101,6 +102,8 @@ class Workspace:
         # (name, value) -> bool takes the scalars Print ops print (True: it showed them)
         self.profiler = profiler if (root or profiler is not None) else parent.profiler
         self.reporter = reporter if (root or reporter is not None) else parent.reporter
+        # which plan run each thread running ops here belongs to, for the queue ops' waits (core.waits)
+        self.waits = Threads() if root else parent.waits
 
     def jit_kernels(self) -> bool:
         """Whether ops bound here use numba's jitted arithmetic where they have it (fused_cells; None: when
@@ -147,14 +150,14 @@ class Workspace:
     def create_blob(self, name: str) -> Blob:
         """The blob of that name anywhere in the chain, else a new local one (Caffe2's CreateBlob)."""
         blob = self.find(name)
-        if blob is None:
-            blob = self._blobs[name] = Blob(name)
+        if blob is None:   # setdefault: threads binding nets at once (concurrent substeps) get the same blob
+            blob = self._blobs.setdefault(name, Blob(name))
         return blob
 
     def create_local_blob(self, name: str) -> Blob:
         blob = self._blobs.get(name)
         if blob is None:
-            blob = self._blobs[name] = Blob(name)
+            blob = self._blobs.setdefault(name, Blob(name))
         return blob
 
     def local_blob(self, name: str) -> Blob | None:
@@ -302,7 +305,7 @@ class ScopeWorkspace(Workspace):
     def __init__(self, outer: Workspace):
         super().__init__(None, gpu=outer.gpu, strict=outer.strict, check_nan=outer.check_nan, limits=outer.limits,
                          profiler=outer.profiler, reporter=outer.reporter)
-        self.rng, self.written = outer.rng, outer.written
+        self.rng, self.written, self.waits = outer.rng, outer.written, outer.waits
         self.forwarded: dict[str, Blob] = {}   # inner name -> the outer blob it stands for
         self._copies: dict[str, Blob] = {}     # inner name -> its local copy (copy_external_blobs), kept for reuse
 

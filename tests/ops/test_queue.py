@@ -1,9 +1,14 @@
 """Blob queues: records in FIFO order through the ring, Caffe2's swap semantics, closing, the Safe ops' status,
-several records concatenated, weighted sampling over queues, and what a single-threaded run cannot wait for."""
+several records concatenated, weighted sampling over queues, and the waits no other thread could end (plans of
+several threads: tests/test_concurrent_plan.py)."""
+import threading
+import time
+
 import numpy as np
 import pytest
 
 from stepnet import Limits, NetDef, PlanDef, Workspace
+from stepnet.core.waits import Deadlock
 from stepnet.core.errors import ArgumentError, ArityError, DTypeError, OpError, ResourceError, ShapeError
 from stepnet.passes.gradients import add_gradient_ops
 from stepnet.ops.queue import BlobsQueue
@@ -140,22 +145,49 @@ def test_an_enqueued_view_is_copied():
 
 
 # --------------------------------------------------------------------------------------------- blocking, closing
-def test_a_full_open_queue_is_an_error_instead_of_a_wait():
+def test_a_full_open_queue_with_no_other_thread_is_an_error_instead_of_a_wait():
     ws = workspace()
     create(ws, capacity=1)
     enqueue(ws, [np.ones(1)])
-    with pytest.raises(OpError, match="queue 'q' is full .1 records. and open: .*one op at a time"):
+    with pytest.raises(Deadlock, match="queue 'q' is full .1 records. and open, and no other thread of this run "
+                                       "can read from it: Caffe2 would wait forever"):
         enqueue(ws, [np.ones(1)])
 
 
-def test_an_empty_open_queue_is_an_error_instead_of_a_wait():
+def test_an_empty_open_queue_with_no_other_thread_is_an_error_instead_of_a_wait():
     ws = workspace()
     create(ws)
     for op_type in ("DequeueBlobs", "SafeDequeueBlobs"):
         outs = ["o"] + (["s"] if op_type.startswith("Safe") else [])
-        with pytest.raises(OpError, match="queue 'q' is empty and open.*CloseBlobsQueue"):
-            run(ws, op_type, ["q"], outs, timeout_secs=1.5) if op_type == "DequeueBlobs" else run(
-                ws, op_type, ["q"], outs)
+        start = time.monotonic()
+        with pytest.raises(Deadlock, match="queue 'q' is empty and open, and no other thread.*CloseBlobsQueue"):
+            run(ws, op_type, ["q"], outs)
+        assert time.monotonic() - start < 0.5
+
+
+def test_a_dequeue_with_a_timeout_waits_that_long_then_fails():
+    """A bounded wait cannot hang, so it waits its timeout even alone (Caffe2's test_blobs_dequeue_timeout)."""
+    ws = workspace()
+    create(ws)
+    start = time.monotonic()
+    with pytest.raises(OpError, match="queue 'q': no record came within timeout_secs=0.2"):
+        run(ws, "DequeueBlobs", ["q"], ["o"], timeout_secs=0.2)
+    assert 0.19 < time.monotonic() - start < 2
+
+
+def test_a_thread_waits_for_another_python_thread():
+    """Outside a plan, a dequeue on an empty queue waits while another (non-daemon) thread of the program runs,
+    and gets the record that thread enqueues; the same wait with the other thread gone is an error."""
+    ws = workspace()
+    create(ws)
+    feed(ws, "d0", np.array([7.0]))
+    producer = threading.Thread(target=lambda: (time.sleep(0.1), run(ws, "EnqueueBlobs", ["q", "d0"], ["d0"])))
+    producer.start()
+    run(ws, "DequeueBlobs", ["q"], ["o"])
+    producer.join()
+    assert ws.fetch("o").tolist() == [7.0]
+    with pytest.raises(Deadlock):
+        run(ws, "DequeueBlobs", ["q"], ["o"])
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -1,10 +1,12 @@
 """Rebatching queues (stepnet/ops/rebatching.py): random batch sizes in and out against a FIFO of rows kept
-here (each dequeue stacks its elements along a new first axis, as Caffe2's docs say), closing, what a
-single-threaded run cannot wait for, bad inputs, and a broken kernel caught."""
+here (each dequeue stacks its elements along a new first axis, as Caffe2's docs say), closing, the waits no
+other thread could end, bad inputs, and a broken kernel caught (plans of several threads:
+tests/test_concurrent_plan.py)."""
 import numpy as np
 import pytest
 
 from stepnet import Workspace
+from stepnet.core.waits import Deadlock
 from stepnet.core.errors import ArgumentError, ArityError, DTypeError, OpError, ShapeError
 from stepnet.testing import make_op
 
@@ -85,13 +87,14 @@ def test_closing_and_what_cannot_be_waited_for():
     create(ws, capacity=4, num_blobs=1)
     ws.feed("t", np.arange(3, dtype=np.int32))
     run(ws, "EnqueueRebatchingQueue", ["q", "t"], [], enqueue_batch=True)
-    with pytest.raises(OpError, match="holds 3 of 4 elements, no room for 3 more: Caffe2 would wait"):
-        run(ws, "EnqueueRebatchingQueue", ["q", "t"], [], enqueue_batch=True)
-    with pytest.raises(OpError, match="holds 3 element.s., fewer than the 5 asked, and is open"):
-        run(ws, "DequeueRebatchingQueue", ["q"], ["out"], num_elements=5)
+    with pytest.raises(Deadlock, match="is open and full .4 of 4 elements., with 2 more to enqueue, and no other "
+                                       "thread of this run can dequeue from it: Caffe2 would wait forever"):
+        run(ws, "EnqueueRebatchingQueue", ["q", "t"], [], enqueue_batch=True)   # (what fits went in, as in Caffe2)
+    with pytest.raises(Deadlock, match="is open and holds 4 element.s., fewer than the 5 asked, and no other"):
+        run(ws, "DequeueRebatchingQueue", ["q"], ["out"], num_elements=5)   # (the 4 it took are put back)
     run(ws, "CloseRebatchingQueue", ["q"], [])
     run(ws, "DequeueRebatchingQueue", ["q"], ["out"], num_elements=5)   # closed: what is left
-    assert ws.fetch("out").tolist() == [0, 1, 2]
+    assert ws.fetch("out").tolist() == [0, 1, 2, 0]
     with pytest.raises(OpError, match="is closed and empty"):
         run(ws, "DequeueRebatchingQueue", ["q"], ["out"])
     with pytest.raises(OpError, match="is closed: nothing more can be enqueued"):
