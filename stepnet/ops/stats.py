@@ -1,10 +1,11 @@
 """Named int64 counters (Caffe2's stats_ops and core/stats): StatRegistryCreate, StatRegistryUpdate,
 StatRegistryExport; the wall-clock timers TimerBegin, TimerEnd, TimerGetAndEnd, TimerGet; CpuUtilizationReport.
 
-A StatRegistry maps names (bytes) to int64 counts. The ops use the one given as an input, or else the process's
-global registry (GLOBAL), which, as in Caffe2, outlives workspaces: the timers and CpuUtilizationReport add their
-events to it ("<name>/time_ns/sum" and "/count", "<stats_name>/cpu_utilization"), and `record` lets other
-families add theirs."""
+A StatRegistry maps names (bytes) to int64 counts. The ops use the one given as an input, or else the default
+registry of their workspace tree (default_registry: kept in Workspace.shared, so every net of a workspace and its
+children shares it; Caffe2 keeps one per process, stepnet keeps no global state): the timers and
+CpuUtilizationReport add their events to it ("<name>/time_ns/sum" and "/count", "<stats_name>/cpu_utilization"),
+and `record` lets other families add theirs."""
 from __future__ import annotations
 
 import threading
@@ -45,12 +46,14 @@ class StatRegistry:
         return f"StatRegistry({len(self.stats)} counters)"
 
 
-GLOBAL = StatRegistry()
+def default_registry(workspace) -> StatRegistry:
+    """The default StatRegistry of a workspace tree (made on first use)."""
+    return workspace.shared.setdefault("stats", StatRegistry())
 
 
-def record(key, value: int = 1) -> int:
-    """Add value to the counter `key` of the global registry (the CAFFE_EVENT of Caffe2's exported stats)."""
-    return GLOBAL.add(key, value)
+def record(workspace, key, value: int = 1) -> int:
+    """Add value to the counter `key` of the workspace tree's default registry (Caffe2's CAFFE_EVENT)."""
+    return default_registry(workspace).add(key, value)
 
 
 def _object(value, i: int, cls: type, maker: str):
@@ -61,8 +64,8 @@ def _object(value, i: int, cls: type, maker: str):
     return value
 
 
-def _registry(inputs: tuple, i: int) -> StatRegistry:
-    return _object(inputs[0], i, StatRegistry, "StatRegistryCreate") if inputs else GLOBAL
+def _registry(ctx, inputs: tuple, i: int) -> StatRegistry:
+    return _object(inputs[0], i, StatRegistry, "StatRegistryCreate") if inputs else default_registry(ctx.workspace)
 
 
 @op("StatRegistryCreate", inputs=0, outputs=1)
@@ -80,11 +83,11 @@ def _update_shape(specs, **_):
     return []
 
 
-@op("StatRegistryUpdate", inputs=(2, 3), outputs=0, shape=_update_shape)
-def stat_registry_update(xp, keys, values, *registry):
-    """Add values[i] (int64) to the counter named keys[i] (strings), in the given registry or the global
+@op("StatRegistryUpdate", inputs=(2, 3), outputs=0, context=True, shape=_update_shape)
+def stat_registry_update(ctx, xp, keys, values, *registry):
+    """Add values[i] (int64) to the counter named keys[i] (strings), in the given registry or the default
     one; counters that do not exist yet start at 0."""
-    target = _registry(registry, 2)
+    target = _registry(ctx, registry, 2)
     if getattr(keys, "dtype", None) is None or keys.dtype.kind != "O":
         raise DTypeError(f"input 0 (keys) must be a string tensor, got {getattr(keys, 'dtype', type(keys))}")
     if getattr(values, "dtype", None) != np.int64:
@@ -105,11 +108,11 @@ def _export_shape(specs, **_):
     return []
 
 
-@op("StatRegistryExport", inputs=(0, 1), outputs=3, args={"reset": True}, shape=_export_shape)
-def stat_registry_export(xp, *registry, reset):
-    """Every counter of the given registry (or the global one): its names (strings), counts (int64) and the
+@op("StatRegistryExport", inputs=(0, 1), outputs=3, args={"reset": True}, context=True, shape=_export_shape)
+def stat_registry_export(ctx, xp, *registry, reset):
+    """Every counter of the given registry (or the default one): its names (strings), counts (int64) and the
     time of the export in ns since the epoch (int64), 1-D each; reset (default true) sets the counts to 0."""
-    data = _registry(registry, 0).publish(reset)
+    data = _registry(ctx, registry, 0).publish(reset)
     keys = np.empty(len(data), object)
     keys[:] = [k for k, _, _ in data]
     return (keys, np.asarray([v for _, v, _ in data], np.int64).reshape(-1),
@@ -119,13 +122,13 @@ def stat_registry_export(xp, *registry, reset):
 # --------------------------------------------------------------------------------------------- timers
 class Timer:
     """A wall-clock timer named `name`; each end adds its nanoseconds to "<name>/time_ns/sum" and one to
-    "<name>/time_ns/count" in the global registry."""
-    __slots__ = ("name", "start")
+    "<name>/time_ns/count" in `stats` (its workspace tree's default registry)."""
+    __slots__ = ("name", "start", "stats")
 
-    def __init__(self, name: str):
-        self.name, self.start = name, None
+    def __init__(self, name: str, stats: StatRegistry):
+        self.name, self.start, self.stats = name, None, stats
         for part in ("sum", "count"):
-            GLOBAL.add(f"{name}/time_ns/{part}", 0)
+            stats.add(f"{name}/time_ns/{part}", 0)
 
     def begin(self) -> None:
         if self.start is not None:
@@ -139,8 +142,8 @@ class Timer:
 
     def end(self) -> int:
         nanos = self.elapsed()
-        GLOBAL.add(f"{self.name}/time_ns/sum", nanos)
-        GLOBAL.add(f"{self.name}/time_ns/count", 1)
+        self.stats.add(f"{self.name}/time_ns/sum", nanos)
+        self.stats.add(f"{self.name}/time_ns/count", 1)
         self.start = None
         return nanos
 
@@ -157,7 +160,7 @@ def timer_begin(ctx, xp, *, counter_name):
     """Start the op's timer (one per op, named counter_name, by default the output's name) and output it."""
     timer = ctx.state.get("timer")
     if timer is None:
-        timer = ctx.state["timer"] = Timer(counter_name or ctx.opdef.output[0])
+        timer = ctx.state["timer"] = Timer(counter_name or ctx.opdef.output[0], default_registry(ctx.workspace))
     timer.begin()
     return timer
 
@@ -191,14 +194,15 @@ def _utilization_shape(specs, **_):
     return []
 
 
-@op("CpuUtilizationReport", inputs=1, outputs=0, args={"stats_name": "utilization"}, shape=_utilization_shape)
-def cpu_utilization_report(xp, utilization, *, stats_name):
+@op("CpuUtilizationReport", inputs=1, outputs=0, context=True, args={"stats_name": "utilization"},
+    shape=_utilization_shape)
+def cpu_utilization_report(ctx, xp, utilization, *, stats_name):
     """Add 100 x the first element of `utilization` (float32, a percentage), truncated to an integer, to the
-    global counter "<stats_name>/cpu_utilization"."""
+    default registry's counter "<stats_name>/cpu_utilization"."""
     _utilization_shape([utilization])
     if utilization.size < 1:
         raise ArgumentError("input 0 (utilization) is empty; the op reads its first element")
     value = float(np.asarray(utilization).reshape(-1)[0])
     if not np.isfinite(value):
         raise ArgumentError(f"input 0 (utilization) must be a finite percentage, got {value}")
-    record(f"{stats_name}/cpu_utilization", int(value * 100))
+    record(ctx.workspace, f"{stats_name}/cpu_utilization", int(value * 100))

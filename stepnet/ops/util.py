@@ -172,11 +172,12 @@ def atomic_iter(ctx, xp, mutex, counter):
     """Iter holding `mutex` (made by CreateMutex) while it increments, for concurrent (Hogwild) nets. The
     counter is read and written back under the lock (the run loop reads inputs before the call and stores
     results after it, both outside any lock, which would lose increments between threads). Each run adds 1 to
-    the global stat `atomic_iter/stats/<counter>/num_iter`, as Caffe2 exports it."""
+    the stat `atomic_iter/stats/<counter>/num_iter` of the workspace tree's default registry, as Caffe2 exports
+    it."""
     _check_mutex(mutex)
     with mutex:
         ctx.outputs[0].set(next_iter(ctx.inputs[1].value, "iter"))
-    record(f"atomic_iter/stats/{ctx.opdef.input[1]}/num_iter")
+    record(ctx.workspace, f"atomic_iter/stats/{ctx.opdef.input[1]}/num_iter")
     return None
 
 

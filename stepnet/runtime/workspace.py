@@ -104,6 +104,8 @@ class Workspace:
         self.reporter = reporter if (root or reporter is not None) else parent.reporter
         # which plan run each thread running ops here belongs to, for the queue ops' waits (core.waits)
         self.waits = Threads() if root else parent.waits
+        # what op families keep per workspace tree ({"stats": the default StatRegistry, ...}; Caffe2: per process)
+        self.shared: dict = {} if root else parent.shared
 
     def jit_kernels(self) -> bool:
         """Whether ops bound here use numba's jitted arithmetic where they have it (fused_cells; None: when
@@ -305,7 +307,7 @@ class ScopeWorkspace(Workspace):
     def __init__(self, outer: Workspace):
         super().__init__(None, gpu=outer.gpu, strict=outer.strict, check_nan=outer.check_nan, limits=outer.limits,
                          profiler=outer.profiler, reporter=outer.reporter)
-        self.rng, self.written, self.waits = outer.rng, outer.written, outer.waits
+        self.rng, self.written, self.waits, self.shared = outer.rng, outer.written, outer.waits, outer.shared
         self.forwarded: dict[str, Blob] = {}   # inner name -> the outer blob it stands for
         self._copies: dict[str, Blob] = {}     # inner name -> its local copy (copy_external_blobs), kept for reuse
 

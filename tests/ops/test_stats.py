@@ -1,6 +1,6 @@
 """Stat registries and timers (stepnet/ops/stats.py): random updates against sums kept here, export with and
-without reset, the global registry outliving workspaces, timers publishing their sum and count, CPU
-utilization, bad inputs, and a broken kernel caught."""
+without reset, the default registry shared by a workspace tree (and not by other workspaces), timers publishing
+their sum and count, CPU utilization, bad inputs, and a broken kernel caught."""
 import time
 
 import numpy as np
@@ -58,7 +58,7 @@ def test_updates_and_exports_against_sums():
 
 
 def test_the_check_catches_an_update_that_overwrites(broken):
-    def overwrite(xp, keys, values, registry):
+    def overwrite(ctx, xp, keys, values, registry):
         for k, v in zip(keys.tolist(), values.tolist()):
             registry.stats[k.encode()] = v
     broken("StatRegistryUpdate", overwrite)
@@ -66,16 +66,20 @@ def test_the_check_catches_an_update_that_overwrites(broken):
         check_updates()
 
 
-def test_the_global_registry_outlives_workspaces():
-    key = "test_stats/global/key"
+def test_the_default_registry_is_the_workspace_trees():
+    """Caffe2 keeps one registry per process; stepnet one per workspace tree (no global state): a child
+    workspace's ops update the root's, another workspace starts empty."""
+    key = "test_stats/default/key"
     ws = Workspace()
     ws.feed("names", strings(key))
     ws.feed("values", np.array([7], np.int64))
-    run(ws, "StatRegistryUpdate", ["names", "values"], [])
-    got, _ = exported(Workspace(), reset=False)
+    run(Workspace(ws), "StatRegistryUpdate", ["names", "values"], [])
+    got, _ = exported(ws, reset=False)
     assert got[key.encode()] == 7
-    got, _ = exported(Workspace())
-    assert got[key.encode()] == 7 and stats.GLOBAL.stats[key.encode()] == 0
+    got, _ = exported(ws)
+    assert got[key.encode()] == 7 and stats.default_registry(ws).stats[key.encode()] == 0
+    other, _ = exported(Workspace())
+    assert other == {}
 
 
 def test_timers_publish_sum_and_count():
@@ -86,7 +90,7 @@ def test_timers_publish_sum_and_count():
         run(ws, "TimerGetAndEnd", ["timer"], ["total"])
     assert ws.fetch("so_far").shape == () and ws.fetch("total").shape == (1,)
     assert 0 <= ws.fetch("so_far").item() <= ws.fetch("total").item()
-    assert stats.GLOBAL.stats[b"test_stats/timer/time_ns/count"] >= 2
+    assert stats.default_registry(ws).stats[b"test_stats/timer/time_ns/count"] == 2
     with pytest.raises(OpError, match="timer 'test_stats/timer' is not running"):
         run(ws, "TimerEnd", ["timer"], [])
     net = NetDef(name="timers")
@@ -99,10 +103,9 @@ def test_timers_publish_sum_and_count():
 
 def test_cpu_utilization_report():
     ws = Workspace()
-    before = stats.GLOBAL.stats.get(b"test_stats_cpu/cpu_utilization", 0)
     ws.feed("u", np.array([12.345], np.float32))
     run(ws, "CpuUtilizationReport", ["u"], [], stats_name="test_stats_cpu")
-    assert stats.GLOBAL.stats[b"test_stats_cpu/cpu_utilization"] - before == 1234
+    assert stats.default_registry(ws).stats[b"test_stats_cpu/cpu_utilization"] == 1234
     ws.feed("u", np.array([np.nan], np.float32))
     with pytest.raises(ArgumentError, match="must be a finite percentage"):
         run(ws, "CpuUtilizationReport", ["u"], [], stats_name="test_stats_cpu")
