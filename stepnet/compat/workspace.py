@@ -337,6 +337,10 @@ def NumCudaDevices() -> int:
     return int(cupy.cuda.runtime.getDeviceCount()) if cupy is not None else 0
 
 
+NumGpuDevices = NumCudaDevices   # the names later Caffe2 (PyTorch's tree) gave them: DLRM's --use-gpu uses these
+GpuDeviceType = 1            # caffe2_pb2.CUDA
+
+
 def __getattr__(name):
     """has_gpu_support / has_cuda_support, looked up when asked (CuPy is only imported then); the immediate
     mode's folder."""

@@ -181,3 +181,10 @@ def test_apply_transform_if_faster_keeps_the_original_unless_faster():
     assert taken.op[0].engine == "NNPACK"
     with pytest.raises(RuntimeError, match="main runs should be positive"):
         workspace.ApplyTransformIfFaster("ConvToNNPack", net.Proto(), init.Proto(), main_runs=0)
+
+
+def test_the_later_caffe2_names_of_the_gpu_queries():
+    """PyTorch-era Caffe2 programs (DLRM) ask workspace.GpuDeviceType and NumGpuDevices()."""
+    from stepnet import caffe2_pb2
+    assert workspace.GpuDeviceType == caffe2_pb2.CUDA
+    assert workspace.NumGpuDevices() == workspace.NumCudaDevices()
