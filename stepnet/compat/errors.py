@@ -1,5 +1,6 @@
 """Errors as a Caffe2 program expects them: a StepnetError raised through the compat layer is also a RuntimeError
-(Caffe2's C++ errors reach Python as RuntimeError), keeping its stepnet class and message."""
+(Caffe2's C++ errors reach Python as RuntimeError), keeping its stepnet class and message; an op's failed check
+says "[enforce fail]" first, as Caffe2's EnforceNotMet does."""
 from __future__ import annotations
 
 import functools
@@ -17,6 +18,8 @@ def runtime_error(e: StepnetError) -> Exception:
     if cls not in _RUNTIME_ERRORS:
         _RUNTIME_ERRORS[cls] = type(cls.__name__, (cls, RuntimeError), {"__module__": cls.__module__})
     message = e.message + (dyndep.unloaded_note() if isinstance(e, UnknownOpError) else "")
+    if not isinstance(e, UnknownOpError) and " op #" in str(e.at or ""):
+        message = f"[enforce fail] {message}"   # an op's check, Caffe2's EnforceNotMet ("[enforce fail at ...]")
     return _RUNTIME_ERRORS[cls](message, at=e.at, detail=e.detail, sep=e.sep)
 
 

@@ -25,6 +25,9 @@ because Caffe2's code of 2018 meets NumPy 2 or Hypothesis 6:
      print options are restored after each Caffe2 test.
   7. inspect.getargspec (removed in Python 3.11): its 4-tuple, from inspect.getfullargspec.
   8. np.fromstring without sep (the binary mode NumPy 2 removed): a copy of np.frombuffer's array, what it returned.
+  9. Indexing with a list that holds slices (x[[slice(0, 2), slice(None)]]) reads it as a tuple, as NumPy before
+     1.23 did: the arrays handed to a reference function of assertReferenceChecks are views of an ndarray
+     subclass doing only that; what the reference returns is compared as plain arrays.
 
 EXAMPLES comes from STEPNET_CAFFE2_EXAMPLES (default 2); tools/caffe2_suite.py runs the whole suite with more.
 
@@ -92,6 +95,31 @@ def _adapt_numpy() -> None:
                 return np.frombuffer(string, dtype=dtype, count=count, **kwargs).copy()
             return fromstring(string, dtype=dtype, count=count, sep=sep, **kwargs)
         np.fromstring = fromstring_
+
+
+class _SliceListArray(np.ndarray):
+    """An ndarray that takes a list holding slices as a tuple index (NumPy < 1.23); nothing else differs."""
+
+    def __getitem__(self, key):
+        if isinstance(key, list) and any(isinstance(k, slice) for k in key):
+            key = tuple(key)
+        return super().__getitem__(key)
+
+
+def _adapt_reference_checks() -> None:
+    from caffe2.python import hypothesis_test_util as hu
+
+    check = hu.HypothesisTestCase.assertReferenceChecks
+    if getattr(check, "_stepnet_adapted", False):
+        return
+
+    def assertReferenceChecks(self, device_option, op, inputs, reference, *args, **kwargs):
+        def ref(*xs):
+            return reference(*(x.view(_SliceListArray) if type(x) is np.ndarray else x for x in xs))
+        return check(self, device_option, op, inputs, ref, *args, **kwargs)
+
+    assertReferenceChecks._stepnet_adapted = True
+    hu.HypothesisTestCase.assertReferenceChecks = assertReferenceChecks
 
 
 def _adapt_python() -> None:
@@ -177,6 +205,7 @@ def _install() -> None:
     before = hypothesis.settings.get_current_profile_name()
     import caffe2.python.hypothesis_test_util  # noqa: F401 - it loads a profile for the whole process: undo that
     hypothesis.settings.load_profile(before)
+    _adapt_reference_checks()
 
 
 _install()

@@ -95,7 +95,7 @@ def test_arity_and_in_place_rules_are_checked_when_the_net_is_created_or_run():
     assert [str(o) for o in outs] == ["arity/Sum:0", "arity/Sum:1"]
     workspace.FeedBlob("a", np.ones(2, np.float32))
     for run in (workspace.RunNetOnce, workspace.CreateNet):
-        with pytest.raises(RuntimeError, match=r"op #0 \(Sum\): Sum takes 1 outputs, got 2"):
+        with pytest.raises(RuntimeError, match=r"op #0 \(Sum\): \[enforce fail\] Sum takes 1 outputs, got 2"):
             run(net)
     inplace = core.Net("inplace")
     inplace.Softmax("a", "a")                                      # in-place rules too: memonger builds such nets
