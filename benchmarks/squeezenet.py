@@ -12,7 +12,11 @@ OPENBLAS_CORETYPE or OPENBLAS_L2_SIZE is set (they can slow numpy's OpenBLAS), o
 Times are the median of --repeats runs after --warmup runs. Results go to stdout and, with --write, to
 benchmarks/RESULTS.md (the SqueezeNet section is replaced).
 
-    python benchmarks/squeezenet.py [--repeats 20] [--warmup 3] [--batches 1 8] [--env NAME=VALUE] [--write]
+Every framework gets the same number of threads (--threads, default 1): stepnet's BLAS (Workspace(threads=)),
+torch.set_num_threads, onnxruntime's intra-op threads (one inter-op thread); the table states them.
+
+    python benchmarks/squeezenet.py [--repeats 20] [--warmup 3] [--batches 1 8] [--threads 1] [--env NAME=VALUE]
+        [--write]
 """
 from __future__ import annotations
 
@@ -37,6 +41,7 @@ ENV_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 # SqueezeNet 1.1 fire modules (fire2..fire9): squeeze width, expand width (1×1 and 3×3 each).
 FIRES = [(16, 64), (16, 64), (32, 128), (32, 128), (48, 192), (48, 192), (64, 256), (64, 256)]
 POOL_AFTER = {"conv1", "fire3", "fire5"}  # 3×3/2 max pools, ceil mode (Caffe's legacy pooling)
+THREADS = {"n": 1}   # the child's thread count for every framework (--threads)
 
 
 def real_params(classes: int = 1000) -> dict:
@@ -76,7 +81,7 @@ def stepnet_model(batch: int, seed: int = 0):
 
     net = proto.load(NET, kind="net")
     init = synth_init(net, {"data": (batch, 3, 224, 224)}, params=real_params(), seed=seed)
-    ws = Workspace()
+    ws = Workspace(threads=THREADS["n"])
     ws.run_net_once(init)
     ws.feed("data", np.random.default_rng(seed).standard_normal((batch, 3, 224, 224)).astype(np.float32))
     bound = ws.create_net(net)
@@ -137,6 +142,7 @@ def torch_timer(weights, x):
     """A run function of the PyTorch module on x, and its output."""
     import torch
 
+    torch.set_num_threads(THREADS["n"])
     model, xt = torch_module(weights), torch.from_numpy(x)
 
     def run():
@@ -157,9 +163,12 @@ def onnxruntime_timer(weights, x):
         warnings.simplefilter("ignore")
         torch.onnx.export(torch_module(weights), (torch.from_numpy(x),), buf, input_names=["data"],
                           output_names=["prob"], dynamo=False)
-    sess = ort.InferenceSession(buf.getvalue(), providers=["CPUExecutionProvider"])
+    options = ort.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = THREADS["n"], 1
+    sess = ort.InferenceSession(buf.getvalue(), options, providers=["CPUExecutionProvider"])
     feed = {"data": x}
-    return (lambda: sess.run(None, feed)), (lambda: sess.run(None, feed)[0]), {}
+    return ((lambda: sess.run(None, feed)), (lambda: sess.run(None, feed)[0]),
+            {"onnxruntime threads": f"{THREADS['n']} intra-op, 1 inter-op"})
 
 
 def measure(framework, batches, repeats, warmup) -> dict:
@@ -213,7 +222,7 @@ def available() -> list[str]:
 def child(framework, env, args) -> dict:
     """measure() in a fresh process, so that no framework's thread pool competes with another's."""
     cmd = [sys.executable, __file__, "--child", framework, "--repeats", str(args.repeats), "--warmup",
-           str(args.warmup), "--batches", *map(str, args.batches)]
+           str(args.warmup), "--threads", str(args.threads), "--batches", *map(str, args.batches)]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     if r.returncode:
         sys.exit(f"benchmark child ({framework}) failed:\n{r.stderr}")
@@ -243,12 +252,14 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--batches", type=int, nargs="+", default=[1, 8])
+    p.add_argument("--threads", type=int, default=1, help="threads for every framework (default 1)")
     p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                    help="also run with this variable set (repeatable; all given ones form one extra run)")
     p.add_argument("--write", action="store_true", help=f"replace the SqueezeNet section of {RESULTS}")
     p.add_argument("--child", choices=("stepnet", "pytorch", "onnxruntime"), help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
+        THREADS["n"] = args.threads
         print(json.dumps(measure(args.child, args.batches, args.repeats, args.warmup)))
         return
     env = dict(os.environ)
@@ -268,6 +279,7 @@ def main() -> None:
              f"- OpenBLAS environment: {setting}",
              f"- load average before the run (1, 5, 15 min): {load}",
              f"- command: `{command}`",
+             f"- threads: {args.threads} for every framework (stepnet's BLAS, torch, onnxruntime intra-op)",
              f"- median of {args.repeats} runs after {args.warmup} warm-up runs, each framework in its own "
              "process; 'stepnet ÷ this' = stepnet's median over the framework's (above 1: the framework is "
              "faster); max abs Δp = largest difference of its softmax outputs from stepnet's, per batch size "
