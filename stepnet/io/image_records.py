@@ -37,9 +37,10 @@ class Record:
 
 
 def decode(data: bytes, color: bool, limit: int, blob: str, where: str) -> np.ndarray:
-    """An encoded image file's pixels, uint8 H×W×3 BGR, or H×W×1 for a gray file when not color (the caller
-    converts channels); refused before decoding when H×W×C bytes pass `limit` (a few KB of PNG may hold a
-    13000×13000 image)."""
+    """An encoded image file's pixels, uint8 H×W×3 BGR; when not color, H×W×1 where OpenCV's grayscale read has
+    its own rule (a gray file, a JPEG's luma, libpng's conversion of a color PNG), else H×W×3 (the caller makes
+    it gray with cvtColor's weights, as OpenCV's BMP, PPM and TIFF readers do); refused before decoding when
+    H×W×C bytes pass `limit` (a few KB of PNG may hold a 13000×13000 image)."""
     Image = _pil()
     try:
         with warnings.catch_warnings():
@@ -48,10 +49,14 @@ def decode(data: bytes, color: bool, limit: int, blob: str, where: str) -> np.nd
         with im:
             width, height = im.size
             check_blob(limit, blob, (height, width, 3 if color else 1), np.uint8, f"{where}: decoding the image")
+            if not color and im.format == "JPEG" and im.mode == "RGB":
+                im.draft("L", im.size)     # libjpeg's luma plane, what OpenCV's grayscale read of a JPEG is
             im.load()
             if not color and im.mode == "L":
                 return np.asarray(im)[:, :, None].copy()
             rgb = np.asarray(im.convert("RGB"))
+            if not color and im.format == "PNG":
+                return png_gray(rgb)
     except StepnetError:
         raise
     except Exception as e:  # noqa: BLE001 - Pillow meeting bad bytes raises OSError, ValueError, SyntaxError, ...
@@ -59,6 +64,13 @@ def decode(data: bytes, color: bool, limit: int, blob: str, where: str) -> np.nd
         raise FileFormatError(f"{where}: the image is not a {'/'.join(FORMATS)} file Pillow can decode "
                               f"({why})") from None
     return np.ascontiguousarray(rgb[:, :, ::-1])
+
+
+def png_gray(rgb: np.ndarray) -> np.ndarray:
+    """H×W×3 RGB -> H×W×1 as OpenCV reads a color PNG in grayscale: libpng's rgb_to_gray with weights
+    0.299 and 0.587 in 15 bits (9797, 19234 and 32768 less both, 3737 for blue), truncated."""
+    r, g, b = (rgb[:, :, c].astype(np.int32) for c in range(3))
+    return ((r * 9797 + g * 19234 + b * 3737) >> 15).astype(np.uint8)[:, :, None]
 
 
 def raw_image(pixels: np.ndarray, where: str) -> np.ndarray:
@@ -85,11 +97,20 @@ def _image_of(proto, color: bool, limit: int, blob: str, where: str) -> np.ndarr
                           "reads an encoded image file (a STRING tensor) or raw uint8 pixels (BYTE)")
 
 
+def values(proto) -> np.ndarray:
+    """A FLOAT, INT32 or INT64 tensor's values, 1-d: its repeated field as Caffe2 reads it, whatever the dims say
+    (Caffe2's test writes labels without dims); raw_data (stepnet's writers) through tensor_to_array."""
+    if proto.raw_data:
+        return tensor_to_array(proto).reshape(-1)
+    field = {TensorProto.FLOAT: "float_data", TensorProto.INT32: "int32_data", TensorProto.INT64: "int64_data"}
+    return np.asarray(getattr(proto, field[proto.data_type]), EXTRA_TYPES[proto.data_type])
+
+
 def _label_of(proto, where: str, what: str = "label") -> np.ndarray:
     if proto.data_type not in LABEL_TYPES:
         raise FileFormatError(f"{where}: the {what} tensor is {TensorProto.DataType.Name(proto.data_type)}; it "
                               "must be INT32 or FLOAT")
-    return tensor_to_array(proto).reshape(-1)
+    return values(proto)
 
 
 def parse_tensor_protos(value: bytes, where: str, *, color: bool, weighted: bool, extras: int, limit: int,
@@ -109,7 +130,7 @@ def parse_tensor_protos(value: bytes, where: str, *, color: bool, weighted: bool
         if protos[i].data_type not in EXTRA_TYPES:
             raise FileFormatError(f"{where}: tensor {i} (for output {i - offset + 2}) is "
                                   f"{TensorProto.DataType.Name(protos[i].data_type)}; it must be FLOAT, INT32 or INT64")
-        extra.append(tensor_to_array(protos[i]).reshape(-1))
+        extra.append(values(protos[i]))
     box = None
     if len(protos) == end + 1:
         b = protos[end]

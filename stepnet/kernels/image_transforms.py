@@ -15,6 +15,8 @@ GRAY_FLOAT = np.array([0.114, 0.587, 0.299], np.float32)
 LIGHTING_EIGVECS = np.array([[-144.7125, 183.396, 102.2295], [-148.104, -1.1475, -207.57],
                              [-148.818, -177.174, 107.1765]], np.float32)
 LIGHTING_EIGVALS = np.array([0.2175, 0.0188, 0.0045], np.float32)
+FIXED_ONE = 1 << 11                      # OpenCV's INTER_RESIZE_COEF_SCALE: resize weights in 11-bit fixed point
+DBL_EPS = float(np.finfo(np.float64).eps)
 
 
 def bgr_to_gray(img: np.ndarray) -> np.ndarray:
@@ -31,46 +33,90 @@ def to_channels(img: np.ndarray, channels: int) -> np.ndarray:
     return np.repeat(img, 3, axis=2) if channels == 3 else bgr_to_gray(img)
 
 
-def _area_weights(n_in: int, n_out: int) -> np.ndarray:
-    """n_out×n_in: output pixel d averages source interval [d·s, (d+1)·s), s = n_in/n_out >= 1, by overlap."""
-    s = n_in / n_out
-    w = np.zeros((n_out, n_in))
+def _area_taps(n_in: int, n_out: int, scale: float) -> tuple[np.ndarray, np.ndarray]:
+    """OpenCV's table for shrinking one axis by `scale` (>= 1, not whole): output pixel d covers [d·scale,
+    d·scale + scale) clipped to the image; each source pixel it touches, in order, with its float32 share of the
+    cell (a sliver under 1e-3 of a pixel at either end is left out). n_out×k indices and weights, 0-padded."""
+    taps = []
     for d in range(n_out):
-        lo, hi = d * s, (d + 1) * s
-        for k in range(int(math.floor(lo)), min(int(math.ceil(hi)), n_in)):
-            w[d, k] = (min(hi, k + 1) - max(lo, k)) / s
-    return w
+        lo = d * scale
+        hi, cell = lo + scale, min(scale, n_in - lo)
+        last = min(math.floor(hi), n_in - 1)
+        first = min(math.ceil(lo), last)
+        row = [(first - 1, (first - lo) / cell)] if first - lo > 1e-3 else []
+        row += [(k, 1.0 / cell) for k in range(first, last)]
+        if hi - last > 1e-3:
+            row.append((last, min(hi - last, 1.0, cell) / cell))
+        taps.append(row)
+    index = np.zeros((n_out, max(map(len, taps))), np.intp)
+    weight = np.zeros(index.shape, np.float32)
+    for d, row in enumerate(taps):
+        for k, (s, a) in enumerate(row):
+            index[d, k], weight[d, k] = s, a
+    return index, weight
 
 
-def _area_linear_weights(n_in: int, n_out: int) -> np.ndarray:
-    """n_out×n_in: OpenCV's INTER_AREA when enlarging (two taps: sx = floor(d·s), fx the fraction by which the
-    output pixel's right edge passes source pixel sx's, 0 when it does not)."""
-    s, inv = n_in / n_out, n_out / n_in
-    w = np.zeros((n_out, n_in))
-    for d in range(n_out):
-        sx = int(math.floor(d * s))
-        fx = (d + 1) - (sx + 1) * inv
-        fx = 0.0 if fx <= 0 else fx - math.floor(fx)
-        if sx >= n_in - 1:
-            sx, fx = n_in - 1, 0.0
-        w[d, sx] += 1.0 - fx
-        if fx:
-            w[d, sx + 1] += fx
-    return w
+def _linear_taps(n_in: int, n_out: int, clamp: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """OpenCV's INTER_AREA rule for an axis that does not only shrink: output d reads source sx = floor(d / r)
+    and sx + 1 (r = n_out / n_in, 1 / r in doubles, as OpenCV has it), with fx = the fraction of
+    (d + 1) - (sx + 1)·r (0 when that is <= 0) in float32; weights (1 - fx, fx) in 11-bit fixed point, rounded
+    half to even. With clamp (the x axis) a source index at the last pixel takes weight 1 on it."""
+    ratio = n_out / n_in
+    d = np.arange(n_out)
+    sx = np.floor(d * (1.0 / ratio)).astype(np.intp)
+    fx = ((d + 1) - (sx + 1) * ratio).astype(np.float32)
+    fx = np.where(fx <= 0, np.float32(0), fx - np.floor(fx)).astype(np.float32)
+    if clamp:
+        fx[sx >= n_in - 1] = 0
+        sx = np.minimum(sx, n_in - 1)
+    one = np.float32(FIXED_ONE)
+    return sx, np.rint((np.float32(1) - fx) * one).astype(np.int32), np.rint(fx * one).astype(np.int32)
 
 
 def area_resize(img: np.ndarray, height: int, width: int) -> np.ndarray:
-    """OpenCV's resize with INTER_AREA of an H×W×C uint8 image to height×width: area averaging when neither
-    side grows, else its two-tap rule on both axes; weights in float64, rounded half to even to uint8."""
-    h, w = img.shape[:2]
+    """cv2.resize(img, (width, height), interpolation=INTER_AREA) of an H×W×C uint8 image, bit for bit: shrinking
+    both axes by whole factors sums each block in integers (a 2×2 block (sum + 2) >> 2, else the float32 mean
+    rounded half to even); shrinking by other factors, float32 area shares accumulated in OpenCV's order; else
+    OpenCV's two-tap rule in fixed point (along x: 11-bit weights on the pixels; along y: ((w·(row >> 4)) >> 16)
+    for each of the two rows, then (sum + 2) >> 2)."""
+    h, w, c = img.shape
     if (h, w) == (height, width):
         return img
-    area = h >= height and w >= width
-    wy = (_area_weights if area else _area_linear_weights)(h, height)
-    wx = (_area_weights if area else _area_linear_weights)(w, width)
-    rows = np.tensordot(wy, img.astype(np.float64), axes=(1, 0))             # height×W×C
-    out = np.tensordot(rows, wx, axes=(1, 1)).transpose(0, 2, 1)             # height×width×C
-    return np.clip(np.rint(out), 0, 255).astype(np.uint8)
+    rx, ry = width / w, height / h                  # OpenCV's inverse scales, and its scales 1 / them
+    sx, sy = 1.0 / rx, 1.0 / ry
+    if sx >= 1 and sy >= 1:
+        kx, ky = round(sx), round(sy)
+        if abs(sx - kx) < DBL_EPS and abs(sy - ky) < DBL_EPS:
+            blocks = img.astype(np.int32).reshape(height, ky, width, kx, c).sum(axis=(1, 3))
+            if kx == ky == 2:
+                return ((blocks + 2) >> 2).astype(np.uint8)
+            return _round_u8(blocks.astype(np.float32) * (np.float32(1) / np.float32(kx * ky)))
+        (xi, xw), (yi, yw) = _area_taps(w, width, sx), _area_taps(h, height, sy)
+        rows = np.zeros((h, width, c), np.float32)
+        for k in range(xi.shape[1]):
+            rows += img[:, xi[:, k]] * xw[None, :, k, None]      # (uint8 · float32: float32 products)
+        out = np.zeros((height, width, c), np.float32)
+        for k in range(yi.shape[1]):
+            out += yw[:, k, None, None] * rows[yi[:, k]]
+        return _round_u8(out)
+    xs, xa, xb = _linear_taps(w, width, clamp=True)
+    ys, ya, yb = _linear_taps(h, height, clamp=False)
+    src = img.astype(np.int32)
+    rows = src[:, xs] * xa[None, :, None]
+    rows += src[:, np.minimum(xs + 1, w - 1)] * xb[None, :, None]
+    rows >>= 4
+    top, bottom = rows[np.minimum(ys, h - 1)], rows[np.minimum(ys + 1, h - 1)]
+    top *= ya[:, None, None]
+    top >>= 16
+    bottom *= yb[:, None, None]
+    bottom >>= 16
+    top += bottom + 2
+    return np.clip(top >> 2, 0, 255).astype(np.uint8)
+
+
+def _round_u8(x: np.ndarray) -> np.ndarray:
+    """float32 -> uint8 as OpenCV's saturate_cast: rounded half to even, clipped to [0, 255]."""
+    return np.clip(np.rint(x), 0, 255).astype(np.uint8)
 
 
 def scaled_size(height: int, width: int, scale: int, warp: bool) -> tuple[int, int]:
