@@ -152,3 +152,32 @@ def test_a_db_in_a_missing_directory_is_one_file_error(tmp_path, kind):
     with pytest.raises(FileFormatError, match=rf"\$HOME/x.{kind}: cannot write the {kind} db \(No such file"):
         run(ws, make_op("Save", ["w"], [], db=f"$HOME/x.{kind}", db_type=kind))
     assert os.listdir(tmp_path) == []
+
+
+def test_an_lmdb_is_written_under_a_memory_limit(tmp_path):
+    """Campaign seed 9 cases 2647 and 2913: a map of 1 TiB (what Caffe2's examples reserve) failed under a 3 GiB
+    address-space limit with lmdb's MemoryError, as a kernel failure; the map is now sized to the records."""
+    import subprocess
+    import sys
+    code = ("import resource, numpy as np\n"
+            "resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))\n"
+            "from stepnet import NetDef, Workspace\n"
+            "from stepnet.testing import make_op\n"
+            "ws = Workspace()\n"
+            "ws.feed('w', np.arange(100000, dtype=np.int64))\n"
+            "ws.run_net_once(NetDef(name='s', op=[make_op('Save', ['w'], [], db='w.lmdb', db_type='lmdb')]))\n"
+            "fresh = Workspace()\n"
+            "fresh.run_net_once(NetDef(name='l', op=[make_op('Load', [], ['w'], db='w.lmdb', db_type='lmdb')]))\n"
+            "print(int(fresh.fetch('w').sum()))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == str(sum(range(100000)))
+
+
+def test_an_lmdb_the_library_cannot_write_is_one_file_error(tmp_path, monkeypatch):
+    monkeypatch.setattr(kvdb, "lmdb_map_size", lambda records: 8192)   # too small: lmdb's MapFullError
+    ws = Workspace()
+    ws.feed("w", np.zeros(100000, np.float32))
+    with pytest.raises(FileFormatError, match=r"w.lmdb: cannot write the lmdb db \(MapFullError"):
+        run(ws, make_op("Save", ["w"], [], db="w.lmdb", db_type="lmdb"))
+    assert os.listdir(tmp_path) == []

@@ -24,7 +24,15 @@ from ..core.extras import install_hint
 
 KINDS = {"minidb": "minidb", "MiniDB": "minidb", "lmdb": "lmdb", "leveldb": "leveldb"}
 LMDB_FILES = frozenset({"data.mdb", "lock.mdb"})
-LMDB_MAP_SIZE = 1 << 40      # address space reserved for a db being written (sparse: only what is written is used)
+LMDB_PAGE = 4096
+
+
+def lmdb_map_size(records: list) -> int:
+    """The address space an lmdb being written reserves: enough for the records with a page of overhead each
+    and a page-aligned value (large values take whole overflow pages), plus 1 MiB. A fixed huge map (1 TiB, as
+    Caffe2's examples use) fails under a memory limit (ulimit -v) before anything is written."""
+    need = sum(len(k) + len(v) + 2 * LMDB_PAGE for k, v in records)
+    return need + (1 << 20)
 
 
 def _library(module: str, kind: str):
@@ -209,23 +217,30 @@ def write_db(path: str, kind: str, records: Iterable[tuple[str, bytes]]) -> int:
     try:
         if kind == "lmdb":
             lmdb = _library("lmdb", "lmdb")
-            env = lmdb.open(tmp, map_size=LMDB_MAP_SIZE, subdir=True, max_dbs=0)
+            records = [(k.encode("utf-8") if isinstance(k, str) else k, v) for k, v in records]
             try:
-                with env.begin(write=True) as txn:
-                    for key, value in records:
-                        txn.put(key.encode("utf-8") if isinstance(key, str) else key, value)
-            finally:
-                env.close()
+                env = lmdb.open(tmp, map_size=lmdb_map_size(records), subdir=True, max_dbs=0)
+                try:
+                    with env.begin(write=True) as txn:
+                        for key, value in records:
+                            txn.put(key, value)
+                finally:
+                    env.close()
+            except lmdb.Error as e:   # (lmdb's MemoryError for ENOMEM, MapFullError, ...: all lmdb.Error)
+                raise FileFormatError(f"{path}: cannot write the lmdb db ({type(e).__name__}: {e})") from None
             os.unlink(os.path.join(tmp, "lock.mdb"))
         else:
             plyvel = _library("plyvel", "leveldb")
-            db = plyvel.DB(tmp, create_if_missing=True, error_if_exists=False)
             try:
-                with db.write_batch() as batch:
-                    for key, value in records:
-                        batch.put(key.encode("utf-8") if isinstance(key, str) else key, value)
-            finally:
-                db.close()
+                db = plyvel.DB(tmp, create_if_missing=True, error_if_exists=False)
+                try:
+                    with db.write_batch() as batch:
+                        for key, value in records:
+                            batch.put(key.encode("utf-8") if isinstance(key, str) else key, value)
+                finally:
+                    db.close()
+            except plyvel.Error as e:
+                raise FileFormatError(f"{path}: cannot write the leveldb db ({type(e).__name__}: {e})") from None
         size = sum(f.stat().st_size for f in Path(tmp).iterdir() if f.is_file())
         _swap_in(tmp, str(target))
     except BaseException as e:
