@@ -20,7 +20,7 @@ def run_program(name: str, *args, cwd, timeout=600) -> str:
 
 
 def test_the_programs_are_byte_for_byte_the_originals():
-    table = dict(re.findall(r"^\| `([\w./]+\.py)` \|.*\| `([0-9a-f]{64})` \|$", (PROGRAMS / "SOURCES.md").read_text(),
+    table = dict(re.findall(r"^\| `([\w./-]+\.py)` \|.*\| `([0-9a-f]{64})` \|$", (PROGRAMS / "SOURCES.md").read_text(),
                             re.M))
     vendored = [*PROGRAMS.glob("*.py"), *(p for p in (PROGRAMS / "seq2seq").rglob("*.py") if p.name != "conftest.py"),
                 *(PROGRAMS / "dlrm").rglob("*.py")]
