@@ -94,20 +94,19 @@ def _gather_slices(model, net, name, group, devices, concatenated: set) -> None:
     """A sparse gradient: every device gets all devices' indices (once per indices blob) and values."""
     master_ns = f"{model._device_prefix}_{devices[0]}"
     grouped = model._device_grouped_blobs[name]
-    if not any(str(g.indices) in concatenated for g in group):
-        indices, _ = net.Concat([g.indices for g in group], [f"{master_ns}/{name}_index_concat",
-                                                              f"{master_ns}/{name}_index_splitinfo"],
-                                axis=0, name="note:data_parallel_model")
+
+    def concat_to_every_device(part: str, short: str) -> None:
+        joined, _ = net.Concat([getattr(g, part) for g in group], [f"{master_ns}/{name}_{short}_concat",
+                                                                   f"{master_ns}/{name}_{short}_splitinfo"],
+                               axis=0, name="note:data_parallel_model")
         for d, g in grouped.items():
             with core.DeviceScope(core.DeviceOption(model._device_type, d)):
-                model.Copy(indices, g.indices)
-                concatenated.add(str(g.indices))
-    values, _ = net.Concat([g.values for g in group], [f"{master_ns}/{name}_val_concat",
-                                                        f"{master_ns}/{name}_val_splitinfo"],
-                           axis=0, name="note:data_parallel_model")
-    for d, g in grouped.items():
-        with core.DeviceScope(core.DeviceOption(model._device_type, d)):
-            model.Copy(values, g.values)
+                model.Copy(joined, getattr(g, part))
+
+    if not any(str(g.indices) in concatenated for g in group):
+        concat_to_every_device("indices", "index")
+        concatenated.update(str(g.indices) for g in grouped.values())
+    concat_to_every_device("values", "val")
 
 
 def _allreduce_distributed(blob_names, devices, model, net, rendezvous, max_concurrent_distributed_ops) -> None:

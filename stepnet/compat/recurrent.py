@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from ..builders import rnn as _rnn
 from ..builders.builder import BlobRef
-from ..io.proto import OperatorDef, make_argument
+from ..io.proto import make_argument
 from . import core, workspace
+from .errors import caffe2_errors
 from .scope import CurrentDeviceScope
 
 STEP_NETS = ("step_net", "backward_step_net")
@@ -68,13 +69,5 @@ def retrieve_step_blobs(net, prefix="rnn") -> list:
     workspace as `<prefix>_<blob><t>`; returns their names as Caffe2 does: the fetched string tensor's elements
     (bytes)."""
     proto = net.Proto() if hasattr(net, "Proto") else net
-    names, count = [], 1
-    for op in proto.op:
-        if op.type != "RecurrentNetwork":
-            continue
-        out = f"{prefix}_{count}"
-        count += 1
-        workspace.RunOperatorOnce(OperatorDef(type="RecurrentNetworkBlobFetcher", input=[op.output[-1]],
-                                              output=[out], arg=[make_argument("prefix", prefix)]))
-        names += workspace.FetchBlob(out).tolist()
-    return names
+    fetch = caffe2_errors(_rnn.retrieve_step_blobs)
+    return [name.encode("utf-8") for name in fetch(workspace._ws(), proto, prefix)]
