@@ -209,3 +209,46 @@ def test_small_resnet_trains_on_cpu_devices():
         losses.append(sum(float(workspace.FetchBlob(f"cpu_{d}/loss")) for d in (0, 1)) / 2)
     assert losses[-1] < 0.5 * losses[0] and losses[-1] < min(losses[:5]), losses
     np.testing.assert_array_equal(workspace.FetchBlob("cpu_0/conv0_w"), workspace.FetchBlob("cpu_1/conv0_w"))
+
+
+def test_a_sparse_gradient_is_gathered_from_every_device():
+    """A Gather of a shared embedding on K devices: every device ends with the indices and values of all K
+    devices' gradients (each row once, paired with its index), and the values are the float64 gradient of the mean loss
+    over the whole batch. Rows of ids: device j reads ids[j*per:(j+1)*per]."""
+    V, E = 6, 3
+    vecs = RNG.randn(V, E).astype(np.float32)
+    ids = np.array([1, 4, 4, 0, 5, 2, 1, 3], np.int32)
+    target = RNG.rand(B).astype(np.float32)
+
+    def build_sparse(model, loss_scale):
+        with core.DeviceScope(core.DeviceOption(0)):
+            gathered = model.net.Gather([core.BlobReference("cpu/vecs"), "ids"], "gathered")
+        summed = model.net.ReduceFrontSum(model.net.Transpose(gathered, "t", axes=[1, 0]), "summed")
+        loss = model.net.AveragedLoss(model.net.SquaredL2Distance([summed, "target"], "sq"), "loss")
+        return [model.net.Scale(loss, "loss_scaled", scale=loss_scale)]
+
+    for devices in ([0], [0, 1]):
+        workspace.ResetWorkspace()
+        model = model_helper.ModelHelper(name=f"sparse{len(devices)}")
+        with core.NameScope("cpu"):
+            model.param_init_net.GivenTensorFill([], "vecs", shape=[V, E], values=vecs.ravel().tolist())
+        model.params.append(core.BlobReference("cpu/vecs"))
+        dpm.Parallelize(model, input_builder_fun=lambda m: None, forward_pass_builder_fun=build_sparse,
+                        param_update_builder_fun=lambda m: None, devices=devices, cpu_device=True)
+        per = B // len(devices)
+        for j, d in enumerate(devices):
+            workspace.FeedBlob(f"cpu_{d}/ids", ids[j * per:(j + 1) * per])
+            workspace.FeedBlob(f"cpu_{d}/target", target[j * per:(j + 1) * per])
+        workspace.RunNetOnce(model.param_init_net)
+        workspace.RunNetOnce(model.net)
+        grad = model.param_to_grad[core.BlobReference("cpu/vecs")]
+        # float64: d/dvecs of mean_n 0.5 (sum_e vecs[ids_n, e] - target_n)^2 per row: (s_n - t_n) / B
+        s = vecs.astype(np.float64)[ids].sum(axis=1)
+        want_values = np.repeat(((s - target) / B)[:, None], E, axis=1)
+        for d in devices:
+            got_idx = workspace.FetchBlob(str(grad.indices).replace("cpu_0/", f"cpu_{d}/"))
+            got_val = workspace.FetchBlob(str(grad.values).replace("cpu_0/", f"cpu_{d}/"))
+            got_val = got_val.reshape(B, E)
+            got, want = np.lexsort((got_val[:, 0], got_idx)), np.lexsort((want_values[:, 0], ids))
+            assert got_idx[got].tolist() == ids[want].tolist()      # every device's rows, once each
+            np.testing.assert_allclose(got_val[got], want_values[want], rtol=1e-5, atol=1e-7)
