@@ -212,43 +212,43 @@ def test_small_resnet_trains_on_cpu_devices():
 
 
 def test_a_sparse_gradient_is_gathered_from_every_device():
-    """A Gather of a shared embedding on K devices: every device ends with the indices and values of all K
-    devices' gradients (each row once, paired with its index), and the values are the float64 gradient of the mean loss
-    over the whole batch. Rows of ids: device j reads ids[j*per:(j+1)*per]."""
+    """An embedding each device holds (a data-parallel parameter read by Gather): after the all-gather every
+    device has the indices and values of all K devices' sparse gradients (each row once, paired with its index),
+    and the values are the float64 gradient of the mean loss over the whole batch. Device j reads
+    ids[j*per:(j+1)*per]. As in Caffe2, only GPU devices gather slices (CPU devices refuse them): the CUDA-tagged
+    ops run on the CPU here, where no GPU is."""
     V, E = 6, 3
     vecs = RNG.randn(V, E).astype(np.float32)
     ids = np.array([1, 4, 4, 0, 5, 2, 1, 3], np.int32)
     target = RNG.rand(B).astype(np.float32)
 
     def build_sparse(model, loss_scale):
-        with core.DeviceScope(core.DeviceOption(0)):
-            gathered = model.net.Gather([core.BlobReference("cpu/vecs"), "ids"], "gathered")
+        table = model.param_init_net.GivenTensorFill([], "vecs", shape=[V, E], values=vecs.ravel().tolist())
+        model.params.append(table)
+        gathered = model.net.Gather([table, "ids"], "gathered")
         summed = model.net.ReduceFrontSum(model.net.Transpose(gathered, "t", axes=[1, 0]), "summed")
         loss = model.net.AveragedLoss(model.net.SquaredL2Distance([summed, "target"], "sq"), "loss")
         return [model.net.Scale(loss, "loss_scaled", scale=loss_scale)]
 
-    for devices in ([0], [0, 1]):
-        workspace.ResetWorkspace()
-        model = model_helper.ModelHelper(name=f"sparse{len(devices)}")
-        with core.NameScope("cpu"):
-            model.param_init_net.GivenTensorFill([], "vecs", shape=[V, E], values=vecs.ravel().tolist())
-        model.params.append(core.BlobReference("cpu/vecs"))
-        dpm.Parallelize(model, input_builder_fun=lambda m: None, forward_pass_builder_fun=build_sparse,
-                        param_update_builder_fun=lambda m: None, devices=devices, cpu_device=True)
-        per = B // len(devices)
-        for j, d in enumerate(devices):
-            workspace.FeedBlob(f"cpu_{d}/ids", ids[j * per:(j + 1) * per])
-            workspace.FeedBlob(f"cpu_{d}/target", target[j * per:(j + 1) * per])
-        workspace.RunNetOnce(model.param_init_net)
-        workspace.RunNetOnce(model.net)
-        grad = model.param_to_grad[core.BlobReference("cpu/vecs")]
-        # float64: d/dvecs of mean_n 0.5 (sum_e vecs[ids_n, e] - target_n)^2 per row: (s_n - t_n) / B
-        s = vecs.astype(np.float64)[ids].sum(axis=1)
-        want_values = np.repeat(((s - target) / B)[:, None], E, axis=1)
-        for d in devices:
-            got_idx = workspace.FetchBlob(str(grad.indices).replace("cpu_0/", f"cpu_{d}/"))
-            got_val = workspace.FetchBlob(str(grad.values).replace("cpu_0/", f"cpu_{d}/"))
-            got_val = got_val.reshape(B, E)
-            got, want = np.lexsort((got_val[:, 0], got_idx)), np.lexsort((want_values[:, 0], ids))
-            assert got_idx[got].tolist() == ids[want].tolist()      # every device's rows, once each
-            np.testing.assert_allclose(got_val[got], want_values[want], rtol=1e-5, atol=1e-7)
+    devices = [0, 1]
+    model = model_helper.ModelHelper(name="sparse")
+    dpm.Parallelize(model, input_builder_fun=lambda m: None, forward_pass_builder_fun=build_sparse,
+                    param_update_builder_fun=lambda m: None, devices=devices, cpu_device=False)
+    per = B // len(devices)
+    for j, d in enumerate(devices):
+        workspace.FeedBlob(f"gpu_{d}/ids", ids[j * per:(j + 1) * per])
+        workspace.FeedBlob(f"gpu_{d}/target", target[j * per:(j + 1) * per])
+    workspace.RunNetOnce(model.param_init_net)
+    workspace.RunNetOnce(model.net)
+    # float64: d/dvecs of mean_n 0.5 (sum_e vecs[ids_n, e] - target_n)^2, per row n: (s_n - t_n) / B
+    s = vecs.astype(np.float64)[ids].sum(axis=1)
+    want_values = np.repeat(((s - target) / B)[:, None], E, axis=1)
+    want = np.lexsort((want_values[:, 0], ids))
+    for d in devices:
+        grad = model.param_to_grad[core.BlobReference(f"gpu_{d}/vecs")]
+        got_idx = workspace.FetchBlob(str(grad.indices)).reshape(-1)
+        got_val = workspace.FetchBlob(str(grad.values)).reshape(-1, E)
+        assert got_idx.shape == (B,) and got_val.shape == (B, E)    # all devices' rows
+        got = np.lexsort((got_val[:, 0], got_idx))
+        assert got_idx[got].tolist() == ids[want].tolist()
+        np.testing.assert_allclose(got_val[got], want_values[want], rtol=1e-5, atol=1e-7)
