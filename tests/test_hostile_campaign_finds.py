@@ -171,3 +171,18 @@ def test_saving_an_alpha_image_as_jpeg_is_an_argument_error(tmp_path, capsys):
     assert "internal error" not in err and not out.exists()
     assert main([*args, "--save-image", f"{tmp_path / 'out.png'}:bgra"]) == 0   # the same blob saves as PNG
     assert Image.open(tmp_path / "out.png").getpixel((0, 0)) == (10, 20, 30, 255)
+
+
+def test_an_npz_member_that_is_not_an_npy_meets_the_blob_limit(tmp_path, capsys, monkeypatch):
+    """Campaign seed 9 case 6857: an .npz member named without .npy (numpy hands its bytes over) of 70 MiB,
+    deflated to 71 KB, was read whole under --max-blob-bytes 64M; its size is now checked first."""
+    import zipfile
+    monkeypatch.chdir(tmp_path)
+    with zipfile.ZipFile(tmp_path / "f.npz", "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("X", b"\0" * (70 << 20))
+    net = proto.NetDef(name="feed")
+    net.op.add(type="Copy", input=["X"], output=["Y"])
+    proto.atomic_write(tmp_path / "net.pb", net.SerializeToString())
+    assert main(["run", "net.pb", "--feed", "f.npz", "--fetch", "Y", "--max-blob-bytes", "64M"]) == 1
+    err = capsys.readouterr().err
+    assert re.search(r"--feed f.npz member 'X': blob 'X' would be \(73400320,\) uint8, .*over the limit", err), err

@@ -11,6 +11,7 @@ import numpy as np
 
 from . import images
 from ..core.errors import ArgumentError, FileFormatError, StepnetError, did_you_mean
+from ..core.limits import check_blob
 from .files import open_regular
 from .tensors import MAX_DIMS
 
@@ -110,7 +111,10 @@ def _load_npz(path: Path, limit: int | None = None) -> list:
                 for info in z.infolist():
                     _check_member(info, path)
                     with z.open(info) as m:
-                        if not info.filename.endswith(".npy"):
+                        if not info.filename.endswith(".npy"):   # numpy hands such a member over as its bytes
+                            if limit is not None:
+                                check_blob(limit, info.filename, (info.file_size,), np.uint8,
+                                           f"--feed {path} member {info.filename!r}")
                             out.append((info.filename, m.read(info.file_size + 1)))
                             continue
                         _npy_header(m, info.file_size, f"{path} member {info.filename!r}", limit, info.filename[:-4])
