@@ -186,3 +186,24 @@ def test_an_npz_member_that_is_not_an_npy_meets_the_blob_limit(tmp_path, capsys,
     assert main(["run", "net.pb", "--feed", "f.npz", "--fetch", "Y", "--max-blob-bytes", "64M"]) == 1
     err = capsys.readouterr().err
     assert re.search(r"--feed f.npz member 'X': blob 'X' would be \(73400320,\) uint8, .*over the limit", err), err
+
+
+def test_export_onnx_with_an_int8_tensor_in_the_checkpoint(tmp_path, capsys, monkeypatch):
+    """Campaign seed 9 case 6497: a checkpoint for --load holding an Int8 tensor crashed export-onnx (its
+    conversion to a float array raised TypeError). A blob the net does not read is left out; one it reads is
+    one error line."""
+    pytest.importorskip("onnx")
+    from pathlib import Path
+    import numpy as np
+    from stepnet.core.int8 import Int8Tensor
+    monkeypatch.chdir(tmp_path)
+    xor = Path(__file__).resolve().parents[1] / "models" / "xor"
+    int8 = Int8Tensor(np.ones((2, 2), np.uint8), 1.0, 0)
+    minidb.save_blobs(tmp_path / "ck.minidb", {"unused": int8})
+    args = ["export-onnx", str(xor / "init_net.pbtxt"), str(xor / "predict_net.pbtxt"), "--load", "ck.minidb",
+            "-o", "out.onnx", "--input", "X=1,2"]
+    assert main(args) == 0 and (tmp_path / "out.onnx").exists()
+    minidb.save_blobs(tmp_path / "ck.minidb", {"W1": int8})
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert "blob 'W1' is an Int8 tensor" in err and "internal error" not in err, err

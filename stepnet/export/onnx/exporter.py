@@ -120,8 +120,18 @@ def _load(net, kind="net"):
     return net if isinstance(net, proto.NetDef) or net is None else proto.load(net, kind=kind)
 
 
-def _init_values(init) -> dict:
-    """The arrays the init net makes (run by stepnet, so any fill works)."""
+def _weight(name: str, value) -> np.ndarray:
+    """A weight as an array; an Int8 tensor (from an Int8 fill, or a checkpoint) is an ExportError: the
+    exporter writes float and integer tensors, and no ONNX node here takes Caffe2's Int8 layout."""
+    from ...core.int8 import Int8Tensor
+    if isinstance(value, Int8Tensor):
+        raise ExportError(f"blob {name!r} is an Int8 tensor ({value.summary(3)}); Int8 nets do not export to ONNX "
+                          "(dequantize the weights, or export the float model)")
+    return np.asarray(value)
+
+
+def _init_values(init, used: set) -> dict:
+    """The arrays the init net makes (run by stepnet, so any fill works) of the blobs in `used`."""
     if init is None:
         return {}
     from ...core.limits import Limits
@@ -131,8 +141,8 @@ def _init_values(init) -> dict:
     ws.run_net_once(init)
     out = {}
     for name, v in Graph.of(init).final.items():
-        if v and ws.has(name) and hasattr(ws.get_blob(name).value, "shape"):
-            out[name] = np.asarray(ws.fetch(name))
+        if v and name in used and ws.has(name) and hasattr(ws.get_blob(name).value, "shape"):
+            out[name] = _weight(name, ws.fetch(name))
     return out
 
 
@@ -198,11 +208,13 @@ def export_onnx(predict, init=None, *, inputs: dict | None = None, outputs=None,
 
     predict, init = _load(predict), _load(init)
     opset = _opset(opset)
-    consts = _init_values(init)
-    consts.update({k: np.asarray(v) for k, v in (params or {}).items()})
-    fed = {name: _as_spec(name, v, consts.get(name)) for name, v in (inputs or {}).items()}
     ops, cut_note = forward_part(predict)
     graph = Graph(ops, predict.external_input)
+    # weights the exported ops read or the outputs name (a checkpoint may hold many more)
+    used = set(graph.blobs()) | set(outputs or []) | set(predict.external_output)
+    consts = _init_values(init, used)
+    consts.update({k: _weight(k, v) for k, v in (params or {}).items() if k in used})
+    fed = {name: _as_spec(name, v, consts.get(name)) for name, v in (inputs or {}).items()}
     unknown = [n for n in fed if n not in graph.blobs()]
     if unknown:
         raise ExportError(f"net {predict.name!r} has no blob {unknown[0]!r} to take as an input"
