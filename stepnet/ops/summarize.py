@@ -49,8 +49,14 @@ def summary_path(workspace, name: str) -> str:
 
 
 def _log(ctx, line: str) -> None:
-    path = summary_path(ctx.workspace, ctx.opdef.input[0])
+    """Append the line to the summary file (emptied on the op's first run), as a model's write: the file root and
+    the write rules of the workspace's limits hold (a model file's `.summary` is refused under them; a Python
+    program's limits are trusted), and the write is counted and recorded."""
+    ws = ctx.workspace
+    path = ws.limits.confine(summary_path(ws, ctx.opdef.input[0]), ctx.label, write=True)
     mode = "a" if ctx.state.get("opened") else "w"
+    before = os.path.getsize(path) if mode == "a" and os.path.isfile(path) else 0
+    ws.limits.check_write(ws.written, path, before + len(line) + 1, ctx.label)
     try:
         with open(path, mode) as f:
             f.write(line + "\n")
@@ -58,6 +64,7 @@ def _log(ctx, line: str) -> None:
         raise FileAccessError(f"Summarize: cannot write the summary of {ctx.opdef.input[0]!r} to {path!r}: "
                               f"{e.strerror}") from None
     ctx.state["opened"] = True
+    ws.written.record(path, before + len(line) + 1, ctx.label)
 
 
 @op("Summarize", inputs=1, outputs=(0, 1), context=True, devices="any", args={"to_file": 0},

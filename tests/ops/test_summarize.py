@@ -7,8 +7,8 @@ import re
 import numpy as np
 import pytest
 
-from stepnet import NetDef, Workspace
-from stepnet.core.errors import DTypeError, GradientError, ShapeError
+from stepnet import Limits, NetDef, Workspace
+from stepnet.core.errors import DTypeError, FileAccessError, GradientError, ShapeError
 from stepnet.passes.gradients import backward_ops
 from stepnet.testing import DEVICES, infer_static, make_op, run_op
 
@@ -42,7 +42,7 @@ def test_by_hand():
 
 
 def test_to_file_writes_a_line_per_run_under_the_root_folder(tmp_path):
-    ws = Workspace()
+    ws = Workspace(limits=Limits(trusted=True))   # a Python program's paths: its own choice, as in Caffe2
     ws.root_folder = str(tmp_path)
     net = NetDef(name="s")
     net.op.append(make_op("Summarize", ["scope/w"], [], to_file=1))
@@ -65,9 +65,21 @@ def test_to_file_writes_a_line_per_run_under_the_root_folder(tmp_path):
 
 def test_to_file_and_output_without_a_root_folder(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    y = run_op("Summarize", [np.array([1, 2, 4], np.float32)], ["stats"], to_file=1)
+    y = run_op("Summarize", [np.array([1, 2, 4], np.float32)], ["stats"], ws=Workspace(limits=Limits(trusted=True)),
+               to_file=1)
     assert (tmp_path / "in0.summary").read_text() == "1 4 2.33333 1.52753\n"
     np.testing.assert_allclose(y, [1, 4, 7 / 3, math.sqrt(7 / 3)], rtol=1e-7)
+
+
+def test_a_model_files_summary_meets_the_write_rules(tmp_path, monkeypatch):
+    """Campaign seed 9 case 6285: a model file's Summarize(to_file=1) wrote in0.summary wherever the model ran;
+    under a model file's limits a `.summary` file is refused as any file another program might read, and nothing
+    is written (a Python program's limits are trusted: the test above)."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FileAccessError, match=r"Summarize\): db path './in0.summary': a model may not write there: "
+                                              r"its suffix '.summary' is not a database's"):
+        run_op("Summarize", [np.array([1, 2, 4], np.float32)], ["stats"], ws=Workspace(), to_file=1)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_inference_and_bad_inputs():
