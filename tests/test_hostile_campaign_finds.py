@@ -207,3 +207,18 @@ def test_export_onnx_with_an_int8_tensor_in_the_checkpoint(tmp_path, capsys, mon
     assert main(args) == 1
     err = capsys.readouterr().err
     assert "blob 'W1' is an Int8 tensor" in err and "internal error" not in err, err
+
+
+def test_an_npy_with_an_empty_string_dtype_is_refused(tmp_path, capsys, monkeypatch):
+    """Campaign seed 9 case 9963: a 320-byte .npy with header '<U0' and shape (5000, 5000) became a 100 MB '<U1'
+    array under --max-blob-bytes 64M (zero bytes an element passed every size check)."""
+    monkeypatch.chdir(tmp_path)
+    header = "{'descr': '<U0', 'fortran_order': False, 'shape': (5000, 5000), }"
+    header += " " * (117 - len(header)) + "\n"
+    (tmp_path / "f.npy").write_bytes(b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header.encode())
+    net = proto.NetDef(name="feed")
+    net.op.add(type="Copy", input=["X"], output=["Y"])
+    proto.atomic_write(tmp_path / "net.pb", net.SerializeToString())
+    assert main(["run", "net.pb", "--feed", "X=f.npy", "--fetch", "Y", "--max-blob-bytes", "64M"]) == 1
+    err = capsys.readouterr().err
+    assert "its header gives the empty dtype <U0 for shape (5000, 5000)" in err, err

@@ -73,6 +73,9 @@ def _npy_header(f, size: int, where: str, limit: int | None = None, name: str = 
         raise FileFormatError(f"--feed: {where} holds Python objects ({dtype}), which stepnet does not unpickle")
     if any(d < 0 for d in shape) or len(shape) > MAX_DIMS:
         raise FileFormatError(f"--feed: {where}: its header gives an impossible shape {shape}")
+    if dtype.itemsize == 0 and math.prod(shape):   # numpy makes '<U0' '<U1': 4 bytes an element from none in the file
+        raise FileFormatError(f"--feed: {where}: its header gives the empty dtype {dtype.str} for shape {shape}, "
+                              "which numpy would read as one character an element that the file does not hold")
     need = math.prod(shape) * dtype.itemsize
     have = size - f.tell()
     if need > have:
