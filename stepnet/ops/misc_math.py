@@ -67,7 +67,7 @@ def square_root_divide(xp, data, scale):
 
 
 # --------------------------------------------------------------------------------------------- sinusoids
-def _sinusoid_checks(positions, embedding_size) -> None:
+def _sinusoid_checks(positions, embedding_size, alpha) -> None:
     if positions.dtype is not None and positions.dtype.name not in ("int32", "int64"):
         raise DTypeError(f"SinusoidPositionEncoding: positions must be int32 or int64, got {positions.dtype}")
     if len(positions.shape) != 2:
@@ -75,10 +75,12 @@ def _sinusoid_checks(positions, embedding_size) -> None:
                          f"{tuple(positions.shape)}")
     if embedding_size < 0:
         raise ArgumentError(f"SinusoidPositionEncoding argument embedding_size must be >= 0, got {embedding_size}")
+    if not (math.isfinite(alpha) and alpha > 0):   # the wavelengths are alpha^(i/E): a positive base
+        raise ArgumentError(f"SinusoidPositionEncoding argument alpha must be a positive number, got {alpha}")
 
 
 def _sinusoid_shape(specs, *, embedding_size, alpha, amplitude):
-    _sinusoid_checks(specs[0], embedding_size)
+    _sinusoid_checks(specs[0], embedding_size, alpha)
     return [out_spec((*specs[0].shape, embedding_size), np.float32)]
 
 
@@ -88,7 +90,7 @@ def sinusoid_position_encoding(xp, positions, *, embedding_size, alpha, amplitud
     """positions (M x K, int) -> float32 M x K x embedding_size: for the position p = positions[m, 0] (every
     column of a row must hold the same one), amplitude * sin(p / alpha^(i / E)) at even i and amplitude *
     cos(p / alpha^(i / E)) at odd i, E = embedding_size."""
-    _sinusoid_checks(positions, embedding_size)
+    _sinusoid_checks(positions, embedding_size, alpha)
     m, k = positions.shape
     e = embedding_size
     pos = positions[:, :1].astype(np.float64)                                     # M x 1

@@ -117,6 +117,9 @@ def test_sinusoid_reads_the_first_column_only_and_checks_its_input():
         run_op("SinusoidPositionEncoding", [positions.astype(np.float32)])
     with pytest.raises(ArgumentError, match="embedding_size must be >= 0"):
         run_op("SinusoidPositionEncoding", [positions], embedding_size=-1)
+    for alpha in (0.0, -2.0, -math.inf, math.nan):   # campaign seed 10 case 6817: log's "math domain error"
+        with pytest.raises(ArgumentError, match="alpha must be a positive number"):
+            run_op("SinusoidPositionEncoding", [positions], alpha=alpha)
 
 
 PADDED = [   # (X shape, Y shape, args)
