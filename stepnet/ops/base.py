@@ -48,6 +48,16 @@ def on_device(xp, values, dtype):
     return xp.asarray(np.asarray(values, dtype=dtype))
 
 
+def held_object(value, cls: type, i: int, noun: str, maker: str):
+    """value when it is a `cls` (a blob holding an object, not a tensor, that `maker` makes), else a DTypeError
+    saying what input i holds instead."""
+    if not isinstance(value, cls):
+        what = "nothing (never written)" if value is None else (
+            f"a tensor {value}" if isinstance(value, TensorSpec) else type(value).__name__)
+        raise DTypeError(f"input {i} must be {noun} made by {maker}, got {what}")
+    return value
+
+
 def out_spec(shape, dtype, value=None) -> TensorSpec:
     """An output TensorSpec: None dims stand for sizes that depend on unknown input values, dtype may be
     unknown (None); a value is kept only for small integer tensors, as TensorSpec.of does."""

@@ -13,10 +13,9 @@ import threading
 import numpy as np
 
 from ..core.errors import ArgumentError, DTypeError, FileFormatError, ShapeError
-from ..core.spec import TensorSpec
 from ..io.blobs import register_blob_type
 from ..io.proto import BlobProto, DataType, TensorProto
-from .base import out_spec
+from .base import held_object, out_spec
 from .registry import SHOULD_NOT_DO_GRADIENT, op
 from .util import Mutex
 
@@ -73,11 +72,7 @@ NOUNS = {Counter: "a counter", AtomicBool: "an atomic bool", Mutex: "a mutex"}
 
 
 def _object(value, i: int, cls: type, maker: str):
-    if not isinstance(value, cls):
-        what = "nothing (never written)" if value is None else (
-            f"a tensor {value}" if isinstance(value, TensorSpec) else type(value).__name__)
-        raise DTypeError(f"input {i} must be {NOUNS[cls]} made by {maker}, got {what}")
-    return value
+    return held_object(value, cls, i, NOUNS[cls], maker)
 
 
 def _counter(value) -> Counter:

@@ -18,9 +18,9 @@ import numpy as np
 from ..core import backend
 from ..core.errors import ArgumentError, ArityError, DTypeError, FileFormatError, OpError, ShapeError
 from ..core.limits import check_blob
-from ..core.spec import TensorSpec
 from ..io.blobs import register_blob_type
 from ..io.proto import BlobProto, DataType, TensorProto
+from .base import held_object
 from .registry import SHOULD_NOT_DO_GRADIENT, Arg, op
 
 CURSOR_TYPE = "std::unique_ptr<TreeCursor>"
@@ -71,11 +71,7 @@ class TreeCursor:
 
 
 def _cursor(value, i: int = 0) -> TreeCursor:
-    if not isinstance(value, TreeCursor):
-        what = "nothing (never written)" if value is None else (
-            f"a tensor {value}" if isinstance(value, TensorSpec) else type(value).__name__)
-        raise DTypeError(f"input {i} must be a cursor made by CreateTreeCursor, got {what}")
-    return value
+    return held_object(value, TreeCursor, i, "a cursor", "CreateTreeCursor")
 
 
 def _on_cursor(specs, **_):

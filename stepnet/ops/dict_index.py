@@ -12,11 +12,10 @@ import threading
 import numpy as np
 
 from ..core.errors import ArgumentError, DTypeError, FileFormatError, OpError
-from ..core.spec import TensorSpec
 from ..io.blobs import register_blob_type
 from ..io.proto import BlobProto
 from ..io.tensors import array_to_tensor, tensor_to_array
-from .base import like, out_spec
+from .base import held_object, like, out_spec
 from .registry import NO_GRADIENT, SHOULD_NOT_DO_GRADIENT, op
 
 INDEX_TYPE = "std::unique_ptr<caffe2::IndexBase>"
@@ -92,12 +91,7 @@ class KeyIndex:
 
 
 def _index(value) -> KeyIndex:
-    if not isinstance(value, KeyIndex):
-        what = "nothing (never written)" if value is None else (
-            f"a tensor {value}" if isinstance(value, TensorSpec) else type(value).__name__)
-        raise DTypeError(f"input 0 must be an index made by IntIndexCreate, LongIndexCreate or "
-                         f"StringIndexCreate, got {what}")
-    return value
+    return held_object(value, KeyIndex, 0, "an index", "IntIndexCreate, LongIndexCreate or StringIndexCreate")
 
 
 def _creator(kind: str):

@@ -8,11 +8,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.errors import ArgumentError, DTypeError, FileFormatError, ShapeError
-from ..core.spec import TensorSpec
 from ..io.blobs import register_blob_type
 from ..io.proto import DataType, TensorProtos
 from ..io.tensors import array_to_tensor, tensor_to_array
-from .base import size_of
+from .base import held_object, size_of
 from .registry import op
 
 DTYPES = {DataType.INT32: np.dtype(np.int32), DataType.INT64: np.dtype(np.int64)}
@@ -91,11 +90,7 @@ def key_value_to_map(ctx, xp, keys, values):
 
 
 def _map_input(value) -> KeyValueMap:
-    if not isinstance(value, KeyValueMap):
-        what = "nothing (never written)" if value is None else (
-            f"a tensor {value}" if isinstance(value, TensorSpec) else type(value).__name__)
-        raise DTypeError(f"input 0 must be a map made by CreateMap or KeyValueToMap, got {what}")
-    return value
+    return held_object(value, KeyValueMap, 0, "a map", "CreateMap or KeyValueToMap")
 
 
 def _map_shape(specs):

@@ -19,8 +19,8 @@ import numpy as np
 
 from ..core import backend
 from ..core.errors import ArgumentError, ArityError, DTypeError, OpError, ShapeError
-from ..core.spec import TensorSpec
 from ..core.waits import Group, Signal
+from .base import held_object
 from .registry import NO_GRADIENT, op
 
 
@@ -89,11 +89,7 @@ class RebatchingQueue:
 
 
 def _queue(value) -> RebatchingQueue:
-    if not isinstance(value, RebatchingQueue):
-        what = "nothing (never written)" if value is None else (
-            f"a tensor {value}" if isinstance(value, TensorSpec) else type(value).__name__)
-        raise DTypeError(f"input 0 must be a queue made by CreateRebatchingQueue, got {what}")
-    return value
+    return held_object(value, RebatchingQueue, 0, "a queue", "CreateRebatchingQueue")
 
 
 def _waiter(ctx) -> tuple:

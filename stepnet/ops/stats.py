@@ -14,8 +14,7 @@ import time
 import numpy as np
 
 from ..core.errors import ArgumentError, DTypeError, OpError, ShapeError
-from ..core.spec import TensorSpec
-from .base import size_of
+from .base import held_object, size_of
 from .registry import op
 
 
@@ -57,11 +56,7 @@ def record(workspace, key, value: int = 1) -> int:
 
 
 def _object(value, i: int, cls: type, maker: str):
-    if not isinstance(value, cls):
-        what = "nothing (never written)" if value is None else (
-            f"a tensor {value}" if isinstance(value, TensorSpec) else type(value).__name__)
-        raise DTypeError(f"input {i} must be a {cls.__name__} made by {maker}, got {what}")
-    return value
+    return held_object(value, cls, i, f"a {cls.__name__}", maker)
 
 
 def _registry(ctx, inputs: tuple, i: int) -> StatRegistry:

@@ -9,8 +9,7 @@ import numpy as np
 
 from ..core import backend
 from ..core.errors import ArgumentError, ArityError, DTypeError, OpError, ShapeError
-from ..core.spec import TensorSpec
-from .base import out_spec
+from .base import held_object, out_spec
 from .registry import SHOULD_NOT_DO_GRADIENT, op
 
 
@@ -22,11 +21,7 @@ class TensorVector(list):
 
 
 def _vector(value, i: int = 0) -> TensorVector:
-    if not isinstance(value, TensorVector):
-        what = "nothing (never written)" if value is None else (
-            f"a tensor {value}" if isinstance(value, TensorSpec) else type(value).__name__)
-        raise DTypeError(f"input {i} must be a tensor vector made by CreateTensorVector, got {what}")
-    return value
+    return held_object(value, TensorVector, i, "a tensor vector", "CreateTensorVector")
 
 
 def _on_vector(out=None):
