@@ -135,7 +135,7 @@ def Do(name, *nets_or_steps):
 
 
 def DoParallel(name, *nets_or_steps):
-    """Run the nets or steps once, as concurrent substeps (stepnet runs them in order)."""
+    """Run the nets or steps once, as concurrent substeps (in threads, as Caffe2 runs them)."""
     nets_or_steps = _MakeList(nets_or_steps)
     if len(nets_or_steps) == 1 and isinstance(nets_or_steps[0], core.ExecutionStep):
         return nets_or_steps[0]
