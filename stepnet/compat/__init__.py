@@ -7,5 +7,9 @@ stepnet's executor.
 
 Unlike the rest of stepnet, this layer keeps process-wide state, as Caffe2 does: the workspaces `workspace.*`
 works on (one current, "default" at first), the name and device scopes (per thread), the names nets were given
-(unique per process) and the optimizers' instance counters. The core never reads any of it.
+(unique per process) and the optimizers' instance counters, and DeviceOption's older field name cuda_gpu_id
+(_legacy_fields). The core never reads any of it.
 """
+from . import _legacy_fields
+
+_legacy_fields.install()

@@ -139,3 +139,22 @@ def test_extract_predictor_net_refuses_what_it_cannot_extract():
         ExtractPredictorNet(net.Proto(), ["data"], ["dropped"])
     skipped, _ = ExtractPredictorNet(net.Proto(), ["data"], ["pred"], disabled_inputs=["b"])
     assert [op.type for op in skipped.Proto().op] == []              # FC reads b, so nothing after it is known
+
+
+# --------------------------------------------------------------------------------------------- cuda_gpu_id
+def test_device_option_takes_caffe2s_older_field_name():
+    """DeviceOption field 2 was cuda_gpu_id until 2018-08: with compat imported, that name reads and writes
+    device_id (attribute, constructor keyword, HasField, ClearField) and the wire form is device_id's."""
+    option = caffe2_pb2.DeviceOption(device_type=caffe2_pb2.CPU, cuda_gpu_id=3)
+    assert option.device_id == 3 and option.cuda_gpu_id == 3 and option.HasField("cuda_gpu_id")
+    op = caffe2_pb2.OperatorDef()
+    op.device_option.cuda_gpu_id = 1
+    assert op.device_option.device_id == 1
+    assert op.device_option.SerializeToString() == caffe2_pb2.DeviceOption(device_id=1).SerializeToString()
+    option.ClearField("cuda_gpu_id")
+    assert not option.HasField("device_id")
+    with pytest.raises(AttributeError, match="no \"cuda_gpu\" field"):
+        option.cuda_gpu = 1          # any other unknown name still fails as protobuf's own error
+    with pytest.raises(ValueError, match="both cuda_gpu_id and device_id"):
+        caffe2_pb2.DeviceOption(cuda_gpu_id=1, device_id=2)
+    assert core.DeviceOption(caffe2_pb2.CPU, 2).cuda_gpu_id == 2
