@@ -15,7 +15,7 @@ from ..core.errors import ArgumentError, GradientError, ShapeError
 from ..kernels.fc import fc_into
 from ..kernels.softmax import rows as softmax_rows
 from .base import check_float, like, out_spec, size_of
-from .registry import op
+from .registry import SHOULD_NOT_DO_GRADIENT, op
 from ..kernels import jit
 
 
@@ -138,6 +138,26 @@ def fc(xp, X, W, b, axis=1, axis_w=1, float16_compute=False):
 def fc_transposed(xp, X, W, b, axis=1, axis_w=1, float16_compute=False):
     """FC with a pre-transposed weight: Y = X·W + b, W viewed as K x N at axis_w."""
     return _fc(xp, X, W, b, axis, axis_w, transposed=True)
+
+
+def _packed_fc_checks(X, W, b) -> None:
+    if len(W.shape) != 2 or len(b.shape) != 1:
+        raise ShapeError(f"PackedFC: W must be 2-D (N x K) and b 1-D (N), got W {tuple(W.shape)}, b "
+                         f"{tuple(b.shape)}; FC takes other shapes with axis_w")
+
+
+def _packed_fc_shape(specs, axis=1):
+    _packed_fc_checks(*specs)
+    return _fc_shape(False)(specs, axis=axis)
+
+
+@op("PackedFC", inputs=3, args={"axis": 1}, inplace=(), shape=_packed_fc_shape, gradient=SHOULD_NOT_DO_GRADIENT,
+    grows="shapes")
+def packed_fc(xp, X, W, b, axis=1):
+    """FC for inference with a 2-D weight W (N x K) and 1-D bias: Y = X·Wᵀ + b on X's 2-D view at axis (Caffe2's
+    MKL operator, which packs W once for its GEMM; here FC's arithmetic, W used as it is)."""
+    _packed_fc_checks(X, W, b)
+    return _fc(xp, X, W, b, axis, 1, transposed=False)
 
 
 # --------------------------------------------------------------------------------------------- MatMul

@@ -101,6 +101,8 @@ CASES = [
      1e-12),
     ("fc_empty", "FC", [np.zeros((0, 12), np.float32), W5_12, b5], {}, None, 0),
     ("fct", "FCTransposed", [X234, f32(12, 5), b5], {}, None, 1e-5),
+    ("packed_fc", "PackedFC", [X234, W5_12, b5], {}, None, 1e-5),
+    ("packed_fc_axis2", "PackedFC", [X234, f32(5, 4), b5], {"axis": 2}, None, 1e-5),
     ("fct_axis2", "FCTransposed", [X234, f32(4, 5), b5], {"axis": 2}, None, 1e-5),
     ("mm", "MatMul", [A34, B45], {}, None, 1e-5),
     ("mm_ta", "MatMul", [f32(4, 3), B45], {"trans_a": 1}, None, 1e-5),
@@ -131,6 +133,7 @@ CASES = [
 _REFS = {
     "FC": lambda ins, a: ref_fc(*ins, a.get("axis", 1), a.get("axis_w", 1)),
     "FCTransposed": lambda ins, a: ref_fc(*ins, a.get("axis", 1), a.get("axis_w", 1), transposed=True),
+    "PackedFC": lambda ins, a: ref_fc(*ins, a.get("axis", 1)),
     "MatMul": lambda ins, a: (ref_matmul(ins[0], ins[1], **a).reshape(ins[2].shape) if len(ins) > 2
                               else ref_matmul(ins[0], ins[1], **a)),
     "BatchMatMul": lambda ins, a: ref_bmm(*ins, a.get("trans_a", 0), a.get("trans_b", 0)),
@@ -163,6 +166,8 @@ BAD = [
     ("FC", [X234.astype(np.int32), W5_12, b5], {}, DTypeError, r"floating-point.*int32"),
     ("FC", [X234, W5_12.astype(np.float64), b5], {}, DTypeError, r"one dtype"),
     ("FCTransposed", [X234, W5_12, b5], {}, ShapeError, r"K x N"),
+    ("PackedFC", [X234, f32(5, 3, 4), b5], {}, ShapeError, r"PackedFC: W must be 2-D"),
+    ("PackedFC", [X234, f32(5, 11), b5], {}, ShapeError, r"K = 2 x 12"),
     ("MatMul", [A34, A34], {}, ShapeError, r"inner sizes must match"),
     ("MatMul", [A34, B45, np.zeros(7, np.float32)], {}, ShapeError, r"input 2"),
     ("BatchMatMul", [f32(2, 3, 4), f32(4, 5)], {}, ShapeError, r"differ; pass broadcast=1"),
@@ -204,10 +209,12 @@ def test_in_place_refused_where_caffe2_refuses(op_type, inputs, args):
     # normalisation, BatchMatMul ignoring trans_b: each must fail the same comparison the table uses.
     (lambda xp, X, W, b, **a: (X.reshape(2, 12) @ W.T), ("FC", [X234, W5_12, b5], {}, None, 1e-5)),
     (lambda xp, X, W, b, **a: X.reshape(2, 12) @ W.reshape(12, 5) + b, ("FC", [X234, W5_12, b5], {}, None, 1e-5)),
+    (lambda xp, X, W, b, **a: X.reshape(2, 12) @ W.T - b, ("PackedFC", [X234, W5_12, b5], {}, None, 1e-5)),
     (lambda xp, X, **a: xp.exp(X - X.max()), ("Softmax", [SOFT], {}, lambda: ref_softmax(SOFT, 1), 1e-6)),
     (lambda xp, A, B, **a: xp.matmul(A, xp.swapaxes(B, -1, -2)),
      ("BatchMatMul", [f32(2, 3, 4), f32(2, 4, 4)], {}, None, 1e-5)),
-], ids=["FC-no-bias", "FC-untransposed-W", "Softmax-unnormalised", "BatchMatMul-ignores-trans_b"])
+], ids=["FC-no-bias", "FC-untransposed-W", "PackedFC-subtracts-b", "Softmax-unnormalised",
+        "BatchMatMul-ignores-trans_b"])
 def test_reference_catches_broken_kernels(wrong, case, broken):
     check(*case, device="cpu")
     broken(case[0], wrong)
