@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
-from .view import Graph, add_external_inputs, blob_names, copy_op, renamed, with_ops
+from .view import Graph, add_external_inputs, blob_names, copy_op, nested_nets, renamed, with_ops
 from ..io.proto import DeviceOption, NetDef, OperatorDef, make_argument
 
 
@@ -143,6 +143,24 @@ def apply_forward_links(nets: StepNets, rec: Recurrence) -> StepNets:
 
 
 FORWARD: tuple[Rewrite, ...] = (save_lstm_activations, declare_step_inputs, apply_forward_links)
+
+
+def shared_scratch(nets: StepNets, rec: Recurrence) -> tuple[str, ...]:
+    """The blobs of a training step net that need no copy per timestep: written before any op reads them in a
+    step, and read by nothing after it (not the backward step net, which reads what it needs by name, nor the
+    weight-gradients net), nor a link, the timestep, a step-local or recomputed blob. The forward op keeps them
+    in the shared workspace, one buffer for all timesteps, as Caffe2 keeps recompute_blobs_on_backward blobs
+    (an LSTM's gates before the saved activations: a quarter of its memory per timestep). None where a step
+    net holds nested nets (their reads are not followed) or there is no backward step net."""
+    if nets.backward is None or any(True for net in (nets.step, nets.backward) for o in net.op
+                                    for _ in nested_nets(o)):
+        return ()
+    graph = Graph(nets.step.op)
+    read_first = graph.read_before_written()
+    kept = {*nets.local, *rec.recompute, rec.timestep, *(n for link in rec.links for n in link[:2]),
+            *nets.step.external_input, *(n for o in nets.backward.op for n in o.input)}
+    return tuple(name for name, version in graph.final.items()
+                 if version and name not in read_first and name not in kept)
 
 
 # ------------------------------------------------------------------------------------------- backward

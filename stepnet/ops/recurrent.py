@@ -14,7 +14,7 @@ import numpy as np
 from ..core import backend
 from ..core.errors import ArgumentError, ShapeError, StepnetError
 from ..core.limits import check_blob
-from ..graph.step_nets import FORWARD, Link, Recurrence, StepNets, run
+from ..graph.step_nets import FORWARD, Link, Recurrence, StepNets, run, shared_scratch
 from ..io.proto import NetDef, parse_text
 from ..io.validate import NET_IN_ARG, decode_text
 from .registry import NO_GRADIENT, Arg, op
@@ -156,6 +156,7 @@ class _Forward:
         self.forward_only = backward is None
         rec = Recurrence(self.timestep, tuple(links), tuple(self.recompute))
         nets = run(FORWARD, StepNets(a["step_net"], backward), rec)
+        self.shared = [*self.recompute, *shared_scratch(nets, rec)]
         self.num_workspaces = max(1, a["num_workspaces"])
         self.loop = ctx.step_loop(nets.step, nets.local, self.timestep)
 
@@ -173,7 +174,7 @@ class _Forward:
         scratch = scratch_blob.value
         if not isinstance(scratch, StepWorkspaces):
             scratch = scratch_blob.value = StepWorkspaces(ws.child())
-        for name in self.recompute:
+        for name in self.shared:
             scratch.shared.create_local_blob(name)
         k = self.num_workspaces if self.forward_only else None
         self.loop.run([scratch.step(t if k is None else t % k) for t in range(T)], range(T))

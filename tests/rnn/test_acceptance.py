@@ -152,7 +152,11 @@ def test_recompute_on_and_off_give_the_same_results():
         ws = run_fresh(m, feeds, {p: init.fetch(p) for p in m.params})
         steps = ws.get_blob("LSTM/step_workspaces").value.steps
         kept = ["LSTM/gates_t" in s.local_blobs() for s in steps]
-        assert kept == [not memopt] * T   # recomputed gates live once, in the shared workspace
+        acts = ["LSTM/gates_t_rnn_activations" in s.local_blobs() for s in steps]
+        # the gates live once, in the shared workspace, either way: recomputed on backward (memopt), or read by
+        # no op after their step, the gradient reading the activations each step keeps (shared_scratch)
+        assert kept == [False] * T and acts == [not memopt] * T
+        assert "LSTM/gates_t" in ws.get_blob("LSTM/step_workspaces").value.shared.local_blobs()
         results.append((ws, outs, grads))
     (a, outs, grads), (b, _, _) = results
     for name in list(outs) + [g for g in grads.values() if isinstance(g, str)]:

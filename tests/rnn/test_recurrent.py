@@ -77,13 +77,19 @@ def test_forward_only_rotates_two_workspaces_and_training_keeps_one_per_step():
     ws = run(rnn_op(sum_mul_step()), x, np.zeros((1, 2, 2), np.float32))
     scratch = ws.get_blob("step_ws").value
     assert isinstance(scratch, StepWorkspaces) and len(scratch.steps) == 2
-    bwd = NetDef(name="RecurrentBackwardStep")
+    bwd = NetDef(name="RecurrentBackwardStep", op=[make_op("MulGradient", ["input_t", "o_int", "o_t_grad"],
+                                                           ["input_t_grad", "o_int_grad"])])
     ws2 = run(rnn_op(sum_mul_step(), backward=bwd), x, np.zeros((1, 2, 2), np.float32))
     steps = ws2.get_blob("step_ws").value.steps
     assert len(steps) == 5
-    # every timestep keeps its own activations (o_int) and its own timestep value
+    # every timestep keeps its own activations the backward step net reads (o_int) and its own timestep value
     assert [int(s.fetch("timestep")[0]) for s in steps] == [0, 1, 2, 3, 4]
     assert all(s.local_blobs().count("o_int") == 1 for s in steps)
+    # an activation no backward op reads is kept once, in the shared workspace (graph.step_nets.shared_scratch)
+    ws3 = run(rnn_op(sum_mul_step(), backward=NetDef(name="RecurrentBackwardStep")), x, np.zeros((1, 2, 2), np.float32))
+    scratch = ws3.get_blob("step_ws").value
+    assert not any("o_int" in s.local_blobs() for s in scratch.steps) and "o_int" in scratch.shared.local_blobs()
+    np.testing.assert_array_equal(ws3.fetch("o_all"), ws2.fetch("o_all"))
 
 
 def test_variable_length_runs_of_one_created_net_match_fresh_runs():

@@ -162,3 +162,20 @@ def test_a_malformed_fc_gradient_is_left_for_its_binding_to_report():
     assert [o.type for o in backward(net).backward.op].count("FCGradient") == 1
     with pytest.raises(ArityError, match=r"net 'back', op #\d+ \(FCGradient\): FCGradient takes 3 inputs, got 4"):
         bind(backward(net).backward)
+
+
+def test_shared_scratch_is_what_nothing_reads_after_its_step():
+    """Of a training step net's blobs, those written before any read in the step and read by no backward op
+    are kept once for all steps; a blob read first (it would see the last step's value), read by the backward
+    net, a link, a step-local or recomputed blob stays per step; a net with nested nets or no backward: none."""
+    step = NetDef(op=[make_op("FC", ["o_prev", "W", "b"], ["g"]), make_op("Sum", ["g", "input_t"], ["g"]),
+                      make_op("Relu", ["g"], ["r"]), make_op("Add", ["acc", "r"], ["acc"]),
+                      make_op("Tanh", ["r"], ["kept"]), make_op("Mul", ["kept", "r"], ["o_t"])])
+    backward = NetDef(op=[make_op("MulGradient", ["kept", "r", "o_t_grad"], ["kept_grad", "r_grad"])])
+    nets = sn.StepNets(step, backward)
+    assert sn.shared_scratch(nets, REC) == ("g",)
+    assert sn.shared_scratch(nets._replace(local=("g",)), REC) == ()
+    assert sn.shared_scratch(nets, sn.Recurrence("timestep", REC.links, recompute=("g",))) == ()
+    assert sn.shared_scratch(sn.StepNets(step), REC) == ()
+    nested = make_op("If", ["cond"], [], then_net=NetDef(op=[make_op("Relu", ["g"], ["z"])]))
+    assert sn.shared_scratch(sn.StepNets(NetDef(op=[*step.op, nested]), backward), REC) == ()
