@@ -20,7 +20,7 @@ from ..ops.rnn_internal import _link_error
 from .cell_forms import (
     Fast, bound_args, gru_unit, gru_unit_gradient, lstm_unit, lstm_unit_gradient, same_floats, shaped)
 from .jit_forms import FUSED
-from .products import fc, fc_gradient_deferred
+from .products import fc, fc_gradient_deferred, fc_input_gradient
 
 
 # ------------------------------------------------------------------------------------------- Sum
@@ -271,6 +271,7 @@ MAKERS = {    # type -> its form, for the kernel the type registered (a record w
     "FC": Maker(fc), "Sum": Maker(sum_), "Mul": Maker(mul), "Sigmoid": Maker(sigmoid),
     "rnn_internal_apply_links": Maker(apply_links, blobs=True),
     "rnn_internal_fc_gradient_deferred": Maker(fc_gradient_deferred),
+    "rnn_internal_fc_input_gradient": Maker(fc_input_gradient),
     "rnn_internal_accumulate_gradient_input": Maker(accumulate_gradient_input),
     "LSTMUnit": Maker(lstm_unit(saving=False)), "rnn_internal_lstm_unit": Maker(lstm_unit(saving=True)),
     "LSTMUnitGradient": Maker(lstm_unit_gradient(saved=False)),

@@ -135,12 +135,30 @@ def _with_sum(fc_bop, sum_bop, ins, outs, ys, product):
     return Fast(run)
 
 
-def fc_gradient_deferred(bop, ins, outs):
-    _, sequence, x, w, dy, xs, dys = ins
+def _fc_gradient_dims(bop, x, w) -> tuple[int, int, int]:
+    """(M, K, N) of a step FCGradient's X (M x K at axis) and W (N x K at axis_w)."""
     args = bound_args(bop)
     a, aw = args["axis"], args["axis_w"]
     a, aw = a + x.ndim if a < 0 else a, aw + w.ndim if aw < 0 else aw
-    m, k, n = math.prod(x.shape[:a]), math.prod(x.shape[a:]), math.prod(w.shape[:aw])
+    return math.prod(x.shape[:a]), math.prod(x.shape[a:]), math.prod(w.shape[:aw])
+
+
+def fc_input_gradient(bop, ins, outs):
+    x, w, dy = ins
+    m, k, n = _fc_gradient_dims(bop, x, w)
+    if not same_floats(x, w, dy) or dy.size != m * n or w.size != n * k or outs[0].size != x.size:
+        return None
+    x2, w2, y2 = (m, k), (n, k), (m, n)
+
+    def run(ins, outs):
+        _, w, dy = ins
+        np.matmul(shaped(dy, y2), shaped(w, w2), out=shaped(outs[0], x2))
+    return Fast(run)
+
+
+def fc_gradient_deferred(bop, ins, outs):
+    _, sequence, x, w, dy, xs, dys = ins
+    m, k, n = _fc_gradient_dims(bop, x, w)
     T = sequence.shape[0]
     if (not same_floats(x, w, dy, xs, dys) or dy.size != m * n or w.size != n * k
             or xs.shape != (T * m, k) or dys.shape != (T * m, n) or outs[0].size != x.size):

@@ -204,16 +204,38 @@ def _axis_args(o: OperatorDef) -> list | None:
     return kept
 
 
+def _row_links(graph: Graph, index: int, x: str, dy: str, rec: Recurrence):
+    """((X's linked tensor, offset), (dY's, offset)) when the FCGradient at `index` of the backward step net
+    reads X and dY as window-1 link views whose rows hold, after the backward loop, every step's X and dY: no
+    backward op writes X, dY after that FCGradient, or either linked tensor by name; no backward op writes a
+    link into X's tensor, and dY's tensor has no other link. Else None (the rows are then copied per step)."""
+    links = {link.internal: link for link in rec.links}
+    lx, ldy = links.get(x), links.get(dy)
+    if lx is None or ldy is None or lx.window != 1 or ldy.window != 1 or lx.external == ldy.external:
+        return None
+    written = {name for o in graph.ops for name in o.output}
+    if (x in written or lx.external in written or ldy.external in written
+            or any(i > index for i in graph.writers(dy))
+            or any(link.external == lx.external and link.internal in written for link in rec.links)
+            or sum(link.external == ldy.external for link in rec.links) != 1):
+        return None
+    return (lx.external, lx.offset), (ldy.external, ldy.offset)
+
+
 def defer_fc_weight_gradients(nets: StepNets, rec: Recurrence) -> StepNets:
     """An FCGradient whose dW and db are `_tmpstep` parameter gradients used nowhere else computes dX per step
     and keeps that step's X and dY rows (rnn_internal_fc_gradient_deferred); after the loop one GEMM over all
     rows adds dW and db into the op's gradients (rnn_internal_fc_weight_gradient, in `weight_gradients`).
-    The per-step Sums of those two gradients go away. The same sum, in far fewer and larger products."""
+    Where X and dY are link views whose tensors hold every step's rows after the loop (_row_links: an LSTM's
+    previous hidden state and its gates' gradient), nothing is copied: the step computes dX alone
+    (rnn_internal_fc_input_gradient) and the GEMM reads those tensors' rows
+    (rnn_internal_fc_weight_gradient_linked). The per-step Sums of the two gradients go away. The same sum, in
+    far fewer and larger products."""
     back = nets.backward
     tmp_to_grad = {p.inner + "_tmpstep": p.grad for p in rec.params}
     graph = Graph(back.op)
     ops, after, drop, rows = [], [], set(), []
-    for o in back.op:
+    for i, o in enumerate(back.op):
         dw, db = (o.output[0], o.output[1]) if o.type == "FCGradient" and len(o.output) == 3 else (None, None)
         if dw not in tmp_to_grad or db not in tmp_to_grad or graph.uses(dw) != 2 or graph.uses(db) != 2:
             ops.append(o)
@@ -226,19 +248,29 @@ def defer_fc_weight_gradients(nets: StepNets, rec: Recurrence) -> StepNets:
         xs, dys = grad_w + "_rnn_x", grad_w + "_rnn_dy"
         x, w, dy = o.input
         deferred = copy_op(o)
-        deferred.type = "rnn_internal_fc_gradient_deferred"
-        deferred.input[:] = [rec.timestep, rec.sequence, x, w, dy, xs, dys]
-        deferred.output[:] = [o.output[2], xs, dys]
         del deferred.arg[:]
         deferred.arg.extend(axes)
+        linked = _row_links(graph, i, x, dy, rec)
+        if linked is None:
+            deferred.type = "rnn_internal_fc_gradient_deferred"
+            deferred.input[:] = [rec.timestep, rec.sequence, x, w, dy, xs, dys]
+            deferred.output[:] = [o.output[2], xs, dys]
+            gemm = OperatorDef(type="rnn_internal_fc_weight_gradient", input=[xs, dys, grad_w, grad_b],
+                               output=[grad_w, grad_b])
+            rows += [xs, dys]
+        else:
+            (x_states, x_offset), (dy_states, dy_offset) = linked
+            deferred.type = "rnn_internal_fc_input_gradient"
+            deferred.input[:] = [x, w, dy]
+            deferred.output[:] = [o.output[2]]
+            gemm = OperatorDef(type="rnn_internal_fc_weight_gradient_linked",
+                               input=[rec.sequence, x_states, dy_states, grad_w, grad_b], output=[grad_w, grad_b],
+                               arg=[make_argument("x_offset", x_offset), make_argument("dy_offset", dy_offset)])
         ops.append(deferred)
-        gemm = OperatorDef(type="rnn_internal_fc_weight_gradient", input=[xs, dys, grad_w, grad_b],
-                           output=[grad_w, grad_b])
         if o.HasField("device_option"):
             gemm.device_option.CopyFrom(o.device_option)
         after.append(gemm)
         drop.update((dw, db))
-        rows += [xs, dys]
     if not after:
         return nets
     ops = [o for o in ops if not (o.type == "Sum" and len(o.input) == 2 and o.input[1] in drop)]

@@ -138,3 +138,34 @@ def fc_weight_gradient(xp, xs, dys, dw, db):
         else:
             grad += value.astype(grad.dtype)
     return dw, db
+
+
+@op("rnn_internal_fc_input_gradient", inputs=3, outputs=1, args={"axis": 1, "axis_w": 1}, gradient=NO_GRADIENT)
+def fc_input_gradient(xp, x, w, dy, *, axis, axis_w):
+    """X, W, dY -> dX = dY·W (shaped as X): FCGradient's input gradient alone, in a backward step net whose
+    weight gradients are formed after the loop from the rows of the linked tensors X and dY view
+    (rnn_internal_fc_weight_gradient_linked)."""
+    m, k, n = _fc_dims(x, w, dy, axis, axis_w)
+    return xp.matmul(dy.reshape(m, n), w.reshape(n, k)).reshape(x.shape)
+
+
+@op("rnn_internal_fc_weight_gradient_linked", inputs=5, outputs=2, enforce_inplace=[(3, 0), (4, 1)],
+    args={"x_offset": Arg("int"), "dy_offset": Arg("int")}, gradient=NO_GRADIENT)
+def fc_weight_gradient_linked(xp, sequence, x_states, dy_states, dw, db, *, x_offset, dy_offset):
+    """sequence (T x ...), X's linked tensor, dY's linked tensor, dW, db -> dW += dYᵀ·X and db += Σ dY over
+    rows [offset, offset + T) of each linked tensor, in place: after the backward loop, every timestep's X
+    and dY are there already (the step viewed row offset + t of each), so no copy of them is kept."""
+    T = sequence.shape[0]
+    for name, states, offset in (("X", x_states, x_offset), ("dY", dy_states, dy_offset)):
+        if offset < 0 or states.ndim == 0 or states.shape[0] < offset + T:
+            raise ShapeError(f"the {name} rows [{offset}, {offset + T}) run past the linked tensor "
+                             f"{tuple(states.shape)} ({T} steps)")
+    xs, dys = x_states[x_offset:x_offset + T], dy_states[dy_offset:dy_offset + T]
+    n = db.size
+    k = dw.size // n if n else 0
+    rows = dys.size // n if n else 0
+    if n * k != dw.size or dys.size != rows * n or xs.size != rows * k:
+        raise ShapeError(f"X rows {tuple(xs.shape)} and dY rows {tuple(dys.shape)} do not fit dW {tuple(dw.shape)} "
+                         f"and db {tuple(db.shape)}")
+    return fc_weight_gradient(xp, xs.reshape(rows, k), dys.reshape(rows, n), dw, db)
+

@@ -163,6 +163,47 @@ def test_deferred_fc_gradient_checks_shapes_and_the_timestep():
         ws.bind(step).run()
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_linked_fc_weight_gradient_sums_the_rows_of_the_linked_tensors(device):
+    """dX = dY·W per step (rnn_internal_fc_input_gradient); after the loop dW and db grow by Σ_t dY_tᵀ·X_t and
+    Σ_t Σ_rows dY_t over rows [offset, offset + T) of X's and dY's linked tensors (loops over rows here)."""
+    rng = np.random.default_rng(2)
+    T, M, K, N = 4, 3, 4, 5
+    X, dY = rng.standard_normal((T + 1, 1, M, K)), rng.standard_normal((T, 1, M, N))
+    W, dW0, db0 = rng.standard_normal((N, K)), rng.standard_normal((N, K)), rng.standard_normal(N)
+    do = DeviceOption(device_type=1) if device != "cpu" else None
+    ws = Workspace(gpu=GPU_MODE[device])
+    for name, value in (("seq", np.zeros((T, 1))), ("X_states", X), ("dY_states", dY), ("W", W), ("dW", dW0),
+                        ("db", db0), ("X", X[2]), ("dY", dY[1])):
+        ws.feed(name, np.asarray(value, np.float32), device_option=do)
+    ws.run_operator_once(make_op("rnn_internal_fc_input_gradient", ["X", "W", "dY"], ["dX"], device=device, axis=2))
+    np.testing.assert_allclose(ws.fetch("dX"), (dY[1, 0] @ W).reshape(1, M, K), rtol=1e-5, atol=1e-5)
+    ws.run_operator_once(make_op("rnn_internal_fc_weight_gradient_linked",
+                                 ["seq", "X_states", "dY_states", "dW", "db"], ["dW", "db"], device=device,
+                                 x_offset=1, dy_offset=0))
+    dW, db = dW0.copy(), db0.copy()
+    for t in range(T):
+        for m in range(M):
+            dW += np.outer(dY[t, 0, m], X[t + 1, 0, m])
+            db += dY[t, 0, m]
+    np.testing.assert_allclose(ws.fetch("dW"), dW, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(ws.fetch("db"), db, rtol=1e-5, atol=1e-5)
+
+
+def test_linked_fc_weight_gradient_checks_the_rows():
+    ws = Workspace()
+    for name, shape in (("seq", (4, 1)), ("X_states", (4, 3, 4)), ("dY_states", (4, 3, 5)), ("dW", (5, 4)),
+                        ("db", (5,))):
+        ws.feed(name, np.zeros(shape, np.float32))
+    op = make_op("rnn_internal_fc_weight_gradient_linked", ["seq", "X_states", "dY_states", "dW", "db"],
+                 ["dW", "db"], x_offset=1, dy_offset=0)
+    with pytest.raises(ShapeError, match=r"the X rows \[1, 5\) run past the linked tensor \(4, 3, 4\) \(4 steps\)"):
+        ws.run_operator_once(op)
+    ws.feed("X_states", np.zeros((5, 3, 3), np.float32))
+    with pytest.raises(ShapeError, match=r"X rows \(4, 3, 3\) and dY rows \(4, 3, 5\) do not fit dW \(5, 4\)"):
+        ws.run_operator_once(op)
+
+
 def test_the_references_catch_wrong_link_and_deferred_kernels(broken):
     from stepnet.ops import REGISTRY
     links, deferred = (REGISTRY.get(t).kernel for t in ("rnn_internal_apply_links", "rnn_internal_fc_weight_gradient"))
@@ -175,3 +216,12 @@ def test_the_references_catch_wrong_link_and_deferred_kernels(broken):
     broken("rnn_internal_fc_weight_gradient", lambda xp, xs, dys, dw, db: deferred(xp, xs[::-1], dys, dw, db))
     with pytest.raises(AssertionError):
         test_deferred_fc_gradient_equals_fc_gradient_summed_over_the_steps("cpu")
+    linked = REGISTRY.get("rnn_internal_fc_weight_gradient_linked").kernel
+    broken("rnn_internal_fc_weight_gradient_linked",
+           lambda xp, seq, xs, dys, dw, db, x_offset, dy_offset: linked(xp, seq, xs, dys, dw, db, x_offset=x_offset - 1,
+                                                                       dy_offset=dy_offset))
+    with pytest.raises(AssertionError):
+        test_linked_fc_weight_gradient_sums_the_rows_of_the_linked_tensors("cpu")
+    broken("rnn_internal_fc_input_gradient", lambda xp, x, w, dy, axis, axis_w: xp.zeros_like(x))
+    with pytest.raises(AssertionError):
+        test_linked_fc_weight_gradient_sums_the_rows_of_the_linked_tensors("cpu")

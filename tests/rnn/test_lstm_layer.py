@@ -195,16 +195,34 @@ def test_saved_activations_run_unless_the_gates_are_recomputed():
         assert (step.find("LSTM/gates_t_rnn_activations") is None) == memopt
 
 
-def test_the_reference_comparison_catches_a_wrong_deferred_weight_gradient(broken):
-    """The step net's FCGradient dW/db are computed after the loop in one GEMM; a wrong one is caught."""
-    original = REGISTRY.get("rnn_internal_fc_weight_gradient").kernel
+@pytest.mark.parametrize("copied", [False, True])
+def test_the_reference_comparison_catches_a_wrong_deferred_weight_gradient(broken, monkeypatch, copied):
+    """The step net's FCGradient dW/db are computed after the loop in one GEMM, from the rows of the tensors the
+    step's X and dY link into (or, copied: from rows each step copies, where they are not such links); a wrong
+    one is caught either way."""
+    from stepnet.graph import step_nets
 
-    def off(xp, xs, dys, dw, db):
-        dw, db = original(xp, xs, dys, dw, db)
+    if copied:
+        monkeypatch.setattr(step_nets, "_row_links", lambda *a: None)
+    name = "rnn_internal_fc_weight_gradient" + ("" if copied else "_linked")
+    original = REGISTRY.get(name).kernel
+
+    def off(xp, *ins, **args):
+        dw, db = original(xp, *ins, **args)
         return dw * 1.01, db
-    broken("rnn_internal_fc_weight_gradient", off)
+    broken(name, off)
     with pytest.raises(AssertionError, match="dLSTM/gates_t_w"):
         test_lstm_outputs_and_every_gradient((0,), False, 0.0, False, False, 2)
+
+
+@pytest.mark.parametrize("owg, seq", [((0,), True), ((0, 1, 2, 3), False)])
+def test_lstm_gradients_with_the_weight_gradient_rows_copied(monkeypatch, owg, seq):
+    """Where X and dY are not links whose tensors keep every step's rows, each step copies them (the
+    rnn_internal_fc_gradient_deferred path): forced here, the same comparison with the reference holds."""
+    from stepnet.graph import step_nets
+
+    monkeypatch.setattr(step_nets, "_row_links", lambda *a: None)
+    test_lstm_outputs_and_every_gradient(owg, seq, 1.5, False, False, 3)
 
 
 def test_a_gradient_op_that_disagrees_with_its_forward_about_saved_activations_says_so():

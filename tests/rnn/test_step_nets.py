@@ -42,11 +42,49 @@ def fc_backward(dw_reused: bool) -> NetDef:
     return NetDef(name="back", op=ops, external_input=["h", "W", "dy"])
 
 
-def backward(net: NetDef) -> sn.StepNets:
-    rec = sn.Recurrence("timestep", (sn.Link("h", "h_states", 0, 1),), (),
+H_LINK = (sn.Link("h", "h_states", 0, 1),)
+
+
+def backward(net: NetDef, links=H_LINK) -> sn.StepNets:
+    rec = sn.Recurrence("timestep", tuple(links), (),
                         (sn.ParamGradient("W_grad", "W_grad"), sn.ParamGradient("b_grad", "b_grad")),
                         (("o_all_grad", "o_states_grad"),), "x")
     return sn.run(sn.BACKWARD, sn.StepNets(NetDef(name="step"), net), rec)
+
+
+H_LINKS = (sn.Link("h", "h_states", 0, 1), sn.Link("h_next", "h_states", 1, 1), sn.Link("dy", "x_grad", 0, 1))
+
+
+def test_weight_gradients_from_the_linked_tensors_rows_when_they_hold_every_step():
+    """X and dY views of window-1 links whose tensors nothing else in the backward step writes: dX alone per
+    step, and the GEMM after the loop reads rows [offset, offset + T) of those tensors (no copies)."""
+    out = backward(fc_backward(dw_reused=False), H_LINKS)
+    step_op = out.backward.op[-1]
+    assert step_op.type == "rnn_internal_fc_input_gradient"
+    assert list(step_op.input) == ["h", "W", "dy"] and list(step_op.output) == ["h_grad"]
+    (gemm,) = out.weight_gradients.op
+    assert gemm.type == "rnn_internal_fc_weight_gradient_linked"
+    assert list(gemm.input) == ["x", "h_states", "x_grad", "W_grad", "b_grad"]
+    assert args(gemm) == {"x_offset": 0, "dy_offset": 0}
+    assert "W_grad_rnn_x" not in out.backward.external_input
+
+
+def test_weight_gradient_rows_are_copied_where_the_linked_tensors_do_not_hold_them():
+    fc = make_op("FCGradient", ["h", "W", "dy"], ["W_grad", "b_grad", "h_grad"])
+    cases = {
+        "dY written after": [fc, make_op("Scale", ["x"], ["dy"])],
+        "X written": [make_op("Scale", ["x"], ["h"]), fc],
+        "a link into X's tensor written": [make_op("Scale", ["x"], ["h_next"]), fc],
+        "X's tensor written by name": [fc, make_op("Scale", ["x"], ["h_states"])],
+    }
+    for why, ops in cases.items():
+        out = backward(NetDef(name="back", op=ops), H_LINKS)
+        assert "rnn_internal_fc_gradient_deferred" in [o.type for o in out.backward.op], why
+    two_into_dy = (*H_LINKS, sn.Link("dy_next", "x_grad", 1, 1))
+    wide = (sn.Link("h", "h_states", 0, 2), *H_LINKS[1:])
+    for links in (two_into_dy, wide):
+        out = backward(fc_backward(dw_reused=False), links)
+        assert out.weight_gradients.op[0].type == "rnn_internal_fc_weight_gradient"
 
 
 def test_backward_rewrite_defers_fc_weight_gradients_to_one_net_after_the_loop():
@@ -84,12 +122,15 @@ def test_running_an_rnn_leaves_the_model_nets_unchanged():
     ws = run(m, data(T, N, D, H, seed=0), (0,))
     step = ws.get_blob("LSTM/step_workspaces").value.steps[1]
     bound = {name: step.net(name).netdef for name in step.nets()}
-    back = next(nd for nd in bound.values() if any(o.type == "rnn_internal_fc_gradient_deferred" for o in nd.op))
+    back = next(nd for nd in bound.values() if any(o.type == "rnn_internal_fc_input_gradient" for o in nd.op))
     assert back.op[0].type == "rnn_internal_apply_links"
     assert "FCGradient" not in [o.type for o in back.op]
     shared = ws.get_blob("LSTM/step_workspaces").value.shared
     (weights,) = [shared.net(n).netdef for n in shared.nets()]
     assert {o.output[0] for o in weights.op} == {"LSTM/gates_t_w_grad"}
+    (gemm,) = weights.op   # from the rows of the hidden states and of the input projection's gradient, uncopied
+    assert gemm.type == "rnn_internal_fc_weight_gradient_linked"
+    assert list(gemm.input[1:3]) == ["LSTM/LSTM/hidden_t_prev_states", "LSTM/i2h_grad"]
     assert net.SerializeToString() == before
 
 
