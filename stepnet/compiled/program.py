@@ -29,6 +29,7 @@ writing it keeps being written only by ops that write it in place in the interpr
 from __future__ import annotations
 
 import sys
+import weakref
 
 import numpy as np
 
@@ -53,30 +54,35 @@ def external_blobs(net) -> list:
 _UNSEEN = object()     # no blob's value
 
 
+def _UNSEEN_REF():   # noqa: N802 - stands where a weak reference to a checked value would
+    return _UNSEEN
+
+
 class _Inputs:
     """A bound net's external blobs and the signature of their values, rechecked per run: a value that is the
     same array as at the last check is not looked at again (no stepnet code changes an array's shape or dtype
     in place; a fed or newly computed value is a new array), so a run whose weights stay put checks only
-    the inputs that were fed."""
+    the inputs that were fed. The arrays checked are held by weak references: a check keeps no array alive
+    (a replayed run does not check, and would otherwise keep its first run's inputs)."""
     __slots__ = ("net", "blobs", "values", "sig")
 
     def __init__(self, net):
         self.net, self.blobs = net, external_blobs(net)
-        self.values, self.sig = [_UNSEEN] * len(self.blobs), None
+        self.values, self.sig = [_UNSEEN_REF] * len(self.blobs), None
 
     def signature(self) -> tuple | None:
         values, changed, i = self.values, self.sig is None, 0
         for blob in self.blobs:
-            v = blob.value
-            if v is not values[i]:
+            v, seen = blob.value, values[i]()
+            if v is not seen or seen is None:     # (a dead reference gives None)
                 if type(v) is not np.ndarray:
-                    self.values, self.sig = [_UNSEEN] * len(self.blobs), None
+                    self.values, self.sig = [_UNSEEN_REF] * len(self.blobs), None
                     return None
-                values[i] = v
+                values[i] = weakref.ref(v)
                 changed = changed or self.sig[i] != (v.shape, v.dtype)
             i += 1
         if changed:
-            self.sig = tuple((v.shape, v.dtype) for v in values)
+            self.sig = tuple((blob.value.shape, blob.value.dtype) for blob in self.blobs)
         return self.sig
 
 

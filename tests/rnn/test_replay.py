@@ -120,3 +120,29 @@ def test_a_step_net_that_writes_its_timestep_gets_fresh_timesteps_each_run():
     rnn = next(b for b in net.ops if b.opdef.type == "RecurrentNetwork")
     replay = rnn.call.args[0].state["forward"].loop.replay
     assert replay is not None and replay.timesteps is None
+
+
+def test_a_replayed_training_step_keeps_no_earlier_runs_arrays_alive():
+    """A replayed run does not check its step net's input signature; what an earlier check saw (the input
+    projection of the first run, a view of it) must not be kept alive by it (compiled.program._Inputs holds
+    weak references): after later runs, the first run's array is freed."""
+    import gc
+    import weakref
+
+    m = ModelBuilder("m")
+    lstm(m, BlobRef("X"), BlobRef("seq"), [BlobRef("h0"), BlobRef("c0")], D, H, scope="L")
+    ws = Workspace(seed=0)
+    ws.run_net_once(m.init_net.proto())
+    rng = np.random.default_rng(0)
+    for name, shape in (("X", (T, N, D)), ("h0", (1, N, H)), ("c0", (1, N, H))):
+        ws.feed(name, rng.standard_normal(shape).astype(F))
+    ws.feed("seq", np.full(N, T, np.int32))
+    net = ws.create_net(m.net.proto())
+    refs = []
+    for _ in range(4):
+        net.run()
+        value = ws.find("L/i2h").value
+        refs.append(weakref.ref(value if value.base is None else value.base))
+    gc.collect()
+    assert [r() is not None for r in refs] == [False, False, False, True]
+    assert ws.find("L/step_workspaces").value.steps   # (the op ran with a backward step net: kept per step)
