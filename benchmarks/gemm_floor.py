@@ -1,0 +1,122 @@
+"""The GEMM floor of an LSTM training step (issue #28): the recurrent products alone, timed with numpy's BLAS
+(what stepnet calls) and with torch's, beside the whole step of each framework (targets.py's models).
+
+Per step of T timesteps at batch B and hidden H (gates 4H): the forward product h·W_hhᵀ (B×H · H×4H) and the
+input gradient dgates·W_hh (B×4H · 4H×H) once per timestep, and the weight gradient dgatesᵀ·h (4H×TB · TB×H)
+once; the floor is their sum, each the median of --rounds timings in one process, both libraries alternating.
+'step ÷ floor' says how close each framework's training step comes to its own library's floor.
+
+    python benchmarks/gemm_floor.py [--batch 1 8 32 128] [--hidden 128 512 1024] [--steps 25] [--threads 1]
+        [--rounds 15] [--write]
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import statistics
+import sys
+import time
+
+import numpy as np
+
+HEADER = "## GEMM floor of the LSTM training step (issue #28)"
+
+
+def timed(fn, rounds: int) -> float:
+    fn()
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return 1000 * statistics.median(times)
+
+
+def products(lib: str, B: int, H: int, T: int):
+    """One training step's recurrent products, as a callable, with `lib`'s GEMM (numpy or torch)."""
+    rng = np.random.default_rng(0)
+    h, w = rng.standard_normal((B, H), np.float32), rng.standard_normal((4 * H, H), np.float32)
+    dg, hs = rng.standard_normal((B, 4 * H), np.float32), rng.standard_normal((T * B, H), np.float32)
+    dgs = rng.standard_normal((T * B, 4 * H), np.float32)
+    if lib == "numpy":
+        wt, out_g, out_h, out_w = w.T, np.empty((B, 4 * H), np.float32), np.empty((B, H), np.float32), \
+            np.empty((4 * H, H), np.float32)
+
+        def run():
+            for _ in range(T):
+                np.matmul(h, wt, out=out_g)
+                np.matmul(dg, w, out=out_h)
+            np.matmul(dgs.T, hs, out=out_w)
+        return run
+    import torch
+    h, w, dg, hs, dgs = map(torch.from_numpy, (h, w, dg, hs, dgs))
+    out_g, out_h, out_w = torch.empty(B, 4 * H), torch.empty(B, H), torch.empty(4 * H, H)
+
+    def run():
+        for _ in range(T):
+            torch.mm(h, w.t(), out=out_g)
+            torch.mm(dg, w, out=out_h)
+        torch.mm(dgs.t(), hs, out=out_w)
+    return run
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--batch", type=int, nargs="+", default=[1, 8, 32, 128])
+    p.add_argument("--hidden", type=int, nargs="+", default=[128, 512, 1024])
+    p.add_argument("--steps", type=int, default=25)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--rounds", type=int, default=15)
+    p.add_argument("--write", action="store_true")
+    args = p.parse_args()
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    threadpool_limits(args.threads, user_api="blas")
+    import torch
+    torch.set_num_threads(args.threads)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from targets import stepnet_net, torch_train
+
+    blas = "; ".join(f"{i.get('internal_api')} {i.get('version')} {i.get('architecture', '')}"
+                     for i in threadpool_info() if i.get("user_api") == "blas")
+    T, V = args.steps, 65
+    table = ["| B | H | numpy floor ms | torch floor ms | stepnet step ms | torch step ms | stepnet ÷ floor | "
+             "torch ÷ floor | stepnet ÷ torch |", "|---|---|---|---|---|---|---|---|---|"]
+    for H in args.hidden:
+        for B in args.batch:
+            floors = [products(lib, B, H, T) for lib in ("numpy", "torch")]
+            step_s = stepnet_net("lstm", H, T, B, V, train=True)[1].run
+            step_t = torch_train("lstm", H, T, B, V, loop=False)
+            fns = [*floors, step_s, step_t]
+            times = [[] for _ in fns]
+            for fn in fns:
+                fn()
+            for r in range(args.rounds):
+                order = range(len(fns)) if r % 2 == 0 else reversed(range(len(fns)))
+                for i in order:
+                    times[i].append(timed(fns[i], 1))
+            fn_, ft, ss, st = (statistics.median(t) for t in times)
+            line = (f"| {B} | {H} | {fn_:.2f} | {ft:.2f} | {ss:.2f} | {st:.2f} | {ss / fn_:.2f} | {st / ft:.2f} | "
+                    f"{ss / st:.2f} |")
+            print(line, flush=True)
+            table.append(line)
+    command = " ".join(["python", "benchmarks/gemm_floor.py", *sys.argv[1:]])
+    text = "\n".join([
+        HEADER, "",
+        f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; machine: {platform.machine()}, "
+        f"{os.cpu_count()} CPUs, Python {platform.python_version()}, numpy {np.__version__} ({blas}), torch "
+        f"{torch.__version__}; {args.threads} thread(s) for both",
+        f"- command: `{command}`",
+        f"- char-rnn LSTM training step, T={T}, V={V}, SGD (targets.py's models); floors: the recurrent products "
+        f"alone (T forward and T input-gradient GEMMs, one weight-gradient GEMM) with each library; every column "
+        f"the median of {args.rounds} rounds, the four alternating in one process", "", *table, ""])
+    print(text)
+    if args.write:
+        from results import write_section
+        write_section(text, HEADER + "\n")
+
+
+if __name__ == "__main__":
+    main()

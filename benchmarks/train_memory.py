@@ -1,0 +1,108 @@
+"""Peak memory of an LSTM training step: stepnet vs torch nn.LSTM, each in its own process (issue #28).
+
+Each child builds the char-rnn training step (one-hot input T×B×V, LSTM, output FC, Softmax, cross entropy,
+SGD; as targets.py), with its weights and data, and reads its RSS (the base: interpreter, imports, model, data);
+it resets the kernel's peak-RSS mark (writing 5 to /proc/self/clear_refs resets VmHWM), runs --steps training
+steps and reports, in MiB above the base, the peak (VmHWM) and what stays resident after them (what a framework
+keeps between steps: stepnet's step workspaces and state tensors, torch's freed autograd graph).
+
+    python benchmarks/train_memory.py [--hidden 512] [--steps-T 100 400] [--batch 32] [--threads 1] [--write]
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+HEADER = "## Training step peak memory (issue #28)"
+
+
+def status(field: str) -> float:
+    """A field of /proc/self/status in MiB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+    raise KeyError(field)
+
+
+def child(args) -> dict:
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(args.threads, user_api="blas")
+    sys.path.insert(0, str(HERE))
+    from targets import stepnet_net, torch_train
+
+    T, B, V, H = args.T, args.batch, 65, args.H
+    if args.framework == "stepnet":
+        _, net, _ = stepnet_net(args.cell, H, T, B, V, train=True)
+        step = net.run
+    else:
+        import torch
+        torch.set_num_threads(args.threads)
+        step = torch_train(args.cell, H, T, B, V, loop=False)
+    Path("/proc/self/clear_refs").write_text("5")
+    base = status("VmRSS")
+    for _ in range(args.steps):
+        step()
+    return {"base": base, "peak": status("VmHWM") - base, "kept": status("VmRSS") - base}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--hidden", type=int, nargs="+", default=[512])
+    p.add_argument("--steps-T", type=int, nargs="+", default=[100, 400])
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--cell", default="lstm", choices=("lstm", "gru"))
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--write", action="store_true")
+    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--framework", help=argparse.SUPPRESS)
+    p.add_argument("--T", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--H", type=int, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.child:
+        print(json.dumps(child(args)))
+        return
+    table = ["| H | T | stepnet peak, MiB | torch peak | stepnet ÷ torch | stepnet kept | torch kept | bases |",
+             "|---|---|---|---|---|---|---|---|"]
+    for H in args.hidden:
+        for T in args.steps_T:
+            got = {}
+            for fw in ("stepnet", "torch"):
+                cmd = [sys.executable, __file__, "--child", "--framework", fw, "--T", str(T), "--H", str(H),
+                       "--batch", str(args.batch), "--cell", args.cell, "--threads", str(args.threads),
+                       "--steps", str(args.steps)]
+                out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+                got[fw] = json.loads(out.strip().splitlines()[-1])
+            s, t = got["stepnet"], got["torch"]
+            line = (f"| {H} | {T} | {s['peak']:.0f} | {t['peak']:.0f} | {s['peak'] / t['peak']:.2f} | "
+                    f"{s['kept']:.0f} | {t['kept']:.0f} | {s['base']:.0f}, {t['base']:.0f} |")
+            print(line, flush=True)
+            table.append(line)
+    command = " ".join(["python", "benchmarks/train_memory.py", *sys.argv[1:]])
+    text = "\n".join([
+        HEADER, "",
+        f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; machine: {platform.machine()}, "
+        f"{os.cpu_count()} CPUs, Python {platform.python_version()}",
+        f"- command: `{command}`",
+        f"- {args.cell.upper()} char-rnn training step, B={args.batch}, V=65, SGD, {args.threads} thread(s); each "
+        f"framework in its own process: model built and fed, the peak-RSS mark reset, {args.steps} steps; 'peak' = "
+        "VmHWM over those steps − VmRSS before them (MiB), 'kept' = VmRSS after them − the same base, 'bases' = "
+        "that VmRSS (stepnet, torch)",
+        "", *table, ""])
+    print(text)
+    if args.write:
+        sys.path.insert(0, str(HERE))
+        from results import write_section
+        write_section(text, HEADER + "\n")
+
+
+if __name__ == "__main__":
+    main()
