@@ -123,14 +123,21 @@ class Workspace:
 
     def blas_threads(self):
         """A context manager holding numpy's BLAS at this workspace's `threads` while a top-level net runs
-        (threadpoolctl; about 8 µs to enter and leave), or None when `threads` is None (BLAS as the process has it)."""
+        (threadpoolctl; about 8 µs to enter and leave), or None when `threads` is None (BLAS as the process has it)
+        or every BLAS library already runs that many threads (asked of each library per call, about 1 µs)."""
         if self.threads is None:
             return None
         if self._blas is None:
             from threadpoolctl import ThreadpoolController
 
-            controller = ThreadpoolController()
-            self._blas = lambda: controller.limit(limits=self.threads, user_api="blas")
+            controller = ThreadpoolController().select(user_api="blas")
+            libs = tuple(controller.lib_controllers)
+
+            def limit():
+                if all(lib.get_num_threads() == self.threads for lib in libs):
+                    return None
+                return controller.limit(limits=self.threads)
+            self._blas = limit
         return self._blas()
 
     # ----------------------------------------------------------------------------- blobs
