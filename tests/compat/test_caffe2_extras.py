@@ -26,10 +26,18 @@ def test_timeout_guard_lets_a_quick_block_finish():
 
 
 def test_timeout_guard_interrupts_a_block_that_hangs(monkeypatch):
+    import signal
+
     monkeypatch.setattr(timeout_guard, "FORCE_AFTER_SECS", 60.0)
-    with pytest.raises(KeyboardInterrupt):
-        with timeout_guard.CompleteInTimeOrDie(0.05):
-            time.sleep(5)
+    # Python's own SIGINT handler, whatever this process was started with (a background job of a shell without
+    # job control starts with SIGINT ignored, and Python then installs none)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with timeout_guard.CompleteInTimeOrDie(0.05):
+                time.sleep(5)
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def test_build_reports_a_cpu_build():
