@@ -1,0 +1,100 @@
+"""The compiled forms of the step FC (stepnet.kernels.fc, stepnet.compiled.products): they give the interpreted
+kernel's bits where this machine's check accepts them, are within float32 rounding of the float64 product
+everywhere, and a faster form that sums otherwise is never chosen."""
+import functools
+import types
+
+import numpy as np
+import pytest
+
+from stepnet import Workspace
+
+F = np.float32
+
+
+def fc_bound(y_blob=None):
+    """A stand-in bound FC op (axis 1) for the compiled forms."""
+
+    return types.SimpleNamespace(plain=functools.partial(print, axis=1, axis_w=1, float16_compute=False),
+                                 outputs=[y_blob])
+
+
+def fc_error_bound(x, w, b):
+    """What float32 can get wrong in X·Wᵀ + b summed in any order: (K + 1)·eps32 times the sum of the terms'
+    magnitudes, per element (the standard bound on a recursive sum of K products and a bias)."""
+    k = x.shape[1]
+    return (k + 1) * np.finfo(F).eps * (np.abs(x.astype(np.float64)) @ np.abs(w.astype(np.float64)).T + np.abs(b))
+
+
+@pytest.mark.parametrize("m, k, n", [(32, 128, 512), (5, 37, 24), (1, 16, 8), (64, 512, 2048)])
+def test_the_fc_form_chosen_gives_the_kernels_bits(m, k, n):
+    """The step FC's compiled forms (stepnet.kernels.fc): the kernel's own computation gives the FC kernel's
+    bits everywhere; W·Xᵀ and the column-block forms are within float32 rounding of the float64 product (their
+    sums may run in another order on some CPUs and BLAS kernels), a block form without its per-run Wᵀ copy
+    takes the kernel's computation, and the form chosen automatically (checked at run time on this machine)
+    gives the kernel's bits exactly."""
+    from stepnet.compiled.products import fc
+    from stepnet.kernels.fc import same_sums, forms
+    from stepnet.testing import run_op
+
+    rng = np.random.default_rng(m + k + n)
+    x, w, b = (rng.standard_normal(s).astype(F) for s in ((m, k), (n, k), (n,)))
+    want = run_op("FC", [x, w, b], 1, ws=Workspace(fused_cells=False))   # the interpreted kernel
+    exact = x.astype(np.float64) @ w.astype(np.float64).T + b
+    bound = fc_error_bound(x, w, b)
+    for parts in ("kernel", "w first", 1, 2, 4):
+        fast = fc(fc_bound(), [x, w, b], [np.empty((m, n), F)], parts=parts)
+        assert (fast.begin is not None) == (parts not in ("kernel", "w first"))
+        out = [np.empty((m, n), F)]
+        if fast.begin is not None:
+            fast.fn([x, w, b], out)                  # no begin yet: the kernel's computation
+            np.testing.assert_array_equal(out[0], want)
+            fast.begin[1](w)
+        fast.fn([x, w, b], out)
+        assert (np.abs(out[0] - exact) <= bound).all(), parts
+        if parts == "kernel":
+            np.testing.assert_array_equal(out[0], want)
+    for key in same_sums(m, k, n, F, forms(m, k, n, F)):     # what this machine's check accepts is exact
+        fast = fc(fc_bound(), [x, w, b], [np.empty((m, n), F)], parts=key)
+        out = [np.empty((m, n), F)]
+        if fast.begin is not None:
+            fast.begin[1](w)
+        fast.fn([x, w, b], out)
+        np.testing.assert_array_equal(out[0], want, err_msg=str(key))
+    chosen = fc(fc_bound(), [x, w, b], [np.empty((m, n), F)])
+    out = [np.empty((m, n), F)]
+    if chosen.begin is not None:
+        chosen.begin[1](w)
+    chosen.fn([x, w, b], out)
+    np.testing.assert_array_equal(out[0], want)
+
+
+def test_the_error_bound_catches_a_wrong_product():
+    """fc_error_bound is tight enough to fail a product off by one part in 10^4."""
+    rng = np.random.default_rng(1)
+    x, w, b = (rng.standard_normal(s).astype(F) for s in ((8, 64), (32, 64), (32,)))
+    exact = x.astype(np.float64) @ w.astype(np.float64).T + b
+    assert not (np.abs(exact * (1 + 1e-4) - exact) <= fc_error_bound(x, w, b)).all()
+
+
+def test_a_faster_fc_form_with_other_sums_is_not_chosen():
+    """fastest() times only the forms that give fc_into's bits on this machine: a faster form that sums
+    otherwise (here off by a little) is never chosen; a faster form with the bits wins; with none, the
+    kernel's computation stays."""
+    import time
+
+    from stepnet.kernels.fc import Form, fastest, kernel_form
+
+    m, k, n = 32, 128, 512
+    real = kernel_form(m, k, n, F)
+
+    def slow(x2, w, b, out):
+        time.sleep(0.002)
+        real.biased(x2, w, b, out)
+
+    def off(x2, w, b, out):
+        real.biased(x2, w, b, out)
+        out *= F(1 + 1e-6)
+    kernel, right, wrong = Form(slow, real.product), Form(real.biased, real.product), Form(off, real.product)
+    assert fastest(m, k, n, F, {"kernel": kernel, 4: right, 2: wrong}) == 4
+    assert fastest(m, k, n, F, {"kernel": kernel, 2: wrong}) == "kernel"
