@@ -2,6 +2,7 @@
 import numpy as np
 import pytest
 
+from stepnet.runtime.workspace import numpy_blas
 from stepnet import NetDef, Workspace
 from stepnet.core.errors import MissingBlobError, NetError
 from stepnet.testing import make_op
@@ -147,17 +148,21 @@ def test_binding_a_net_leaves_the_netdef_unchanged():
     assert nd.SerializeToString() == before
 
 
+def blas_counts() -> list[int]:
+    """The thread counts of numpy's BLAS libraries (what Workspace(threads=) holds)."""
+    return [lib.get_num_threads() for lib in numpy_blas().lib_controllers]
+
+
 def _register_recorder(temporary_op):
     """A RecordThreads op appending the BLAS thread counts (threadpoolctl) it sees to the returned list, and a
     RunNet op running its net argument as a sub-net."""
-    from threadpoolctl import threadpool_info
 
     from stepnet.ops.registry import Arg
 
     seen = []
 
     def record(xp):
-        seen.append([i["num_threads"] for i in threadpool_info() if i.get("user_api") == "blas"])
+        seen.append(blas_counts())
     temporary_op("RecordThreads", record, inputs=0, outputs=0)
     temporary_op("RunNet", lambda ctx, xp, *, net: ctx.bind(net).run(), inputs=0, outputs=0, context=True,
                  args={"net": Arg("net")})
@@ -180,40 +185,50 @@ def _blas_threads_seen(seen, **ws_args):
 
 
 def test_threads_holds_blas_while_a_net_runs(temporary_op):
-    from threadpoolctl import threadpool_info, threadpool_limits
+    from threadpoolctl import threadpool_limits
 
     seen = _register_recorder(temporary_op)
     with threadpool_limits(2, user_api="blas"):
-        before = [i["num_threads"] for i in threadpool_info() if i.get("user_api") == "blas"]
+        before = blas_counts()
         assert _blas_threads_seen(seen, threads=1) == [[1] * len(before)] * 2
-        assert [i["num_threads"] for i in threadpool_info() if i.get("user_api") == "blas"] == before
+        assert blas_counts() == before
         assert _blas_threads_seen(seen) == [[1] * len(before)] * 2    # the default: DEFAULT_THREADS, as the CLI
         assert _blas_threads_seen(seen, threads=0) == [before] * 2      # 0: BLAS as the process has it
 
 
 def test_threads_costs_nothing_when_blas_already_runs_that_many(temporary_op):
-    """Where every BLAS library already runs `threads` threads, a run does not go through threadpoolctl (its
-    limit costs about 8 µs a run: a third of a sampled character); the count seen is the same."""
-    from threadpoolctl import threadpool_info, threadpool_limits
+    """Where numpy's BLAS already runs `threads` threads, a run does not go through threadpoolctl (its limit
+    costs about 8 µs a run: a third of a sampled character), whatever other BLAS libraries run; the count seen
+    is the same."""
+    from threadpoolctl import threadpool_limits
+
+    import scipy.linalg  # noqa: F401 - SciPy's own BLAS loaded beside numpy's (numba imports SciPy)
+    from threadpoolctl import ThreadpoolController
 
     seen = _register_recorder(temporary_op)
     ws = Workspace(threads=1)
     with threadpool_limits(1, user_api="blas"):
         assert ws.blas_threads() is None
         assert _blas_threads_seen(seen, threads=1) == [[1] * len(seen[0])] * 2
+    with threadpool_limits(1, user_api="blas"):
+        others = [lib for lib in ThreadpoolController().select(user_api="blas").lib_controllers
+                  if lib.filepath not in {own.filepath for own in numpy_blas().lib_controllers}]
+        for lib in others:
+            lib.set_num_threads(2)      # another BLAS's count is not what stepnet's kernels use
+        assert Workspace(threads=1).blas_threads() is None
     with threadpool_limits(2, user_api="blas"):
-        before = [i["num_threads"] for i in threadpool_info() if i.get("user_api") == "blas"]
+        before = blas_counts()
         limit = ws.blas_threads()
         assert (limit is None) == (set(before) == {1})      # (a one-CPU machine's OpenBLAS stays at 1)
         if limit is not None:
             with limit:
-                assert {i["num_threads"] for i in threadpool_info() if i.get("user_api") == "blas"} == {1}
-        assert [i["num_threads"] for i in threadpool_info() if i.get("user_api") == "blas"] == before
+                assert set(blas_counts()) == {1}
+        assert blas_counts() == before
 
 
 def test_threads_holds_blas_while_a_plan_runs(temporary_op):
     """A plan's nets are bound one level below it: the plan itself holds BLAS at `threads`."""
-    from threadpoolctl import threadpool_info, threadpool_limits
+    from threadpoolctl import threadpool_limits
 
     from stepnet.io.proto import PlanDef
 
@@ -223,10 +238,10 @@ def test_threads_holds_blas_while_a_plan_runs(temporary_op):
     net.op.add(type="RecordThreads")
     plan.execution_step.add(name="s", network=["n"], num_iter=2)
     with threadpool_limits(2, user_api="blas"):
-        before = [i["num_threads"] for i in threadpool_info() if i.get("user_api") == "blas"]
+        before = blas_counts()
         Workspace(threads=1).run_plan(plan)
         assert seen == [[1] * len(before)] * 2
-        assert [i["num_threads"] for i in threadpool_info() if i.get("user_api") == "blas"] == before
+        assert blas_counts() == before
 
 
 def test_threads_is_inherited_and_checked():

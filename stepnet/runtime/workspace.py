@@ -1,6 +1,7 @@
 """Workspace: named blobs with Caffe2's parent-chain binding rules, and the nets created in it."""
 from __future__ import annotations
 
+import os
 from typing import Any, Iterator
 
 import numpy as np
@@ -57,6 +58,18 @@ class Blob:
 # char-rnn step up to 2.2x slower, and the Python API at the process's own count ran a 1-layer LSTM step 7-20x
 # slower than the CLI under load. 0 leaves BLAS as the process has it.
 DEFAULT_THREADS = 1
+
+
+def numpy_blas():
+    """threadpoolctl's controller of numpy's BLAS: the BLAS libraries numpy ships (in numpy.libs or numpy/.dylibs),
+    or every BLAS library loaded where numpy ships none (a numpy linked to a system BLAS)."""
+    from threadpoolctl import ThreadpoolController
+
+    controller = ThreadpoolController().select(user_api="blas")
+    package = os.path.dirname(np.__file__)
+    shipped = [lib.filepath for lib in controller.lib_controllers
+               if lib.filepath.startswith((package + os.sep, package + ".libs" + os.sep))]
+    return controller.select(filepath=shipped) if shipped else controller
 
 
 class Workspace:
@@ -124,13 +137,13 @@ class Workspace:
     def blas_threads(self):
         """A context manager holding numpy's BLAS at this workspace's `threads` while a top-level net runs
         (threadpoolctl; about 8 µs to enter and leave), or None when `threads` is None (BLAS as the process has it)
-        or every BLAS library already runs that many threads (asked of each library per call, about 1 µs)."""
+        or numpy's BLAS already runs that many threads (asked per call, about 0.3 µs). numpy's BLAS (numpy_blas):
+        other BLAS libraries loaded beside it, such as SciPy's, which numba imports, are not what stepnet's
+        kernels call."""
         if self.threads is None:
             return None
         if self._blas is None:
-            from threadpoolctl import ThreadpoolController
-
-            controller = ThreadpoolController().select(user_api="blas")
+            controller = numpy_blas()
             libs = tuple(controller.lib_controllers)
 
             def limit():
