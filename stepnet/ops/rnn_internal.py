@@ -96,6 +96,13 @@ def _fc_dims(x, w, dy, axis: int, axis_w: int) -> tuple[int, int, int]:
     return m, k, n
 
 
+def _steps(sequence) -> int:
+    """T, the first dimension of the op's sequence input (T x ...)."""
+    if sequence.ndim == 0:
+        raise ShapeError(f"the sequence input must be T x ..., got a scalar of shape {tuple(sequence.shape)}")
+    return sequence.shape[0]
+
+
 def _rows(xp, rows, count: int, width: int, like):
     """rows when it is a (count x width) buffer of like's dtype and device (last run's, kept as Caffe2 keeps a
     tensor's memory), else a new one."""
@@ -112,7 +119,7 @@ def fc_gradient_deferred(xp, timestep, sequence, x, w, dy, xs, dys, *, axis, axi
     and this step's X and dY copied into block T-1-t of the (T·M) x K and (T·M) x N row buffers (the order the
     backward loop visits the steps), from which rnn_internal_fc_weight_gradient forms dW and db."""
     m, k, n = _fc_dims(x, w, dy, axis, axis_w)
-    T, t = sequence.shape[0], _timestep(timestep)
+    T, t = _steps(sequence), _timestep(timestep)
     if not 0 <= t < T:
         raise ShapeError(f"timestep {t} is outside the {T} steps of the sequence {tuple(sequence.shape)}")
     new_xs, new_dys = _rows(xp, xs, T * m, k, x), _rows(xp, dys, T * m, n, dy)
@@ -155,7 +162,7 @@ def fc_weight_gradient_linked(xp, sequence, x_states, dy_states, dw, db, *, x_of
     """sequence (T x ...), X's linked tensor, dY's linked tensor, dW, db -> dW += dYᵀ·X and db += Σ dY over
     rows [offset, offset + T) of each linked tensor, in place: after the backward loop, every timestep's X
     and dY are there already (the step viewed row offset + t of each), so no copy of them is kept."""
-    T = sequence.shape[0]
+    T = _steps(sequence)
     for name, states, offset in (("X", x_states, x_offset), ("dY", dy_states, dy_offset)):
         if offset < 0 or states.ndim == 0 or states.shape[0] < offset + T:
             raise ShapeError(f"the {name} rows [{offset}, {offset + T}) run past the linked tensor "

@@ -161,6 +161,9 @@ def test_deferred_fc_gradient_checks_shapes_and_the_timestep():
     ws.feed("timestep", np.array([2], np.int32))
     with pytest.raises(ShapeError, match=r"timestep 2 is outside the 2 steps of the sequence \(2, 1\)"):
         ws.bind(step).run()
+    ws.feed("seq", np.float32(2))
+    with pytest.raises(ShapeError, match=r"the sequence input must be T x \.\.\., got a scalar"):
+        ws.bind(step).run()
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -201,6 +204,9 @@ def test_linked_fc_weight_gradient_checks_the_rows():
         ws.run_operator_once(op)
     ws.feed("X_states", np.zeros((5, 3, 3), np.float32))
     with pytest.raises(ShapeError, match=r"X rows \(4, 3, 3\) and dY rows \(4, 3, 5\) do not fit dW \(5, 4\)"):
+        ws.run_operator_once(op)
+    ws.feed("seq", np.float32(4))
+    with pytest.raises(ShapeError, match=r"the sequence input must be T x \.\.\., got a scalar"):
         ws.run_operator_once(op)
 
 
