@@ -2,6 +2,7 @@
 where there was an internal error or a kernel's stray exception. Each test builds the hostile input by hand."""
 import re
 
+import numpy as np
 import pytest
 
 from stepnet import Workspace
@@ -222,3 +223,17 @@ def test_an_npy_with_an_empty_string_dtype_is_refused(tmp_path, capsys, monkeypa
     assert main(["run", "net.pb", "--feed", "X=f.npy", "--fetch", "Y", "--max-blob-bytes", "64M"]) == 1
     err = capsys.readouterr().err
     assert "its header gives the empty dtype <U0 for shape (5000, 5000)" in err, err
+
+
+def test_an_empty_host_input_to_a_device_op_is_a_device_error(tmp_path, capsys, monkeypatch):
+    """Campaign seed 12 case 1632: an empty (0, 3, 2) host array fed to NCHW2NHWC running on the emulated device
+    passed the device check (host inputs of at most one element are allowed there, meant for scalars) and reached
+    the kernel, whose mixing error the executor wrapped; one element is the rule now, so it is one DeviceError."""
+    monkeypatch.chdir(tmp_path)
+    np.savez(tmp_path / "pool.npz", in0=np.zeros((0, 3, 2), np.float32))
+    net = proto.NetDef(name="storm")
+    net.op.add(type="NCHW2NHWC", input=["in0"], output=["o"]).device_option.device_type = 1   # a GPU op
+    proto.atomic_write(tmp_path / "net.pb", net.SerializeToString())
+    assert main(["run", "net.pb", "--feed", "pool.npz", "-q", "--device", "emulate"]) == 1
+    err = capsys.readouterr().err
+    assert "input 'in0' is on cpu but the op runs on emulated:0; copy it first" in err, err

@@ -280,7 +280,7 @@ def _check_devices(bop, values) -> None:
     host_ok = bop.schema.host_inputs
     for i, (name, v) in enumerate(zip(bop.opdef.input, values)):
         dev = backend.device_of(v)
-        if dev is None or dev == bop.device or (dev.is_cpu and (i in host_ok or v.size <= 1)):
+        if dev is None or dev == bop.device or (dev.is_cpu and (i in host_ok or v.size == 1)):
             continue
         raise DeviceError(f"input {name!r} is on {dev} but the op runs on {bop.device}; "
                           f"copy it first (CopyCPUToGPU / CopyGPUToCPU)", at=bop.label)
