@@ -9,7 +9,8 @@ Rows (B=32, T=25, V=65 unless said; one-hot input, SGD):
   train    one char-rnn training step (forward, BPTT, SGD) of LSTM / GRU / basic RNN vs torch nn.LSTM/GRU/RNN,
            vs an nn.LSTMCell/GRUCell/RNNCell loop, and (LSTM) vs the hand-written numpy BPTT (numpy_lstm.py)
   forward  the predict net (RNN over T steps, output FC, Softmax), forward-only, vs onnxruntime running
-           the same torch module exported to ONNX
+           stepnet's own export of that net (`export_onnx`: the LSTM as one ONNX LSTM node), or, where that export
+           has no single RNN node (GRU, basic RNN: a Scan), the same torch module exported to ONNX
   sample   sampling at B=1: per character feed the one-hot char and the states, run the T=1 predict net,
            fetch the probabilities and states; vs the same step written in numpy (outputs compared)
   squeeze  SqueezeNet 1.1 forward at 224×224, batch 1 and 8, vs torch (squeezenet.py's models)
@@ -102,10 +103,35 @@ def torch_train(cell: str, H: int, T: int, B: int, V: int, loop: bool):
     return run
 
 
+def ort_session(model_bytes: bytes, threads: int):
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
+    return ort.InferenceSession(model_bytes, opts, providers=["CPUExecutionProvider"])
+
+
+def onnx_forward_stepnet(ws, net, threads: int):
+    """onnxruntime on stepnet's own export of the predict net (export_onnx: the LSTM layer as one ONNX LSTM node),
+    fed the same arrays; None where the export has no single RNN node for the layer (then torch's export,
+    which has one, is the stronger peer)."""
+    from stepnet.export.onnx.exporter import export_onnx
+
+    read = {n for op in net.netdef.op for n in op.input}
+    feeds = {n: ws.fetch(n) for n in ("input_blob", "seq_lengths", "hidden_init", "cell_init") if n in read}
+    params = {n: ws.fetch(n) for n in ws.blobs() if n not in feeds and hasattr(ws.find(n).value, "shape")}
+    result = export_onnx(net.netdef, None, inputs=feeds, outputs=["softmax"], params=params)
+    if not any(n.op_type in ("LSTM", "GRU", "RNN") for n in result.model.graph.node):
+        return None
+    sess = ort_session(result.model.SerializeToString(), threads)
+    feed = {k: feeds[k] for k in result.inputs}
+    return lambda: sess.run(None, feed)
+
+
 def onnx_forward(cell: str, H: int, T: int, B: int, V: int, threads: int):
+    """onnxruntime on torch's export of the same architecture (an ONNX LSTM/GRU/RNN node)."""
     import io
 
-    import onnxruntime as ort
     import torch
 
     rnn, lin = torch_model(cell, H, V, loop=False)
@@ -124,9 +150,7 @@ def onnx_forward(cell: str, H: int, T: int, B: int, V: int, threads: int):
         warnings.simplefilter("ignore")
         torch.onnx.export(Predict().eval(), (torch.from_numpy(xs),), buf, input_names=["x"], output_names=["p"],
                           dynamo=False)
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
-    sess = ort.InferenceSession(buf.getvalue(), opts, providers=["CPUExecutionProvider"])
+    sess = ort_session(buf.getvalue(), threads)
     feed = {"x": xs}
     return lambda: sess.run(None, feed)
 
@@ -205,8 +229,11 @@ def rows(args):
                     run, _, init = stepnet_timer(cfg, H)
                     yield "train", "numpy", cell, H, run, numpy_timer(cfg, H, init)[0], ""
             if "forward" in args.rows:
-                _, net, _ = stepnet_net(cell, H, T, B, V, train=False, fused=args.fused)
-                yield "forward", "onnxruntime", cell, H, net.run, onnx_forward(cell, H, T, B, V, args.threads), ""
+                ws, net, _ = stepnet_net(cell, H, T, B, V, train=False, fused=args.fused)
+                own = onnx_forward_stepnet(ws, net, args.threads)
+                peer = own or onnx_forward(cell, H, T, B, V, args.threads)
+                yield ("forward", "onnxruntime", cell, H, net.run, peer,
+                       "ORT on stepnet's export" if own else "ORT on torch's export (a single RNN node)")
     if "sample" in args.rows:
         for H in args.hidden:
             a, b, diff = sampler_pair(H, V, args.chars, args.fused)
