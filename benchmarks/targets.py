@@ -113,8 +113,8 @@ def ort_session(model_bytes: bytes, threads: int):
 
 def onnx_forward_stepnet(ws, net, threads: int):
     """onnxruntime on stepnet's own export of the predict net (export_onnx: the LSTM layer as one ONNX LSTM node),
-    fed the same arrays; None where the export has no single RNN node for the layer (then torch's export,
-    which has one, is the stronger peer)."""
+    fed the same arrays, and the largest difference of its probabilities from stepnet's; None where the export
+    has no single RNN node for the layer (then torch's export, which has one, is the stronger peer)."""
     from stepnet.export.onnx.exporter import export_onnx
 
     read = {n for op in net.netdef.op for n in op.input}
@@ -125,7 +125,9 @@ def onnx_forward_stepnet(ws, net, threads: int):
         return None
     sess = ort_session(result.model.SerializeToString(), threads)
     feed = {k: feeds[k] for k in result.inputs}
-    return lambda: sess.run(None, feed)
+    net.run()
+    diff = float(np.abs(sess.run(None, feed)[0] - ws.fetch("softmax")).max())
+    return (lambda: sess.run(None, feed)), diff
 
 
 def onnx_forward(cell: str, H: int, T: int, B: int, V: int, threads: int):
@@ -231,9 +233,10 @@ def rows(args):
             if "forward" in args.rows:
                 ws, net, _ = stepnet_net(cell, H, T, B, V, train=False, fused=args.fused)
                 own = onnx_forward_stepnet(ws, net, args.threads)
-                peer = own or onnx_forward(cell, H, T, B, V, args.threads)
+                peer = own[0] if own else onnx_forward(cell, H, T, B, V, args.threads)
                 yield ("forward", "onnxruntime", cell, H, net.run, peer,
-                       "ORT on stepnet's export" if own else "ORT on torch's export (a single RNN node)")
+                       f"ORT on stepnet's export, max |Δp| {own[1]:.0e}" if own
+                       else "ORT on torch's export (a single RNN node)")
     if "sample" in args.rows:
         for H in args.hidden:
             a, b, diff = sampler_pair(H, V, args.chars, args.fused)
