@@ -1,9 +1,10 @@
 """A hand-written numpy char-rnn training step (one-layer LSTM, BPTT), the baseline of char_rnn.py.
 
-It is written as a competent numpy programmer would write it, in float32: one GEMM projects the input of all
-timesteps at once, each step makes its gates with one GEMM plus vectorised activations (sigmoid as
-0.5·tanh(x/2) + 0.5), the backward pass runs one GEMM per step for the recurrent gradient and forms the weight
-gradients with one GEMM each after the loop. Softmax + cross entropy use the fused gradient (p − onehot)/N.
+It is written as a careful numpy programmer would write it, in float32, every buffer allocated once and every
+step's arithmetic into them (out=): the input of all timesteps projected at once (its rows gathered where the
+input is one-hot, as char-rnn's is, else one GEMM), each step's gates with one GEMM plus vectorised activations
+(sigmoid as 0.5·tanh(x/2) + 0.5), the backward pass one GEMM per step for the recurrent gradient and the weight
+gradients one GEMM each after the loop. Softmax + cross entropy use the fused gradient (p − onehot)/N.
 
 Parameters are keyed by ROLES, the suffixes of the blob names that stepnet.builders.rnn.lstm and ModelBuilder.fc
 give them, in their layouts (gate order i, f, o, g; FC weights out × in), so the same initial values can be
@@ -60,15 +61,24 @@ class CharRNN:
         self.h = np.empty((T + 1, B, H), F32)
         self.tanh_c = np.empty((T, B, H), F32)
         self.dgates = np.empty((T, B, 4 * H), F32)
+        self.xg = np.empty((T * B, 4 * H), F32)
+        self.scratch = {name: np.empty((B, H), F32) for name in ("ig", "dh", "dc", "gg")}
+        self.sig = np.empty((B, 3 * H), F32)
 
     # ------------------------------------------------------------------------------------------ forward
     def forward(self, x, h0, c0):
         """Hidden states T×B×H of the LSTM over the one-hot input x (T×B×V)."""
         T, B, H, p = self.T, self.B, self.H, self.p
-        xg = x.reshape(T * B, -1) @ p["i2h_w"].T
+        x2 = x.reshape(T * B, -1)
+        ids = x2.argmax(axis=1)
+        if np.array_equal(x2[np.arange(T * B), ids], np.ones(T * B, F32)) and x2.sum() == T * B:
+            np.take(p["i2h_w"].T, ids, axis=0, out=self.xg)   # one-hot rows: the input GEMM's rows, gathered
+        else:
+            np.matmul(x2, p["i2h_w"].T, out=self.xg)
+        xg = self.xg
         xg += p["i2h_b"] + p["gates_t_b"]
         xg = xg.reshape(T, B, 4 * H)
-        wt = p["gates_t_w"].T
+        wt, ig = p["gates_t_w"].T, self.scratch["ig"]
         self.h[0], self.c[0] = h0.reshape(B, H), c0.reshape(B, H)
         for t in range(T):
             a = self.acts[t]
@@ -78,7 +88,8 @@ class CharRNN:
             np.tanh(a[:, 3 * H:], out=a[:, 3 * H:])
             c = self.c[t + 1]
             np.multiply(a[:, H:2 * H], self.c[t], out=c)
-            c += a[:, :H] * a[:, 3 * H:]
+            np.multiply(a[:, :H], a[:, 3 * H:], out=ig)
+            c += ig
             np.tanh(c, out=self.tanh_c[t])
             np.multiply(a[:, 2 * H:3 * H], self.tanh_c[t], out=self.h[t + 1])
         return self.h[1:]
@@ -90,11 +101,13 @@ class CharRNN:
         wh = p["gates_t_w"]
         dh_next = np.zeros((B, H), F32)
         dc_next = np.zeros((B, H), F32)
+        dh, dc, gg, sig = self.scratch["dh"], self.scratch["dc"], self.scratch["gg"], self.sig
         for t in range(T - 1, -1, -1):
             a, tc, dg = self.acts[t], self.tanh_c[t], self.dgates[t]
             i, f, o, g = a[:, :H], a[:, H:2 * H], a[:, 2 * H:3 * H], a[:, 3 * H:]
-            dh = dh_all[t] + dh_next
-            dc = 1 - tc * tc
+            np.add(dh_all[t], dh_next, out=dh)
+            np.multiply(tc, tc, out=dc)
+            np.subtract(F32(1), dc, out=dc)
             dc *= o
             dc *= dh
             dc += dc_next
@@ -103,8 +116,12 @@ class CharRNN:
             np.multiply(dh, tc, out=dg[:, 2 * H:3 * H])             # d o
             np.multiply(dc, i, out=dg[:, 3 * H:])                   # d g
             s = a[:, :3 * H]
-            dg[:, :3 * H] *= s * (1 - s)
-            dg[:, 3 * H:] *= 1 - g * g
+            np.subtract(F32(1), s, out=sig)
+            sig *= s
+            dg[:, :3 * H] *= sig
+            np.multiply(g, g, out=gg)
+            np.subtract(F32(1), gg, out=gg)
+            dg[:, 3 * H:] *= gg
             np.multiply(dc, f, out=dc_next)
             np.matmul(dg, wh, out=dh_next)
         d2 = self.dgates.reshape(T * B, 4 * H)
