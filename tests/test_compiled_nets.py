@@ -227,7 +227,7 @@ def test_input_signatures_are_rechecked_for_changed_arrays_only():
     assert inputs.signature()[1] == ((3,), np.dtype(np.float64))
 
 
-def test_a_link_view_is_made_again_only_for_another_array_or_rows():
+def test_a_link_view_is_made_once_per_array_and_row():
     import functools
     import types
 
@@ -247,6 +247,8 @@ def test_a_link_view_is_made_again_only_for_another_array_or_rows():
     assert blobs[0].value is first                          # the same rows of the same array: its view again
     fast.fn([np.array([2], np.int32), xs, states], blobs)
     np.testing.assert_array_equal(blobs[0].value, xs[2:3])
+    fast.fn([np.array([1], np.int32), xs, states], blobs)
+    assert blobs[0].value is first          # each row's view of an array is made once (the next run's steps too)
     other = xs + 10
     fast.fn([np.array([2], np.int32), other, states], blobs)
     np.testing.assert_array_equal(blobs[0].value, other[2:3])

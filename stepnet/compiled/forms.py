@@ -174,18 +174,21 @@ def apply_links(bop, ins, outs):
     if not len(ins) - 1 == len(offsets) == len(windows) == len(outs):
         return None
     links = tuple(zip(offsets, windows, bop.opdef.input[1:]))
-    last = [(None, -1, None)] * len(links)   # per link: the external, start and view it last made
+    memo = [(None, None)] * len(links)   # per link: the external it last saw and its views made so far, by row
 
     def run(ins, blobs):
         t = int(ins[0].flat[0])
         for i, (blob, external, (offset, window, name)) in enumerate(zip(blobs, ins[1:], links)):
             start = t + offset
-            seen, at, view = last[i]
-            if seen is not external or at != start:   # else the same rows of the same array: its view again
+            seen, views = memo[i]
+            if seen is not external:     # another array: its views are made as the steps ask for them
+                views = {}
+                memo[i] = (external, views)
+            view = views.get(start)
+            if view is None:             # (the same array keeps its shape: a view made once stays right)
                 if start + window > external.shape[0] or not external.size:
                     _link_error(blob.name, name, external, start, start + window, offset, window)
-                view = external[start:start + window]
-                last[i] = (external, start, view)
+                view = views[start] = external[start:start + window]
             blob.value = view
             blob.view = True
     return Fast(run, blobs=True)
