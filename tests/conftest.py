@@ -25,6 +25,18 @@ def _stepnet_cache(tmp_path_factory):
         os.environ["STEPNET_CACHE_DIR"] = saved
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _blas_threads():
+    """numpy's BLAS at DEFAULT_THREADS for the whole session, the count every workspace's nets run with. Tests
+    that compare a kernel or compiled form called directly with a net's run bit for bit need one thread count on
+    both sides: multi-threaded OpenBLAS splits a GEMM's sums otherwise on some kernel families (Haswell's), and
+    which count a direct call got depended on what earlier tests had left. Tests of the thread handling set
+    their own counts inside."""
+    from stepnet.runtime.workspace import DEFAULT_THREADS, numpy_blas
+    with numpy_blas().limit(limits=DEFAULT_THREADS):
+        yield
+
+
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
     """tests/data: the vendored real Caffe2 files (provenance in tests/data/SOURCES.md)."""
