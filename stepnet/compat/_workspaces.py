@@ -16,11 +16,18 @@ _workspaces: dict = {}
 _current = ["default"]
 
 
+def _seed() -> int | None:
+    """STEPNET_SEED, when set: the seed of every workspace made here (random fills drawn the same on every run,
+    for a reproducible run of a Caffe2 program); unset, each workspace draws its own, as Caffe2 does."""
+    value = os.environ.get("STEPNET_SEED")
+    return None if value in (None, "") else int(value)
+
+
 def _ws() -> Workspace:
     """The current workspace (made when first asked for)."""
     name = _current[0]
     if name not in _workspaces:
-        _workspaces[name] = Workspace(limits=Limits(trusted=True))   # a script's paths are its own choice
+        _workspaces[name] = Workspace(limits=Limits(trusted=True), seed=_seed())   # paths: the script's choice
     return _workspaces[name]
 
 
@@ -46,7 +53,7 @@ def ResetWorkspace(root_folder=None) -> bool:
     is where db ops with relative paths read and write, as in Caffe2; without one the current one is kept."""
     old = _ws()
     ws = _workspaces[_current[0]] = Workspace(gpu=old.gpu, strict=old.strict, check_nan=old.check_nan,
-                                              limits=old.limits)
+                                              limits=old.limits, seed=_seed())
     ws.root_folder = getattr(old, "root_folder", None) if root_folder is None else str(root_folder)
     if root_folder is not None:
         os.makedirs(root_folder, exist_ok=True)
