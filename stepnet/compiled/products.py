@@ -10,7 +10,7 @@ import numpy as np
 
 from ..core.errors import ShapeError
 from ..kernels import jit
-from ..kernels.fc import blocks_form, fastest, kernel_form, w_first_form
+from ..kernels.fc import blocks_form, fastest, input_gradient_into, kernel_form, w_first_form
 from ..kernels.fc import forms as fc_forms
 from ..kernels.onehot import ONE_HOT_ROWS, gather_fc
 from .cell_forms import Fast, bound_args, same_floats, shaped
@@ -152,7 +152,7 @@ def fc_input_gradient(bop, ins, outs):
 
     def run(ins, outs):
         _, w, dy = ins
-        np.matmul(shaped(dy, y2), shaped(w, w2), out=shaped(outs[0], x2))
+        input_gradient_into(np, shaped(dy, y2), shaped(w, w2), shaped(outs[0], x2))
     return Fast(run)
 
 
@@ -174,5 +174,5 @@ def fc_gradient_deferred(bop, ins, outs):
         dy = shaped(dy, y2)
         xs[block:block + m] = shaped(x, x2)
         dys[block:block + m] = dy
-        np.matmul(dy, shaped(w, w2), out=shaped(outs[0], x2))
+        input_gradient_into(np, dy, shaped(w, w2), shaped(outs[0], x2))
     return Fast(run)

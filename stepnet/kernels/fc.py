@@ -1,8 +1,14 @@
-"""FC's arithmetic, Y = X·Wᵀ + b on 2-D views, for every runner: `fc_into` is the computation (the interpreted
-kernel calls it with a new output, a compiled form with its buffer), and `FcForms` are the other ways of
-computing the same product that a compiled step may take instead, each only where it gives `fc_into`'s bits
-on this machine (checked at run time: which forms sum in the same order depends on the CPU and the BLAS
-kernel, never on a test run elsewhere)."""
+"""FC's arithmetic on 2-D views, for every runner: `fc_into` computes Y = X·Wᵀ + b and `input_gradient_into`
+dX = dY·W (the interpreted kernels call them with new outputs, compiled forms with their buffers), and `FcForms`
+are the other ways of computing the same product that a compiled step may take instead, each only where it gives
+`fc_into`'s bits on this machine (checked at run time: which forms sum in the same order depends on the CPU and
+the BLAS kernel, never on a test run elsewhere).
+
+A product with a few rows (M ≤ 32: a step FC's batch) is one GEMM per block of rows of its long operand where
+numpy's BLAS has OpenBLAS's small-matrix kernel (kernels.blas): each block small enough for that kernel, which
+reads the operands in place instead of packing W on every call (1.3-3× faster at M = 2-16 with H = 256-1024 on
+SkylakeX kernels; benchmarks/RESULTS.md). Which blocks is a function of the sizes, the layout and the BLAS core
+alone, so every runner computes the same sums."""
 from __future__ import annotations
 
 import time
@@ -10,18 +16,78 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
+from .blas import small_matrix_kernels
 from .onehot import gather_fc
 
+_SMALL_MN, _SMALL_MNK = 1024, 1 << 19      # within OpenBLAS's small-matrix limits (M·N ≤ 1200, M·N·K ≤ 10⁶)
 
-def fc_into(xp, x2, wt, b, out=None):
+
+def block_rows(m: int, k: int, n: int) -> int:
+    """Rows per block of an n×k operand A for the product A·Bᵀ with B m×k (the n×m result, in blocks of rows)
+    that OpenBLAS's small-matrix kernel takes: the largest power of two r with m·r ≤ 1024 and m·r·k ≤ 2¹⁹; 0
+    (one product) where that leaves fewer than 32 rows (too many calls), all n rows, or a block under 2¹⁴
+    elements (too little to gain)."""
+    if m < 2:
+        return 0
+    r = min(_SMALL_MN // m, _SMALL_MNK // (m * k))
+    r = 1 << (r.bit_length() - 1) if r > 0 else 0
+    return r if 32 <= r < n and r * k >= 1 << 14 else 0
+
+
+def _blocked(xp, w, x, m: int, k: int, n: int, small: bool | None) -> int:
+    """block_rows(m, k, n) for a product of W (C-contiguous, the layout measured) and X, or 0 where one GEMM
+    runs: not numpy, not float32, or a BLAS without the small-matrix kernel (small: that fact; None:
+    kernels.blas's)."""
+    if (xp is not np or w.dtype != np.float32 or x.dtype != np.float32 or not w.flags.c_contiguous
+            or not (small_matrix_kernels() if small is None else small)):
+        return 0
+    return block_rows(m, k, n)
+
+
+def _rows_product(a, bt, rows: int, out):
+    """out (n×m) = a (n×k) · bt (k×m), one GEMM per block of `rows` rows."""
+    for i in range(0, a.shape[0], rows):
+        np.matmul(a[i:i + rows], bt, out=out[i:i + rows])
+    return out
+
+
+def product_into(xp, x2, wt, out=None, small: bool | None = None):
+    """x2 (M×K) · wt (K×N) into out (M×N C-contiguous, or a new array when None): one GEMM, or W·Xᵀ in blocks of
+    W's rows transposed into out (block_rows)."""
+    m, k, n = x2.shape[0], x2.shape[1], wt.shape[1]
+    rows = _blocked(xp, wt.T, x2, m, k, n, small)
+    if not rows:
+        return xp.matmul(x2, wt, out=out)
+    yt = _rows_product(wt.T, x2.T, rows, np.empty((n, m), x2.dtype))
+    if out is None:
+        out = np.empty((m, n), x2.dtype)
+    np.copyto(out, yt.T)
+    return out
+
+
+def fc_into(xp, x2, wt, b, out=None, small: bool | None = None):
     """x2 (M×K) · wt (K×N: W's transpose, a view of any layout) + b (N) into out (M×N C-contiguous, or a new
     array when None); returns it. One-hot rows of host arrays are gathered (onehot.gather_fc: the GEMM's
-    values without the GEMM); otherwise one GEMM, then the bias added in place."""
+    values without the GEMM); otherwise product_into, then the bias added in place."""
     y = gather_fc(x2, wt, b, out) if xp is np else None
     if y is None:
-        y = xp.matmul(x2, wt, out=out)
+        y = product_into(xp, x2, wt, out, small)
         y += b
     return y
+
+
+def input_gradient_into(xp, g, w2, out=None, small: bool | None = None):
+    """FC's input gradient dX = g (M×N) · w2 (N×K) into out (M×K C-contiguous, or a new array when None): one
+    GEMM, or dXᵀ = w2ᵀ·gᵀ in blocks of its rows (block_rows) transposed into out."""
+    m, n, k = g.shape[0], g.shape[1], w2.shape[1]
+    rows = _blocked(xp, w2, g, m, n, k, small)
+    if not rows:
+        return xp.matmul(g, w2, out=out)
+    dxt = _rows_product(w2.T, g.T, rows, np.empty((k, m), g.dtype))
+    if out is None:
+        out = np.empty((m, k), g.dtype)
+    np.copyto(out, dxt.T)
+    return out
 
 
 class Form(NamedTuple):
@@ -43,11 +109,11 @@ def kernel_form(m: int, k: int, n: int, dtype) -> Form:
     scratch, ws = np.empty((m, n), dtype), (n, k)
 
     def biased(x2, w, b, out):
-        np.matmul(x2, _matrix(w, ws).T, out=out)
+        product_into(np, x2, _matrix(w, ws).T, out)
         out += b
 
     def product(x2, w):
-        return np.matmul(x2, _matrix(w, ws).T, out=scratch)
+        return product_into(np, x2, _matrix(w, ws).T, scratch)
     return Form(biased, product)
 
 

@@ -10,6 +10,7 @@ import numpy as np
 
 from ..core.errors import ArityError, ShapeError
 from .base import check_float, like, out_spec, size_of
+from ..kernels.fc import input_gradient_into
 from ..kernels.onehot import scatter_weight_grad
 from .math import canonical_axis, view2d, view2d_shape
 from .registry import op
@@ -46,7 +47,7 @@ def _fc_gradient(xp, op_type, X, W, dY, axis, axis_w, transposed):
         dW, dX = xp.matmul(X2.T, G), xp.matmul(G, W2.T)
     else:               # W is N x K: Y = X·Wᵀ
         W2 = W.reshape(N, K)
-        dW, dX = xp.matmul(G.T, X2), xp.matmul(G, W2)
+        dW, dX = xp.matmul(G.T, X2), input_gradient_into(xp, G, W2)
     return dW.reshape(W.shape), G.sum(axis=0), dX.reshape(X.shape)
 
 
@@ -60,7 +61,7 @@ def _one_hot_fc_gradient(regular, op_type, transposed):
             dWt = scatter_weight_grad(X.reshape(M, K), G, jit.load())
             if dWt is not None:
                 dW, W2 = (dWt, W.reshape(K, N).T) if transposed else (dWt.T.copy(), W.reshape(N, K))
-                return dW.reshape(W.shape), G.sum(axis=0), np.matmul(G, W2).reshape(X.shape)
+                return dW.reshape(W.shape), G.sum(axis=0), input_gradient_into(np, G, W2).reshape(X.shape)
         return regular(xp, X, W, dY, axis=axis, axis_w=axis_w, float16_compute=float16_compute)
     kernel.__doc__ = f"{op_type} with the one-hot weight gradient as a scatter-add (Workspace.fused_cells)."
     return kernel

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 from ..core.errors import ArgumentError, ShapeError
+from ..kernels.fc import input_gradient_into
 from .registry import NO_GRADIENT, Arg, op
 
 
@@ -127,7 +128,7 @@ def fc_gradient_deferred(xp, timestep, sequence, x, w, dy, xs, dys, *, axis, axi
     block = (T - 1 - t) * m
     new_xs[block:block + m] = x2
     new_dys[block:block + m] = dy2
-    dx = xp.matmul(dy2, w.reshape(n, k)).reshape(x.shape)
+    dx = input_gradient_into(xp, dy2, w.reshape(n, k)).reshape(x.shape)
     return dx, (None if new_xs is xs else new_xs), (None if new_dys is dys else new_dys)  # None: kept in place
 
 
@@ -153,7 +154,7 @@ def fc_input_gradient(xp, x, w, dy, *, axis, axis_w):
     weight gradients are formed after the loop from the rows of the linked tensors X and dY view
     (rnn_internal_fc_weight_gradient_linked)."""
     m, k, n = _fc_dims(x, w, dy, axis, axis_w)
-    return xp.matmul(dy.reshape(m, n), w.reshape(n, k)).reshape(x.shape)
+    return input_gradient_into(xp, dy.reshape(m, n), w.reshape(n, k)).reshape(x.shape)
 
 
 @op("rnn_internal_fc_weight_gradient_linked", inputs=5, outputs=2, enforce_inplace=[(3, 0), (4, 1)],

@@ -1,7 +1,6 @@
 """Workspace: named blobs with Caffe2's parent-chain binding rules, and the nets created in it."""
 from __future__ import annotations
 
-import os
 from typing import Any, Iterator
 
 import numpy as np
@@ -14,6 +13,7 @@ from ..core.int8 import Int8Tensor
 from ..core.waits import Threads
 from ..core.extras import install_hint
 from ..kernels import jit
+from ..kernels.blas import numpy_blas
 
 
 class Blob:
@@ -58,18 +58,6 @@ class Blob:
 # char-rnn step up to 2.2x slower, and the Python API at the process's own count ran a 1-layer LSTM step 7-20x
 # slower than the CLI under load. 0 leaves BLAS as the process has it.
 DEFAULT_THREADS = 1
-
-
-def numpy_blas():
-    """threadpoolctl's controller of numpy's BLAS: the BLAS libraries numpy ships (in numpy.libs or numpy/.dylibs),
-    or every BLAS library loaded where numpy ships none (a numpy linked to a system BLAS)."""
-    from threadpoolctl import ThreadpoolController
-
-    controller = ThreadpoolController().select(user_api="blas")
-    package = os.path.dirname(np.__file__)
-    shipped = [lib.filepath for lib in controller.lib_controllers
-               if lib.filepath.startswith((package + os.sep, package + ".libs" + os.sep))]
-    return controller.select(filepath=shipped) if shipped else controller
 
 
 class Workspace:

@@ -330,3 +330,31 @@ def test_interpreted_and_compiled_fused_paths_agree_bit_for_bit(fused):
                for compiled in (True, False)]
     for name, value in results[1].items():
         np.testing.assert_array_equal(results[0][name], value, err_msg=name)
+
+
+@pytest.mark.parametrize("fused", CELLS)
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_small_matrix_blocks_give_the_op_by_op_bits(cell, fused, monkeypatch):
+    """With the FC products in blocks for OpenBLAS's small-matrix kernel (stepnet.kernels.fc; forced here, so
+    that every CPU takes them), a training step compiled gives the op-by-op bits: the step FC, its input
+    gradient (interpreted kernels, deferred op, compiled forms) and the main net's FC all block the same way,
+    and the blocks really ran (a batch of 4; LSTM H = 256: the step FC 4×256 by 256×1024 in blocks of 256 rows of
+    W, its input gradient in blocks of 128 rows of dXᵀ; GRU H = 512: its three 512×512 FCs and their input
+    gradients in blocks of 256 rows)."""
+    import stepnet.kernels.fc as fc
+
+    calls = []
+    monkeypatch.setattr(fc, "small_matrix_kernels", lambda: True)
+    real = fc._rows_product
+    monkeypatch.setattr(fc, "_rows_product", lambda *a: calls.append(a[2]) or real(*a))
+    n, h, d = 4, 256 if cell == "lstm" else 512, 8
+    rng = np.random.default_rng(12)
+    feeds = {"X": rng.uniform(-1, 1, (T, n, d)).astype(F), "seq": np.array([T, 1, T - 1, 2], np.int32),
+             "h0": rng.uniform(-1, 1, (1, n, h)).astype(F), "c0": rng.uniform(-1, 1, (1, n, h)).astype(F)}
+
+    def build(m):
+        out = (lstm(m, "X", "seq", ["h0", "c0"], d, h) if cell == "lstm" else gru(m, "X", "seq", ["h0"], d, h))
+        m.add_gradient_ops([loss_of(m, out[0])])
+    _, net = run_both(build, feeds, fused=fused)
+    assert_compiled(net, "RecurrentNetwork", "RecurrentNetworkGradient")
+    assert set(calls) == ({256, 128} if cell == "lstm" else {256}), set(calls)

@@ -1,0 +1,36 @@
+"""Facts of the BLAS that numpy calls, read once per process: threadpoolctl's controller of it, and whether
+its kernels include OpenBLAS's small-matrix GEMM (the SkylakeX-family cores), which the FC products are
+blocked for (stepnet.kernels.fc)."""
+from __future__ import annotations
+
+import functools
+import os
+
+import numpy as np
+
+#: OpenBLAS cores (its names, as threadpoolctl reports them) whose SGEMM has the small-matrix kernel: products
+#: with M·N ≤ 1200 and M·N·K ≤ 10⁶ (BLAS's column-major sizes) run straight from the operands, skipping the
+#: packing of B that dominates a product with a few rows. Measured on SkylakeX (AVX-512); Cooperlake and
+#: SapphireRapids build the same kernel.
+SMALL_MATRIX_CORES = frozenset({"skylakex", "cooperlake", "sapphirerapids"})
+
+
+def numpy_blas():
+    """threadpoolctl's controller of numpy's BLAS: the BLAS libraries numpy ships (in numpy.libs or numpy/.dylibs),
+    or every BLAS library loaded where numpy ships none (a numpy linked to a system BLAS)."""
+    from threadpoolctl import ThreadpoolController
+
+    controller = ThreadpoolController().select(user_api="blas")
+    package = os.path.dirname(np.__file__)
+    shipped = [lib.filepath for lib in controller.lib_controllers
+               if lib.filepath.startswith((package + os.sep, package + ".libs" + os.sep))]
+    return controller.select(filepath=shipped) if shipped else controller
+
+
+@functools.cache
+def small_matrix_kernels() -> bool:
+    """Whether numpy's BLAS is one OpenBLAS whose core has the small-matrix SGEMM kernel (SMALL_MATRIX_CORES;
+    OPENBLAS_CORETYPE, read when the library loads, can pick another core). A fact of the process, asked once."""
+    libs = numpy_blas().lib_controllers
+    return (len(libs) == 1 and libs[0].internal_api == "openblas"
+            and str(getattr(libs[0], "architecture", "")).lower() in SMALL_MATRIX_CORES)

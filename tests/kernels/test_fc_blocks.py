@@ -1,0 +1,88 @@
+"""FC's products in blocks for OpenBLAS's small-matrix kernel (stepnet.kernels.fc): the block rule stays within
+the kernel's limits, and the blocked products (forced here, so they run on every CPU) are within float32
+rounding of the float64 products, for FC (X·Wᵀ + b) and its input gradient (dY·W), blocks even or not."""
+import numpy as np
+import pytest
+
+import stepnet.kernels.fc as fc
+
+F = np.float32
+
+
+def sum_bound(a, b, bias=0.0):
+    """What float32 can get wrong in a·b (+ bias) summed in any order: (K + 1)·eps32 times the sum of the
+    terms' magnitudes, per element (the standard bound on a recursive sum of K products and a bias)."""
+    terms = np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64)) + np.abs(bias)
+    return (a.shape[1] + 1) * np.finfo(F).eps * terms
+
+
+def test_block_rows_stay_within_the_small_kernels_limits():
+    """Over a grid of sizes: a block is a power of two ≥ 32 rows, fewer than all, with m·r ≤ 1024, m·r·k ≤ 2¹⁹
+    and r·k ≥ 2¹⁴, and the largest such; one row (m = 1) is never blocked."""
+    blocked = 0
+    for m in (1, 2, 3, 4, 8, 16, 32, 64, 128):
+        for k in (16, 128, 256, 512, 1024, 1536, 4096):
+            for n in (64, 512, 1000, 2048, 4096):
+                r = fc.block_rows(m, k, n)
+                if m == 1 or r == 0:
+                    continue
+                blocked += 1
+                assert r & (r - 1) == 0 and 32 <= r < n and m * r <= 1024 and m * r * k <= 1 << 19, (m, k, n, r)
+                assert r * k >= 1 << 14
+                assert 2 * m * r > 1024 or 2 * m * r * k > 1 << 19, (m, k, n, r)    # the largest
+    assert blocked > 20
+    assert fc.block_rows(1, 512, 2048) == 0 and fc.block_rows(128, 512, 2048) == 0
+
+
+@pytest.mark.parametrize("m, k, n", [(8, 512, 2048), (4, 256, 1000), (2, 1024, 3000), (16, 1024, 96)])
+def test_blocked_products_are_within_float32_rounding(m, k, n):
+    """The forward product (with its bias) and the input gradient, blocked (where block_rows says so for
+    these sizes) and not, against float64: every element within the rounding bound; blocked or not they use
+    the same operands, shapes and outputs (into a given buffer, or new)."""
+    rng = np.random.default_rng(m * k + n)
+    x, w, b = (rng.standard_normal(s).astype(F) for s in ((m, k), (n, k), (n,)))
+    g = rng.standard_normal((m, n)).astype(F)
+    want_y = x.astype(np.float64) @ w.astype(np.float64).T + b
+    want_dx = g.astype(np.float64) @ w.astype(np.float64)
+    for small in (True, False):
+        y = fc.fc_into(np, x, w.T, b, small=small)
+        out = np.full((m, n), np.nan, F)
+        assert fc.fc_into(np, x, w.T, b, out, small=small) is out
+        np.testing.assert_array_equal(out, y)
+        assert y.flags.c_contiguous and (np.abs(y - want_y) <= sum_bound(x, w.T, b)).all()
+        dx = fc.input_gradient_into(np, g, w, small=small)
+        into = np.full((m, k), np.nan, F)
+        assert fc.input_gradient_into(np, g, w, into, small=small) is into
+        np.testing.assert_array_equal(into, dx)
+        assert dx.flags.c_contiguous and (np.abs(dx - want_dx) <= sum_bound(g, w)).all()
+
+
+def test_a_wrong_block_fails_the_check(monkeypatch):
+    """The check above fails a blocked product whose blocks overlap by one row (each block read from one row
+    further on): the bound is tight enough to see a wrong block."""
+    m, k, n = 8, 512, 2048
+    assert fc.block_rows(m, k, n)
+    rng = np.random.default_rng(0)
+    x, w, b = (rng.standard_normal(s).astype(F) for s in ((m, k), (n, k), (n,)))
+
+    def shifted(a, bt, rows, out):
+        for i in range(0, a.shape[0], rows):
+            part = a[i + 1:i + 1 + rows]
+            np.matmul(part, bt, out=out[i:i + len(part)])
+        return out
+    monkeypatch.setattr(fc, "_rows_product", shifted)
+    y = fc.fc_into(np, x, w.T, b, small=True)
+    want = x.astype(np.float64) @ w.astype(np.float64).T + b
+    assert not (np.abs(y - want) <= sum_bound(x, w.T, b)).all()
+
+
+def test_only_float32_numpy_arrays_with_contiguous_weights_are_blocked():
+    """float64, a transposed (K x N) weight layout and one row keep the one GEMM even where the kernel is
+    asked for: the blocks were measured for float32 SGEMM on W's rows."""
+    rng = np.random.default_rng(2)
+    x, w = rng.standard_normal((8, 512)).astype(F), rng.standard_normal((2048, 512)).astype(F)
+    assert fc._blocked(np, w, x, 8, 512, 2048, True) == 128
+    assert fc._blocked(np, w.astype(np.float64), x.astype(np.float64), 8, 512, 2048, True) == 0
+    assert fc._blocked(np, np.asfortranarray(w), x, 8, 512, 2048, True) == 0
+    assert fc._blocked(np, w, x, 8, 512, 2048, False) == 0
+    assert fc._blocked(np, w, x[:1], 1, 512, 2048, True) == 0
