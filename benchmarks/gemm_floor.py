@@ -1,5 +1,6 @@
 """The GEMM floor of an LSTM training step (issue #28): the recurrent products alone, timed with numpy's BLAS
-(what stepnet calls) and with torch's, beside the whole step of each framework (targets.py's models).
+(what stepnet calls, each product in the fastest of the ways numpy can compute it) and with torch's, beside the
+whole step of each framework (targets.py's models).
 
 Per step of T timesteps at batch B and hidden H (gates 4H): the forward product h·W_hhᵀ (B×H · H×4H) and the
 input gradient dgates·W_hh (B×4H · 4H×H) once per timestep, and the weight gradient dgatesᵀ·h (4H×TB · TB×H)
@@ -34,32 +35,54 @@ def timed(fn, rounds: int) -> float:
     return 1000 * statistics.median(times)
 
 
-def products(lib: str, B: int, H: int, T: int):
-    """One training step's recurrent products, as a callable, with `lib`'s GEMM (numpy or torch)."""
+def products(lib: str, B: int, H: int, T: int) -> list:
+    """One training step's recurrent products with `lib`'s GEMM (numpy or torch), as three parts (T forward
+    products, T input-gradient products, the weight gradient), each a list of callables computing it in
+    different ways; the floor takes each part's fastest. numpy's ways: one GEMM as written, W·Xᵀ (the other
+    operand order), and the blocks for OpenBLAS's small-matrix kernel (stepnet.kernels.fc.block_rows, where
+    numpy's BLAS has that kernel and the rule blocks these sizes)."""
     rng = np.random.default_rng(0)
     h, w = rng.standard_normal((B, H), np.float32), rng.standard_normal((4 * H, H), np.float32)
     dg, hs = rng.standard_normal((B, 4 * H), np.float32), rng.standard_normal((T * B, H), np.float32)
     dgs = rng.standard_normal((T * B, 4 * H), np.float32)
     if lib == "numpy":
+        from stepnet.kernels.blas import small_matrix_kernels
+        from stepnet.kernels.fc import block_rows
+
         wt, out_g, out_h, out_w = w.T, np.empty((B, 4 * H), np.float32), np.empty((B, H), np.float32), \
             np.empty((4 * H, H), np.float32)
+        g_t, h_t = np.empty((4 * H, B), np.float32), np.empty((H, B), np.float32)
 
-        def run():
-            for _ in range(T):
-                np.matmul(h, wt, out=out_g)
-                np.matmul(dg, w, out=out_h)
-            np.matmul(dgs.T, hs, out=out_w)
-        return run
+        def repeat(fn):
+            def run():
+                for _ in range(T):
+                    fn()
+            return run
+
+        def blocks(a, bt, out, rows):
+            def run():
+                for i in range(0, a.shape[0], rows):
+                    np.matmul(a[i:i + rows], bt, out=out[i:i + rows])
+            return run
+        forward = [repeat(lambda: np.matmul(h, wt, out=out_g)), repeat(lambda: np.matmul(w, h.T, out=g_t))]
+        backward = [repeat(lambda: np.matmul(dg, w, out=out_h)), repeat(lambda: np.matmul(w.T, dg.T, out=h_t))]
+        if small_matrix_kernels() and block_rows(B, H, 4 * H):
+            forward.append(repeat(blocks(w, h.T, g_t, block_rows(B, H, 4 * H))))
+        if small_matrix_kernels() and block_rows(B, 4 * H, H):
+            backward.append(repeat(blocks(w.T, dg.T, h_t, block_rows(B, 4 * H, H))))
+        return [forward, backward, [lambda: np.matmul(dgs.T, hs, out=out_w)]]
     import torch
     h, w, dg, hs, dgs = map(torch.from_numpy, (h, w, dg, hs, dgs))
     out_g, out_h, out_w = torch.empty(B, 4 * H), torch.empty(B, H), torch.empty(4 * H, H)
 
-    def run():
+    def forward():
         for _ in range(T):
             torch.mm(h, w.t(), out=out_g)
+
+    def backward():
+        for _ in range(T):
             torch.mm(dg, w, out=out_h)
-        torch.mm(dgs.t(), hs, out=out_w)
-    return run
+    return [[forward], [backward], [lambda: torch.mm(dgs.t(), hs, out=out_w)]]
 
 
 def main() -> None:
@@ -89,14 +112,17 @@ def main() -> None:
             floors = [products(lib, B, H, T) for lib in ("numpy", "torch")]
             step_s = stepnet_net("lstm", H, T, B, V, train=True)[1].run
             step_t = torch_train("lstm", H, T, B, V, loop=False)
-            fns = [*floors, step_s, step_t]
-            times = [[] for _ in fns]
-            for fn in fns:
-                fn()
+            entries = [*floors, step_s, step_t]      # a floor: its parts' ways, timed each round, the fastest summed
+            times = [[] for _ in entries]
+            for entry in entries:
+                for fn in ([f for part in entry for f in part] if isinstance(entry, list) else [entry]):
+                    fn()
             for r in range(args.rounds):
-                order = range(len(fns)) if r % 2 == 0 else reversed(range(len(fns)))
+                order = range(len(entries)) if r % 2 == 0 else reversed(range(len(entries)))
                 for i in order:
-                    times[i].append(timed(fns[i], 1))
+                    entry = entries[i]
+                    times[i].append(sum(min(timed(fn, 1) for fn in part) for part in entry)
+                                    if isinstance(entry, list) else timed(entry, 1))
             fn_, ft, ss, st = (statistics.median(t) for t in times)
             line = (f"| {B} | {H} | {fn_:.2f} | {ft:.2f} | {ss:.2f} | {st:.2f} | {ss / fn_:.2f} | {st / ft:.2f} | "
                     f"{ss / st:.2f} |")
@@ -110,8 +136,10 @@ def main() -> None:
         f"{torch.__version__}; {args.threads} thread(s) for both",
         f"- command: `{command}`",
         f"- char-rnn LSTM training step, T={T}, V={V}, SGD (targets.py's models); floors: the recurrent products "
-        f"alone (T forward and T input-gradient GEMMs, one weight-gradient GEMM) with each library; every column "
-        f"the median of {args.rounds} rounds, the four alternating in one process", "", *table, ""])
+        f"alone (T forward and T input-gradient GEMMs, one weight-gradient GEMM) with each library, numpy's in "
+        f"the fastest of its ways per part each round (one GEMM as written, W·Xᵀ, blocks for OpenBLAS's "
+        f"small-matrix kernel); every column the median of {args.rounds} rounds, the four alternating in one "
+        f"process", "", *table, ""])
     print(text)
     if args.write:
         from results import write_section

@@ -78,7 +78,9 @@ def main() -> None:
     main_ops = sum(ms for w, _, _, ms in rows if w == "main net")
     inner = sum(ms for w, _, _, ms in rows if w == "step net")
     rnn = sum(ms for w, t, _, ms in rows if w == "main net" and t.startswith("RecurrentNetwork"))
-    lines = [f"## Where the training step goes ({args.cell.upper()}, H={args.hidden}, B={args.batch}, compiled step nets)", "",
+    title = (f"## Where the training step goes ({args.cell.upper()}, H={args.hidden}, B={args.batch}, "
+             "compiled step nets)")
+    lines = [title, "",
              f"- command: `python benchmarks/step_profile.py {' '.join(sys.argv[1:])}`; {args.threads} BLAS "
              f"thread(s); load average {', '.join(f'{v:.2f}' for v in os.getloadavg())}",
              f"- {total:.2f} ms per step while instrumented (mean of {n} steps after 3); the RecurrentNetwork rows "

@@ -1,12 +1,14 @@
 """Peak memory of an LSTM training step: stepnet vs torch nn.LSTM, each in its own process (issue #28).
 
-Each child builds the char-rnn training step (one-hot input T×B×V, LSTM, output FC, Softmax, cross entropy,
-SGD; as targets.py), with its weights and data, and reads its RSS (the base: interpreter, imports, model, data);
-it resets the kernel's peak-RSS mark (writing 5 to /proc/self/clear_refs resets VmHWM), runs --steps training
-steps and reports, in MiB above the base, the peak (VmHWM) and what stays resident after them (what a framework
-keeps between steps: stepnet's step workspaces and state tensors, torch's freed autograd graph).
+Each child first trains a toy model of the same cell (code loaded and compiled: torch's libraries, numba's
+kernels; --cold skips this), builds the char-rnn training step (one-hot input T×B×V, LSTM, output FC, Softmax,
+cross entropy, SGD; as targets.py) with its weights and data, and reads its RSS (the base: interpreter, imports,
+model, data); it resets the kernel's peak-RSS mark (writing 5 to /proc/self/clear_refs resets VmHWM), runs
+--steps training steps and reports, in MiB above the base, the peak (VmHWM) and what stays resident after them
+(what a framework keeps between steps: stepnet's step workspaces and state tensors, torch's freed autograd graph).
 
-    python benchmarks/train_memory.py [--hidden 512] [--steps-T 100 400] [--batch 32] [--threads 1] [--write]
+    python benchmarks/train_memory.py [--hidden 512] [--steps-T 100 400] [--batch 32] [--threads 1] [--cold]
+        [--write]
 """
 from __future__ import annotations
 
@@ -21,6 +23,10 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 HEADER = "## Training step peak memory (issue #28)"
+WARM = ("each framework first trains a toy model of the same cell (T=2, B=2, H=8) for three steps, so that its "
+        "code is loaded and compiled before the base (torch: its libraries; stepnet with the fast extra: numba and "
+        "its compiled kernels, about 118 MiB);")
+COLD = "no warm-up (--cold: loading numba and compiling its kernels fall in stepnet's peak);"
 
 
 def status(field: str) -> float:
@@ -39,13 +45,19 @@ def child(args) -> dict:
     from targets import stepnet_net, torch_train
 
     T, B, V, H = args.T, args.batch, 65, args.H
-    if args.framework == "stepnet":
-        _, net, _ = stepnet_net(args.cell, H, T, B, V, train=True)
-        step = net.run
-    else:
+
+    def model(T, B, H):
+        if args.framework == "stepnet":
+            return stepnet_net(args.cell, H, T, B, V, train=True)[1].run
         import torch
         torch.set_num_threads(args.threads)
-        step = torch_train(args.cell, H, T, B, V, loop=False)
+        return torch_train(args.cell, H, T, B, V, loop=False)
+    if args.warm:        # each framework's code loaded and compiled on a toy model first (numba's kernels, torch's)
+        toy = model(2, 2, 8)
+        for _ in range(3):
+            toy()
+        del toy
+    step = model(T, B, H)
     Path("/proc/self/clear_refs").write_text("5")
     base = status("VmRSS")
     for _ in range(args.steps):
@@ -61,6 +73,8 @@ def main() -> None:
     p.add_argument("--cell", default="lstm", choices=("lstm", "gru"))
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--cold", dest="warm", action="store_false",
+                   help="no toy-model warm-up: the peak includes loading numba and compiling its kernels")
     p.add_argument("--write", action="store_true")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--framework", help=argparse.SUPPRESS)
@@ -78,7 +92,7 @@ def main() -> None:
             for fw in ("stepnet", "torch"):
                 cmd = [sys.executable, __file__, "--child", "--framework", fw, "--T", str(T), "--H", str(H),
                        "--batch", str(args.batch), "--cell", args.cell, "--threads", str(args.threads),
-                       "--steps", str(args.steps)]
+                       "--steps", str(args.steps), *([] if args.warm else ["--cold"])]
                 out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
                 got[fw] = json.loads(out.strip().splitlines()[-1])
             s, t = got["stepnet"], got["torch"]
@@ -93,9 +107,9 @@ def main() -> None:
         f"{os.cpu_count()} CPUs, Python {platform.python_version()}",
         f"- command: `{command}`",
         f"- {args.cell.upper()} char-rnn training step, B={args.batch}, V=65, SGD, {args.threads} thread(s); each "
-        f"framework in its own process: model built and fed, the peak-RSS mark reset, {args.steps} steps; 'peak' = "
-        "VmHWM over those steps − VmRSS before them (MiB), 'kept' = VmRSS after them − the same base, 'bases' = "
-        "that VmRSS (stepnet, torch)",
+        f"framework in its own process: {WARM if args.warm else COLD} model built and fed, the peak-RSS mark reset, "
+        f"{args.steps} steps; 'peak' = VmHWM over those steps − VmRSS before them (MiB), 'kept' = VmRSS after them "
+        "− the same base, 'bases' = that VmRSS (stepnet, torch)",
         "", *table, ""])
     print(text)
     if args.write:

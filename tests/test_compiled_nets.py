@@ -227,14 +227,19 @@ def test_input_signatures_are_rechecked_for_changed_arrays_only():
     assert inputs.signature()[1] == ((3,), np.dtype(np.float64))
 
 
-def test_a_link_view_is_made_once_per_array_and_row():
+@pytest.mark.parametrize("keep", [1, 0])
+def test_a_link_view_is_made_once_per_array_and_row(keep):
+    """A link into a tensor the op owns (keep=1, its states) has each row's view made once and kept while the
+    array is; a link into another tensor (keep=0: an input projection the main net recomputes) gets its
+    views made each time and the form holds nothing of that array (its memory is free for the next run)."""
     import functools
+    import sys
     import types
 
     from stepnet.compiled.forms import apply_links
     from stepnet.runtime.workspace import Blob
 
-    bop = types.SimpleNamespace(plain=functools.partial(print, offsets=[0, 1], windows=[1, 1]),
+    bop = types.SimpleNamespace(plain=functools.partial(print, offsets=[0, 1], windows=[1, 1], keep=[keep, 1]),
                                 opdef=types.SimpleNamespace(input=["t", "xs", "states"]))
     xs, states = np.arange(6, dtype=F).reshape(3, 2), np.zeros((4, 2), F)
     blobs = (Blob("x_t"), Blob("s_t"))
@@ -244,14 +249,19 @@ def test_a_link_view_is_made_once_per_array_and_row():
     np.testing.assert_array_equal(first, xs[1:2])
     assert np.shares_memory(blobs[1].value, states[2:3]) and all(b.view for b in blobs)
     fast.fn([np.array([1], np.int32), xs, states], blobs)
-    assert blobs[0].value is first                          # the same rows of the same array: its view again
+    assert (blobs[0].value is first) == bool(keep)          # the same rows of the same array: its view again
     fast.fn([np.array([2], np.int32), xs, states], blobs)
     np.testing.assert_array_equal(blobs[0].value, xs[2:3])
     fast.fn([np.array([1], np.int32), xs, states], blobs)
-    assert blobs[0].value is first          # each row's view of an array is made once (the next run's steps too)
+    assert (blobs[0].value is first) == bool(keep)   # each row's view of an array is made once (next runs too)
+    np.testing.assert_array_equal(blobs[0].value, xs[1:2])
     other = xs + 10
     fast.fn([np.array([2], np.int32), other, states], blobs)
     np.testing.assert_array_equal(blobs[0].value, other[2:3])
+    if not keep:      # only the blob's view and these names hold `other`, nothing the form kept
+        held = sys.getrefcount(other)
+        blobs[0].value = None
+        assert sys.getrefcount(other) == held - 1
     with pytest.raises(ShapeError, match=r"link .x_t. -> .xs.: at timestep 3"):
         fast.fn([np.array([3], np.int32), xs, states], blobs)
 

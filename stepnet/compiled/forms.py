@@ -171,15 +171,25 @@ def concat(bop, ins, outs):
 def apply_links(bop, ins, outs):
     args = bound_args(bop)
     offsets, windows = list(args["offsets"]), list(args["windows"])
-    if not len(ins) - 1 == len(offsets) == len(windows) == len(outs):
+    keep = list(args["keep"]) or [0] * len(offsets)
+    if not len(ins) - 1 == len(offsets) == len(windows) == len(outs) == len(keep):
         return None
     links = tuple(zip(offsets, windows, bop.opdef.input[1:]))
-    memo = [(None, None)] * len(links)   # per link: the external it last saw and its views made so far, by row
+    # per link into a tensor the op owns (keep): the external it last saw and its views made so far, by row.
+    # Views of other tensors (an input projection the main net recomputes) are not kept: they would hold the
+    # array, and with it a second copy of it when the main net next computes it.
+    memo = [(None, None)] * len(links)
 
     def run(ins, blobs):
         t = int(ins[0].flat[0])
         for i, (blob, external, (offset, window, name)) in enumerate(zip(blobs, ins[1:], links)):
             start = t + offset
+            if not keep[i]:
+                if start + window > external.shape[0] or not external.size:
+                    _link_error(blob.name, name, external, start, start + window, offset, window)
+                blob.value = external[start:start + window]
+                blob.view = True
+                continue
             seen, views = memo[i]
             if seen is not external:     # another array: its views are made as the steps ask for them
                 views = {}

@@ -45,6 +45,7 @@ class Recurrence:
     accumulate: tuple[tuple[str, str], ...] = ()   # (gradient of an offset-1 alias, its state's gradient)
     sequence: str = ""                             # the op's sequence input, T x N x ...
     device_option: DeviceOption | None = None
+    owned: tuple[str, ...] = ()    # tensors the op allocates and reuses from run to run (states, their gradients)
 
 
 class StepNets(NamedTuple):
@@ -129,11 +130,14 @@ def declare_step_inputs(nets: StepNets, rec: Recurrence) -> StepNets:
 
 
 def _links_op(rec: Recurrence) -> OperatorDef:
+    """The op that points every link internal at its rows; `keep` marks the links into tensors the op owns
+    (rec.owned: the same arrays run after run), whose row views a compiled run makes once and keeps."""
     links = rec.links
     return OperatorDef(type="rnn_internal_apply_links", input=[rec.timestep, *(link.external for link in links)],
                        output=[link.internal for link in links],
                        arg=[make_argument("offsets", [link.offset for link in links]),
-                            make_argument("windows", [link.window for link in links])])
+                            make_argument("windows", [link.window for link in links]),
+                            make_argument("keep", [int(link.external in rec.owned) for link in links])])
 
 
 def apply_forward_links(nets: StepNets, rec: Recurrence) -> StepNets:

@@ -71,14 +71,19 @@ def _fc(xp, X, W, b, axis, axis_w, transposed):
 
 def _fc_specialize(transposed):
     def specialize(X, W, b, axis=1, axis_w=1, float16_compute=False):
-        """FC's checks once per input signature; the returned kernel only computes (the same operations)."""
+        """FC's checks once per input signature; the returned kernel only computes (the same operations), into
+        `out` when given one (its `writes_into`: the output's shape and dtype; runtime.executor.Specialized)."""
         out_shape = fc_shape(X, W, b, axis, axis_w, transposed)
         x2 = view2d_shape(X.shape, axis)[:2]
         K, N = x2[1], out_shape[-1]
         w2 = (K, N) if transposed else (N, K)
+        y2, dtype = (x2[0], N), np.result_type(X.dtype, W.dtype)     # (the product's dtype; b is added in place)
 
-        def fast(X, W, b):
-            return fc_into(np, X.reshape(x2), W.reshape(w2) if transposed else W.reshape(w2).T, b).reshape(out_shape)
+        def fast(X, W, b, out=None):
+            y = np.empty(out_shape, dtype) if out is None else out      # an array of its own, as shaped
+            fc_into(np, X.reshape(x2), W.reshape(w2) if transposed else W.reshape(w2).T, b, y.reshape(y2))
+            return y
+        fast.writes_into = (out_shape, dtype)
         return fast
     return specialize
 

@@ -154,7 +154,7 @@ class _Forward:
         _distinct_names(a["step_net"], backward)
         self.recompute = list(a["recompute_blobs_on_backward"])
         self.forward_only = backward is None
-        rec = Recurrence(self.timestep, tuple(links), tuple(self.recompute))
+        rec = Recurrence(self.timestep, tuple(links), tuple(self.recompute), owned=tuple(self.states))
         nets = run(FORWARD, StepNets(a["step_net"], backward), rec)
         self.shared = [*self.recompute, *shared_scratch(nets, rec)]
         self.num_workspaces = max(1, a["num_workspaces"])

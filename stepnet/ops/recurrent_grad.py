@@ -58,8 +58,12 @@ class _Backward:
                     raise ArgumentError(f"alias {dst!r} has offset {offset}; only aliases with offset 1 (all "
                                         "steps) or -1 (last step) can receive gradients")
             self.state_grads.append((s, rg, last))
+        owned = (*self.states, *(rg for _, rg, _ in self.state_grads))
         rec = Recurrence(self.timestep, tuple(links), tuple(a["recompute_blobs_on_backward"]), tuple(params),
-                         tuple(accumulate), opdef.input[G], ctx.device_option)
+                         tuple(accumulate), opdef.input[G], ctx.device_option, owned)
+        # link internals viewing tensors the op does not own (the input projection and its gradient): let go
+        # after the loop, so that the main net may compute the next input projection into this one's memory
+        self.borrowed = tuple({link.internal for link in links if link.external not in owned})
         nets = run(BACKWARD, StepNets(a["step_net"], net), rec)
         self.net, self.weight_gradients, self.saved = nets.backward, nets.weight_gradients, nets.local
         self.produced = [name for o in self.net.op for name in o.output]
@@ -109,6 +113,11 @@ class _Backward:
         self.loop.run(scratch.steps[:T], range(T - 1, -1, -1))
         if self.weight_gradients is not None:
             ctx.bind(self.weight_gradients, scratch.shared).run()
+        for step in scratch.steps[:T]:    # every link is pointed at its rows again before a step reads it
+            for name in self.borrowed:
+                blob = step.local_blob(name)
+                if blob is not None and blob.view:
+                    blob.value, blob.view = None, False
 
     def _initial_state_gradients(self, ws, inputs) -> list:
         results = []

@@ -43,11 +43,13 @@ def apply_link(ctx, xp, timestep, external, *, offset, window):
 
 
 @op("rnn_internal_apply_links", inputs=(1, None), outputs=(0, None), context=True, devices="any", host_inputs=(0,),
-    args={"offsets": Arg("ints"), "windows": Arg("ints")}, gradient=NO_GRADIENT)
-def apply_links(ctx, xp, timestep, *externals, offsets, windows):
+    args={"offsets": Arg("ints"), "windows": Arg("ints"), "keep": Arg("ints", [])}, gradient=NO_GRADIENT)
+def apply_links(ctx, xp, timestep, *externals, offsets, windows, keep):
     """timestep, external_1..k -> internal_1..k: every link of a step net in one op, internal j a view of rows
-    [t + offsets[j], t + offsets[j] + windows[j]) of external j (the work of k rnn_internal_apply_link ops)."""
-    links = ctx.state.get("links") or _links_of(ctx, externals, offsets, windows)
+    [t + offsets[j], t + offsets[j] + windows[j]) of external j (the work of k rnn_internal_apply_link ops).
+    keep (1 per link, optional): the external is the same array run after run, so a compiled run may keep the
+    views it made (a hint; the views are the same either way)."""
+    links = ctx.state.get("links") or _links_of(ctx, externals, offsets, windows, keep)
     t = int(timestep.flat[0])
     for (blob, offset, window), external in zip(links, externals):
         start = t + offset
@@ -60,11 +62,12 @@ def apply_links(ctx, xp, timestep, *externals, offsets, windows):
     return None
 
 
-def _links_of(ctx, externals, offsets, windows) -> tuple:
+def _links_of(ctx, externals, offsets, windows, keep) -> tuple:
     """(internal blob, offset, window) per link, checked once and kept in the op's state."""
-    if not len(externals) == len(ctx.outputs) == len(offsets) == len(windows):
+    if not len(externals) == len(ctx.outputs) == len(offsets) == len(windows) or len(keep) not in (0, len(offsets)):
         raise ArgumentError(f"{len(externals)} linked tensors, {len(ctx.outputs)} link blobs, {len(offsets)} "
-                            f"offsets and {len(windows)} windows: give one of each per link")
+                            f"offsets, {len(windows)} windows and {len(keep)} keep flags: give one of each per "
+                            "link (keep may be left out)")
     for offset, window in zip(offsets, windows):
         _check_link_args(offset, window)
     links = ctx.state["links"] = tuple(zip(ctx.outputs, offsets, windows))

@@ -3,6 +3,8 @@ run it as a flat loop that only moves arrays."""
 from __future__ import annotations
 
 import functools
+import sys
+import types
 
 import numpy as np
 
@@ -43,12 +45,33 @@ class OpContext:
 
 
 class BoundOp:
-    __slots__ = ("schema", "opdef", "index", "inputs", "outputs", "call", "device", "label", "plain")
+    __slots__ = ("schema", "opdef", "index", "inputs", "outputs", "call", "device", "label", "plain", "into")
 
-    def __init__(self, schema, opdef, index, inputs, outputs, call, device, label, plain=None):
+    def __init__(self, schema, opdef, index, inputs, outputs, call, device, label, plain=None, into=None):
         self.schema, self.opdef, self.index = schema, opdef, index
         self.inputs, self.outputs, self.call, self.device, self.label = inputs, outputs, call, device, label
         self.plain = call if plain is None else plain   # the call without observers (what compiled forms use)
+        self.into = into     # a Specialized call that may write the one output into its blob's buffer, or None
+
+
+def _refs(holder) -> int:
+    """References to holder.value, counted the same way for every holder (a blob)."""
+    value = holder.value
+    return sys.getrefcount(value)
+
+
+_ALONE = _refs(types.SimpleNamespace(value=np.empty(1)))    # the count of a value nothing else holds
+
+
+def reusable(blob) -> bool:
+    """Whether an op may write its result into the buffer `blob` holds (Caffe2 keeps an output tensor's memory
+    from run to run): a numpy array that owns its memory, C-contiguous, and held by nothing but the blob (no
+    view of it anywhere, no other blob, no reference a user or another op's inputs kept), so no value anyone
+    holds changes under it."""
+    if _refs(blob) != _ALONE:      # (first: counted while this frame holds no reference of its own)
+        return False
+    cur = blob.value
+    return type(cur) is np.ndarray and not blob.view and cur.base is None and cur.flags.c_contiguous
 
 
 class Specialized:
@@ -64,13 +87,15 @@ class Specialized:
     def __init__(self, call, specialize, check=None):
         self.call, self.specialize, self.check, self.state = call, specialize, check, (None, None)
 
-    def __call__(self, *values):
+    def _kernel(self, values):
+        """The kernel for these inputs' signature (checked and specialized on a new one), or None for inputs
+        that are not all numpy arrays (after the blob limit's check: they take the checked call)."""
         sig = []
         for v in values:
             if type(v) is not np.ndarray:
                 if self.check is not None:
                     self.check(*values)
-                return self.call(*values)
+                return None
             sig.append((v.shape, v.dtype))
         sig = tuple(sig)
         state = self.state
@@ -79,7 +104,21 @@ class Specialized:
                 self.check(*values)
             fast = self.specialize(*values) if self.specialize is not None else None
             state = self.state = (sig, fast or self.call)   # (specialize raises as the kernel would on bad inputs)
-        return state[1](*values)
+        return state[1]
+
+    def __call__(self, *values):
+        kernel = self._kernel(values)
+        return self.call(*values) if kernel is None else kernel(*values)
+
+    def into(self, out, *values):
+        """As a call, but the result written into `out` (returned) where the specialized kernel can write into
+        an array of out's shape and dtype (its `writes_into`); otherwise a new result, as a call."""
+        kernel = self._kernel(values)
+        if kernel is None:
+            return self.call(*values)
+        if getattr(kernel, "writes_into", None) == (out.shape, out.dtype):
+            return kernel(*values, out=out)
+        return kernel(*values)
 
 
 class Net:
@@ -166,9 +205,11 @@ class Net:
             call = Specialized(call, None if specialize is None else functools.partial(specialize, **args),
                                check)
         plain = call
+        into = call if type(call) is Specialized and len(outputs) == 1 else None
         if ws.profiler is not None:   # opt-in timing, chosen once here: nets without a profiler run unchanged
             call = ws.profiler.timed(call, self.name, index, opdef.type)
-        return BoundOp(schema, opdef, index, inputs, outputs, call, device, label, plain)
+            into = None
+        return BoundOp(schema, opdef, index, inputs, outputs, call, device, label, plain, into)
 
     # ----------------------------------------------------------------------------- running
     def run(self) -> None:
@@ -197,7 +238,11 @@ class Net:
             if check:
                 _check_devices(bop, values)
             try:
-                result = bop.call(*values)
+                into = bop.into
+                if into is not None and reusable(bop.outputs[0]):
+                    result = into.into(bop.outputs[0].value, *values)
+                else:
+                    result = bop.call(*values)
             except Exception as e:  # noqa: BLE001 - any kernel failure becomes an error naming the op
                 error = failure(bop, values, e)
                 if error is e:

@@ -1,5 +1,7 @@
 """RecurrentNetwork's step-net rewrites (stepnet.graph.step_nets): what they make of a step net, and that
 neither they nor running the ops change the nets a model holds."""
+import dataclasses
+
 import numpy as np
 
 from stepnet import Workspace
@@ -28,8 +30,10 @@ def test_forward_rewrite_views_links_first_and_declares_them():
     assert links.type == "rnn_internal_apply_links"
     assert list(links.input) == ["timestep", "o_states", "o_states", "x"]
     assert list(links.output) == ["o_prev", "o_t", "input_t"]
-    assert args(links) == {"offsets": [0, 1, 0], "windows": [1, 1, 2]}
+    assert args(links) == {"offsets": [0, 1, 0], "windows": [1, 1, 2], "keep": [0, 0, 0]}
     assert [o.type for o in out.step.op[1:]] == ["Sum", "Mul"] and out.step.type == "async_simple"
+    owning = sn.run(sn.FORWARD, sn.StepNets(step), dataclasses.replace(REC, owned=("o_states",)))
+    assert args(owning.step.op[0])["keep"] == [1, 1, 0]      # the links into the op's own state tensor
     assert list(out.step.external_input) == ["input_t", "o_prev", "timestep", "o_states", "o_t", "x"]
     assert out.backward is None and out.local == ()
 
