@@ -171,8 +171,9 @@ def concat(bop, ins, outs):
 def apply_links(bop, ins, outs):
     args = bound_args(bop)
     offsets, windows = list(args["offsets"]), list(args["windows"])
-    keep = list(args["keep"]) or [0] * len(offsets)
-    if not len(ins) - 1 == len(offsets) == len(windows) == len(outs) == len(keep):
+    n = len(offsets)
+    keep, cyclic, zeroed = (list(args.get(k) or ()) or [0] * n for k in ("keep", "cyclic", "zeroed"))
+    if not len(ins) - 1 == len(windows) == len(outs) == n == len(keep) == len(cyclic) == len(zeroed):
         return None
     links = tuple(zip(offsets, windows, bop.opdef.input[1:]))
     # per link into a tensor the op owns (keep): the external it last saw and its views made so far, by row.
@@ -184,21 +185,24 @@ def apply_links(bop, ins, outs):
         t = int(ins[0].flat[0])
         for i, (blob, external, (offset, window, name)) in enumerate(zip(blobs, ins[1:], links)):
             start = t + offset
-            if not keep[i]:
-                if start + window > external.shape[0] or not external.size:
-                    _link_error(blob.name, name, external, start, start + window, offset, window)
-                blob.value = external[start:start + window]
-                blob.view = True
-                continue
-            seen, views = memo[i]
-            if seen is not external:     # another array: its views are made as the steps ask for them
-                views = {}
-                memo[i] = (external, views)
-            view = views.get(start)
+            if cyclic[i] and external.ndim and external.shape[0]:
+                start %= external.shape[0]
+            if keep[i]:
+                seen, views = memo[i]
+                if seen is not external:     # another array: its views are made as the steps ask for them
+                    views = {}
+                    memo[i] = (external, views)
+                view = views.get(start)
+            else:
+                view = views = None
             if view is None:             # (the same array keeps its shape: a view made once stays right)
                 if start + window > external.shape[0] or not external.size:
                     _link_error(blob.name, name, external, start, start + window, offset, window)
-                view = views[start] = external[start:start + window]
+                view = external[start:start + window]
+                if views is not None:
+                    views[start] = view
+            if zeroed[i]:
+                view.fill(0)
             blob.value = view
             blob.view = True
     return Fast(run, blobs=True)
@@ -207,7 +211,8 @@ def apply_links(bop, ins, outs):
 def accumulate_gradient_input(bop, ins, outs):
     """g[t + offset] += og[t], in place (the state-gradient tensor the links view)."""
     _, og, g = ins
-    offset = bound_args(bop)["offset"]
+    args = bound_args(bop)
+    offset, cyclic = args["offset"], args.get("cyclic", 0)
     if offset < 0 or og.ndim < 1 or g.ndim < 1 or og[0].size != g[0].size or og.dtype != g.dtype:
         return None
     row_shape = g.shape[1:]
@@ -215,10 +220,11 @@ def accumulate_gradient_input(bop, ins, outs):
     def run(ins, outs):
         timestep, og, g = ins
         t = int(timestep.flat[0])
-        if t >= og.shape[0] or t + offset >= g.shape[0]:
+        at = (t + offset) % g.shape[0] if cyclic and g.shape[0] else t + offset
+        if t >= og.shape[0] or at >= g.shape[0]:
             raise ShapeError(f"timestep {t} + offset {offset} is outside the gradient tensors "
                              f"{tuple(og.shape)} / {tuple(g.shape)}")
-        row = g[t + offset]
+        row = g[at]
         row += shaped(og[t], row_shape)
     return Fast(run)
 

@@ -46,6 +46,7 @@ class Recurrence:
     sequence: str = ""                             # the op's sequence input, T x N x ...
     device_option: DeviceOption | None = None
     owned: tuple[str, ...] = ()    # tensors the op allocates and reuses from run to run (states, their gradients)
+    rolling: tuple[str, ...] = ()  # state gradients kept as 2 rows: linked at rows (t + offset) mod their rows
 
 
 class StepNets(NamedTuple):
@@ -131,13 +132,34 @@ def declare_step_inputs(nets: StepNets, rec: Recurrence) -> StepNets:
 
 def _links_op(rec: Recurrence) -> OperatorDef:
     """The op that points every link internal at its rows; `keep` marks the links into tensors the op owns
-    (rec.owned: the same arrays run after run), whose row views a compiled run makes once and keeps."""
+    (rec.owned: the same arrays run after run), whose row views a compiled run makes once and keeps; `cyclic`
+    the links into rolling state gradients (rec.rolling: rows (t + offset) mod the tensor's rows), and `zeroed`
+    those of them at offset 0, whose row a step writes first (zeroed when pointed at, as the row of a full
+    gradient tensor still is then)."""
     links = rec.links
+    cyclic = [int(link.external in rec.rolling) for link in links]
+    args = [make_argument("offsets", [link.offset for link in links]),
+            make_argument("windows", [link.window for link in links]),
+            make_argument("keep", [int(link.external in rec.owned) for link in links])]
+    if any(cyclic):
+        args += [make_argument("cyclic", cyclic),
+                 make_argument("zeroed", [c * int(link.offset == 0) for c, link in zip(cyclic, links)])]
     return OperatorDef(type="rnn_internal_apply_links", input=[rec.timestep, *(link.external for link in links)],
-                       output=[link.internal for link in links],
-                       arg=[make_argument("offsets", [link.offset for link in links]),
-                            make_argument("windows", [link.window for link in links]),
-                            make_argument("keep", [int(link.external in rec.owned) for link in links])])
+                       output=[link.internal for link in links], arg=args)
+
+
+def rolling_gradients(links, state_grads, backward: NetDef, after: NetDef | None) -> tuple[str, ...]:
+    """The state gradients that 2 rows can hold (rows t and t + 1 are all a backward step touches): every link
+    into one has window 1 and offset 0 or 1, with one link at offset 0, and no op of the backward step net or
+    of the weight-gradients net reads or writes the tensor itself."""
+    whole = {n for net in (backward, after) if net is not None for o in net.op for n in (*o.input, *o.output)}
+    rolling = []
+    for grad in state_grads:
+        into = [link for link in links if link.external == grad]
+        if (into and grad not in whole and all(link.window == 1 and link.offset in (0, 1) for link in into)
+                and sum(link.offset == 0 for link in into) == 1):
+            rolling.append(grad)
+    return tuple(rolling)
 
 
 def apply_forward_links(nets: StepNets, rec: Recurrence) -> StepNets:
@@ -185,6 +207,8 @@ def accumulate_state_gradients(nets: StepNets, rec: Recurrence) -> StepNets:
     for og, rg in rec.accumulate:
         acc = OperatorDef(type="rnn_internal_accumulate_gradient_input", input=[rec.timestep, og, rg],
                           output=[rg], arg=[make_argument("offset", 1)])
+        if rg in rec.rolling:
+            acc.arg.append(make_argument("cyclic", 1))
         if rec.device_option is not None:
             acc.device_option.CopyFrom(rec.device_option)
         ops.append(acc)

@@ -4,8 +4,11 @@ gradient tensors, runs it from T-1 down to 0, then runs the net of FC weight gra
 loop, and returns the gradients of the initial states."""
 from __future__ import annotations
 
+import dataclasses
+
 from ..core.errors import ArgumentError, MissingBlobError, ShapeError
-from ..graph.step_nets import ACTIVATIONS, BACKWARD, Link, ParamGradient, Recurrence, StepNets, run
+from ..graph.step_nets import (ACTIVATIONS, BACKWARD, Link, ParamGradient, Recurrence, StepNets,
+                               rolling_gradients, run)
 from .recurrent import RNN_ARGS, StepWorkspaces, _backward_net, _distinct_names, _links, _zeroed
 from .registry import op
 
@@ -60,11 +63,17 @@ class _Backward:
             self.state_grads.append((s, rg, last))
         owned = (*self.states, *(rg for _, rg, _ in self.state_grads))
         rec = Recurrence(self.timestep, tuple(links), tuple(a["recompute_blobs_on_backward"]), tuple(params),
-                         tuple(accumulate), opdef.input[G], ctx.device_option, owned)
+                         tuple(accumulate), opdef.input[G], ctx.device_option, owned,
+                         rolling_gradients(links, [rg for _, rg, _ in self.state_grads], net, None))
         # link internals viewing tensors the op does not own (the input projection and its gradient): let go
         # after the loop, so that the main net may compute the next input projection into this one's memory
         self.borrowed = tuple({link.internal for link in links if link.external not in owned})
         nets = run(BACKWARD, StepNets(a["step_net"], net), rec)
+        if nets.weight_gradients is not None and set(rec.rolling) & {
+                n for o in nets.weight_gradients.op for n in (*o.input, *o.output)}:
+            rec = dataclasses.replace(rec, rolling=())       # the weight gradients read every row: keep them
+            nets = run(BACKWARD, StepNets(a["step_net"], net), rec)
+        self.rolling = set(rec.rolling)
         self.net, self.weight_gradients, self.saved = nets.backward, nets.weight_gradients, nets.local
         self.produced = [name for o in self.net.op for name in o.output]
         self.input_grad = r(opdef.input[G] + "_grad")
@@ -83,17 +92,23 @@ class _Backward:
                 f"gradient needs {T}: run the forward op (with a backward_step_net, not forward-only) first")
         for param, grad in self.param_grads:
             _zeroed(xp, ws.create_blob(grad), ws.get_blob(param).value)
-        for s, rg, last in self.state_grads:
+        for i, (s, rg, last) in enumerate(self.state_grads):
             state = ws.get_blob(s).value
             if state.ndim != 3:
                 raise ShapeError(f"recurrent state {s!r} must be 3-D, got {tuple(state.shape)}")
-            grad = _zeroed(xp, ws.create_blob(rg), state)
+            # a rolling gradient: rows t and t + 1 (mod 2) are all step t touches, and the initial state's
+            # gradient is row 0 (an initial value of one row)
+            init = inputs[G + self.init_ids[i]] if i < len(self.init_ids) else None
+            rolls = (rg in self.rolling and init is not None and (init.ndim < 3 or init.shape[0] == 1)
+                     and state.shape[0] > 2)
+            grad = _zeroed(xp, ws.create_blob(rg), state[:2] if rolls else state)
             if last is not None:
+                row = grad[(state.shape[0] - 1) % grad.shape[0]]       # the last row of the state's gradient
                 lg = ws.get_blob(last).value
-                if lg.size != grad[-1].size:
+                if lg.size != row.size:
                     raise ShapeError(f"gradient {last!r} {tuple(lg.shape)} does not match a row of {s!r} "
                                      f"{tuple(state.shape[1:])}")
-                grad[-1] += lg.reshape(grad[-1].shape)
+                row += lg.reshape(row.shape)
         _zeroed(xp, ws.create_blob(self.input_grad), x0)
         if T:
             self._loop(ctx, scratch, T)

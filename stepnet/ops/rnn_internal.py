@@ -43,49 +43,61 @@ def apply_link(ctx, xp, timestep, external, *, offset, window):
 
 
 @op("rnn_internal_apply_links", inputs=(1, None), outputs=(0, None), context=True, devices="any", host_inputs=(0,),
-    args={"offsets": Arg("ints"), "windows": Arg("ints"), "keep": Arg("ints", [])}, gradient=NO_GRADIENT)
-def apply_links(ctx, xp, timestep, *externals, offsets, windows, keep):
+    args={"offsets": Arg("ints"), "windows": Arg("ints"), "keep": Arg("ints", []), "cyclic": Arg("ints", []),
+          "zeroed": Arg("ints", [])}, gradient=NO_GRADIENT)
+def apply_links(ctx, xp, timestep, *externals, offsets, windows, keep, cyclic, zeroed):
     """timestep, external_1..k -> internal_1..k: every link of a step net in one op, internal j a view of rows
     [t + offsets[j], t + offsets[j] + windows[j]) of external j (the work of k rnn_internal_apply_link ops).
     keep (1 per link, optional): the external is the same array run after run, so a compiled run may keep the
-    views it made (a hint; the views are the same either way)."""
-    links = ctx.state.get("links") or _links_of(ctx, externals, offsets, windows, keep)
+    views it made (a hint; the views are the same either way). cyclic (optional): rows counted modulo the
+    external's rows (a state gradient the op keeps as 2 rows); zeroed (optional): that view filled with zeros."""
+    links = ctx.state.get("links") or _links_of(ctx, externals, offsets, windows, keep, cyclic, zeroed)
     t = int(timestep.flat[0])
-    for (blob, offset, window), external in zip(links, externals):
+    for (blob, offset, window, roll, zero), external in zip(links, externals):
         start = t + offset
+        if roll and external is not None and external.ndim and external.shape[0]:
+            start %= external.shape[0]
         stop = start + window
         if external is None or not external.ndim or stop > external.shape[0] or not external.size:
-            name = ctx.opdef.input[1 + links.index((blob, offset, window))]
+            name = ctx.opdef.input[1 + [link[0] for link in links].index(blob)]
             _link_error(blob.name, name, external, start, stop, offset, window)
-        blob.value = external[start:stop]
+        view = external[start:stop]
+        if zero:
+            view[...] = 0
+        blob.value = view
         blob.view = True
     return None
 
 
-def _links_of(ctx, externals, offsets, windows, keep) -> tuple:
-    """(internal blob, offset, window) per link, checked once and kept in the op's state."""
-    if not len(externals) == len(ctx.outputs) == len(offsets) == len(windows) or len(keep) not in (0, len(offsets)):
+def _links_of(ctx, externals, offsets, windows, keep, cyclic, zeroed) -> tuple:
+    """(internal blob, offset, window, cyclic, zeroed) per link, checked once and kept in the op's state."""
+    flags = (keep, cyclic, zeroed)
+    if not len(externals) == len(ctx.outputs) == len(offsets) == len(windows) or any(
+            len(f) not in (0, len(offsets)) for f in flags):
         raise ArgumentError(f"{len(externals)} linked tensors, {len(ctx.outputs)} link blobs, {len(offsets)} "
-                            f"offsets, {len(windows)} windows and {len(keep)} keep flags: give one of each per "
-                            "link (keep may be left out)")
+                            f"offsets, {len(windows)} windows and {len(keep)} / {len(cyclic)} / {len(zeroed)} "
+                            "keep / cyclic / zeroed flags: give one of each per link (the flags may be left out)")
     for offset, window in zip(offsets, windows):
         _check_link_args(offset, window)
-    links = ctx.state["links"] = tuple(zip(ctx.outputs, offsets, windows))
+    cyclic, zeroed = list(cyclic) or [0] * len(offsets), list(zeroed) or [0] * len(offsets)
+    links = ctx.state["links"] = tuple(zip(ctx.outputs, offsets, windows, cyclic, zeroed))
     return links
 
 
 # ------------------------------------------------------------------------------------------- accumulation
 @op("rnn_internal_accumulate_gradient_input", inputs=3, outputs=1, enforce_inplace=[(2, 0)], host_inputs=(0,),
-    args={"offset": Arg("int")}, gradient=NO_GRADIENT, shapes_from_inputs=True)
-def accumulate_gradient_input(xp, timestep, og, g, *, offset):
-    """g[t + offset] += og[t], in place (g is the state-gradient tensor that links view into)."""
+    args={"offset": Arg("int"), "cyclic": 0}, gradient=NO_GRADIENT, shapes_from_inputs=True)
+def accumulate_gradient_input(xp, timestep, og, g, *, offset, cyclic):
+    """g[t + offset] += og[t], in place (g is the state-gradient tensor that links view into; cyclic: row
+    (t + offset) mod g's rows, a state gradient kept as 2 rows)."""
     t = _timestep(timestep)
     if offset < 0:
         raise ArgumentError(f"offset must be >= 0, got {offset}")
-    if t >= og.shape[0] or t + offset >= g.shape[0]:
+    row_at = (t + offset) % g.shape[0] if cyclic and g.ndim and g.shape[0] else t + offset
+    if t >= og.shape[0] or row_at >= g.shape[0]:
         raise ShapeError(f"timestep {t} + offset {offset} is outside the gradient tensors "
                          f"{tuple(og.shape)} / {tuple(g.shape)}")
-    row = g[t + offset]
+    row = g[row_at]
     row += og[t].reshape(row.shape)
     return None   # g holds the result: the op writes it in place
 

@@ -80,7 +80,7 @@ def test_apply_links_views_every_links_rows(t, device):
      r"link 'b' -> 'x': at timestep 2 the window rows \[5, 7\) \(offset 3, window 2\) run past the end of its 6 "
      r"rows \(6, 2\)"),
     (dict(offsets=[0], windows=[1, 1]), ArgumentError, "2 linked tensors, 2 link blobs, 1 offsets, 2 windows"),
-    (dict(offsets=[0, 0], windows=[1, 1], keep=[1]), ArgumentError, "2 windows and 1 keep flags"),
+    (dict(offsets=[0, 0], windows=[1, 1], keep=[1]), ArgumentError, "2 windows and 1 / 0 / 0 keep / cyclic"),
     (dict(offsets=[0, -1], windows=[1, 1]), ArgumentError, r"link offset \(-1\) and window \(1\) must be >= 0"),
 ])
 def test_apply_links_bad_windows(args, error, message):
@@ -215,9 +215,9 @@ def test_the_references_catch_wrong_link_and_deferred_kernels(broken):
     from stepnet.ops import REGISTRY
     links, deferred = (REGISTRY.get(t).kernel for t in ("rnn_internal_apply_links", "rnn_internal_fc_weight_gradient"))
 
-    def shifted(ctx, xp, timestep, *externals, offsets, windows, keep=()):
+    def shifted(ctx, xp, timestep, *externals, offsets, windows, **flags):
         return links(ctx, xp, timestep, *externals, offsets=[o + (o == 1) for o in offsets], windows=windows,
-                     keep=keep)
+                     **flags)
     broken("rnn_internal_apply_links", shifted)
     with pytest.raises(AssertionError):
         test_apply_links_views_every_links_rows(0, "cpu")

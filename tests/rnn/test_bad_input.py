@@ -145,7 +145,7 @@ def test_gradient_op_after_a_shorter_forward_run():
 def test_the_window_check_is_what_catches_a_link_past_the_end(broken):
     """With lenient link views (clipping the window) the past-the-end case no longer raises: the test above
     depends on the bounds check, not on some later failure."""
-    def clipping(ctx, xp, timestep, *externals, offsets, windows, keep=()):
+    def clipping(ctx, xp, timestep, *externals, offsets, windows, **flags):
         t = int(timestep[0])
         for blob, ext, offset, window in zip(ctx.outputs, externals, offsets, windows):
             blob.set_view(ext[t + offset:t + offset + window])
