@@ -79,7 +79,7 @@ def lstm_params(bop, ins, outs, saving: bool) -> tuple | None:
     if not _fits(ins, outs, 5 if has_seq else 4, (0, 1), lambda n, d: (1, n, 4 * d)):
         return None
     _, n, d = ins[0].shape
-    if outs[0].size != n * d or outs[1].size != n * d or (saving and outs[2].shape != (5, n, d)):
+    if outs[0].size != n * d or outs[1].size != n * d or (saving and outs[2].shape != (4, n, d)):
         return None
     return fb, drop, has_seq, n, d
 
@@ -89,7 +89,7 @@ def lstm_grad_params(bop, ins, outs, saved: bool) -> tuple | None:
     arrays the compiled forms handle, else None."""
     fb, drop, has_seq = _args(bop)
     n_in = 9 if has_seq else 8
-    blocks = (lambda n, d: (5, n, d)) if saved else (lambda n, d: (1, n, 4 * d))
+    blocks = (lambda n, d: (4, n, d)) if saved else (lambda n, d: (1, n, 4 * d))
     if not _fits(ins, outs, n_in, (0, 1, n_in - 4, n_in - 3, n_in - 2, n_in - 1), blocks):
         return None
     _, n, d = ins[0].shape
@@ -112,7 +112,7 @@ def lstm_unit(saving: bool):
             h, c = outs[0].reshape(state), outs[1].reshape(state)
             ended = past_end(np, ins[3], ins[-1], n, ended_at) if has_seq else None
             lstm_cell.forward(np, ins[2], ins[0].reshape(state), ins[1].reshape(state), fb, drop, ended, h, c,
-                              outs[2] if saving else own, tmp, saving)
+                              outs[2] if saving else own, tmp)
         return run, _begin(ended_at, 3, has_seq)
     return _fast(make)
 
@@ -126,16 +126,16 @@ def lstm_unit_gradient(saved: bool):
         t_at = 4 if has_seq else 3
         dt = ins[0].dtype
         scratch = np.empty((n, d), dt), np.empty((4, n, d), dt), np.empty((3, n, d), dt)
-        own, tanh_c = (None, None) if saved else (np.empty((4, n, d), dt), np.empty((n, d), dt))
+        own, tanh_c = None if saved else np.empty((4, n, d), dt), np.empty((n, d), dt)
         state, ended_at = (1, n, d), Ended()
 
         def run(ins, outs):
             if saved:
-                acts, tanh = ins[2], ins[2][4]
+                acts = ins[2]
             else:
-                acts, tanh = own, tanh_c
+                acts = own
                 lstm_cell.gate_activations(np, ins[2], n, d, fb, acts)
-                np.tanh(ins[-3].reshape(n, d), out=tanh)
+            tanh = np.tanh(ins[-3].reshape(n, d), out=tanh_c)
             ended = past_end(np, ins[3], ins[t_at], n, ended_at) if has_seq else None
             lstm_cell.backward(np, acts, tanh, ins[1].reshape(state), ins[-2].reshape(state), ins[-1].reshape(state),
                                drop, ended, outs[0].reshape(state), outs[1].reshape(state),

@@ -59,7 +59,7 @@ def tanh_into(x, out):
 @njit(**_JIT)
 def lstm_forward(gates, c_prev, fbh, h, c, acts, save, n, d):
     """c = σ(i)·tanh(g) + σ(f + forget_bias)·c_prev, h = σ(o)·tanh(c) from gates (n, 4d) in blocks i, f, o, g
-    (fbh = forget_bias / 2); with save, acts (5 blocks of n·d) = σ(i), σ(f + fb), σ(o), tanh(g), tanh(c)."""
+    (fbh = forget_bias / 2); with save, acts (4 blocks of n·d) = σ(i), σ(f + fb), σ(o), tanh(g)."""
     zero, nd = float32(0), n * d
     row = np.empty((7, d), np.float32)
     for r in range(n):
@@ -77,16 +77,16 @@ def lstm_forward(gates, c_prev, fbh, h, c, acts, save, n, d):
             c[ob + j] = row[5, j]
             h[ob + j] = row[6, j]
         if save:
-            for m in range(5):
+            for m in range(4):
                 for j in range(d):
                     acts[m * nd + ob + j] = row[m, j]
 
 
 @njit(**_JIT)
-def lstm_activations(gates, c, fbh, acts, n, d):
-    """acts (5 blocks of n·d) from gates (n, 4d) and the step's cell state c: what lstm_forward saves."""
+def lstm_activations(gates, fbh, acts, n, d):
+    """acts (4 blocks of n·d) from gates (n, 4d): what lstm_forward saves."""
     zero, nd = float32(0), n * d
-    row = np.empty((5, d), np.float32)
+    row = np.empty((4, d), np.float32)
     for r in range(n):
         gb, ob = r * 4 * d, r * d
         for j in range(d):
@@ -94,22 +94,22 @@ def lstm_activations(gates, c, fbh, acts, n, d):
             row[1, j] = _sigmoid(gates[gb + d + j], fbh)
             row[2, j] = _sigmoid(gates[gb + 2 * d + j], zero)
             row[3, j] = tanh32(gates[gb + 3 * d + j])
-            row[4, j] = tanh32(c[ob + j])
-        for m in range(5):
+        for m in range(4):
             for j in range(d):
                 acts[m * nd + ob + j] = row[m, j]
 
 
 @njit(**_JIT)
-def lstm_backward(acts, c_prev, dh, dc, dgates, dh_prev, dc_prev, n, d):
-    """LSTMUnitGradient from the activations: dgates (n, 4d) in blocks i, f, o, g, dc_prev, and dh_prev = 0."""
+def lstm_backward(acts, c, c_prev, dh, dc, dgates, dh_prev, dc_prev, n, d):
+    """LSTMUnitGradient from the activations and the step's cell state c (tanh(c) recomputed, as the forward
+    computed it): dgates (n, 4d) in blocks i, f, o, g, dc_prev, and dh_prev = 0."""
     one, nd = float32(1), n * d
     row = np.empty((5, d), np.float32)
     for r in range(n):
         gb, ob = r * 4 * d, r * d
         for j in range(d):
             k = ob + j
-            i, f, o, g, tc = acts[k], acts[nd + k], acts[2 * nd + k], acts[3 * nd + k], acts[4 * nd + k]
+            i, f, o, g, tc = acts[k], acts[nd + k], acts[2 * nd + k], acts[3 * nd + k], tanh32(c[k])
             dct = (one - tc * tc) * o * dh[k] + dc[k]
             row[0, j] = dct * g * ((one - i) * i)
             row[1, j] = dct * c_prev[k] * ((one - f) * f)

@@ -5,8 +5,9 @@ compiled forms (stepnet.compiled.cell_forms) allocate them once and pass the sta
 variant (`jit_step`, `jit_grad_step`: numba's one pass per op, kernels/jitted.py) is the other arithmetic a
 workspace may choose; both runners call it the same way too.
 
-Activations are kept block-major (4 or 5 × N × D: σ(i), σ(f + forget_bias), σ(o), tanh(g), then tanh(c) when
-saved), so that every element-wise pass runs on contiguous memory."""
+Activations are kept block-major (4 × N × D: σ(i), σ(f + forget_bias), σ(o), tanh(g)), so that every
+element-wise pass runs on contiguous memory; the backward step recomputes tanh(c) from the cell state, as torch's
+LSTM does, rather than keeping a fifth block per timestep."""
 from __future__ import annotations
 
 import numpy as np
@@ -29,8 +30,8 @@ def gate_activations(xp, gates, n: int, d: int, forget_bias: float, acts) -> Non
     xp.tanh(blocks[3], out=acts[3])
 
 
-def forward(xp, gates, h_prev, c_prev, forget_bias: float, drop: bool, ended, h, c, acts, tmp, saving: bool):
-    """One step into h, c (1×N×D) and acts (4×N×D, or 5 with tanh(c) when saving); tmp: N×D scratch. ended: the
+def forward(xp, gates, h_prev, c_prev, forget_bias: float, drop: bool, ended, h, c, acts, tmp):
+    """One step into h, c (1×N×D) and acts (4×N×D); tmp: N×D scratch. ended: the
     rows past their length (seq_rows.past_end) or None. Returns (h, c): the outputs (new arrays only where a
     device mask selects the ended rows)."""
     _, n, d = c_prev.shape
@@ -39,12 +40,8 @@ def forward(xp, gates, h_prev, c_prev, forget_bias: float, drop: bool, ended, h,
     xp.multiply(acts[0], acts[3], out=c2)                 # c = σ(i)·tanh(g) + σ(f)·c_prev
     xp.multiply(acts[1], c_prev.reshape(n, d), out=tmp)
     c2 += tmp
-    if saving:                                            # h = σ(o)·tanh(c)
-        xp.tanh(c2, out=acts[4])
-        xp.multiply(acts[4], acts[2], out=h2)
-    else:
-        xp.tanh(c2, out=h2)
-        h2 *= acts[2]
+    xp.tanh(c2, out=h2)                                   # h = σ(o)·tanh(c)
+    h2 *= acts[2]
     return tuple(hold(xp, ended, drop, (h, h_prev), (c, c_prev)))
 
 
@@ -109,7 +106,7 @@ def jit_step(k, saving: bool, fb: float, drop: bool, has_seq: bool, n: int, d: i
 
 def jit_grad_step(k, saved: bool, fb: float, drop: bool, has_seq: bool, n: int, d: int):
     fbh, ended_at = np.float32(fb) * np.float32(0.5), Ended()
-    own = None if saved else np.empty(5 * n * d, F32)
+    own = None if saved else np.empty(4 * n * d, F32)
     t_at, state = 4 if has_seq else 3, (1, n, d)
 
     def run(ins, outs):
@@ -119,9 +116,9 @@ def jit_grad_step(k, saved: bool, fb: float, drop: bool, has_seq: bool, n: int, 
         dh, dc = ins[-2], ins[-1]
         acts = ins[2].ravel()
         if not saved:
-            k.lstm_activations(acts, ins[-3].ravel(), fbh, own, n, d)
+            k.lstm_activations(acts, fbh, own, n, d)
             acts = own
-        k.lstm_backward(acts, ins[1].ravel(), dh.ravel(), dc.ravel(), dgates.ravel(), dh_prev.ravel(),
+        k.lstm_backward(acts, ins[-3].ravel(), ins[1].ravel(), dh.ravel(), dc.ravel(), dgates.ravel(), dh_prev.ravel(),
                         dc_prev.ravel(), n, d)
         ended = past_end(np, ins[3], ins[t_at], n, ended_at) if has_seq else None
         if ended is not None:

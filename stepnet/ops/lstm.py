@@ -120,26 +120,26 @@ def _forward(xp, inputs, forget_bias, drop_states, sequence_lengths, saving: boo
     n, d = _cell_dims(LSTM_STATES[:2], (c_prev, h_prev), gates, 4, "i, f, o, g", seq, timestep)
     dt = c_prev.dtype
     h, c = xp.empty((1, n, d), dt), xp.empty((1, n, d), dt)
-    acts, tmp = xp.empty((5 if saving else 4, n, d), dt), xp.empty((n, d), dt)
+    acts, tmp = xp.empty((4, n, d), dt), xp.empty((n, d), dt)
     h, c = cell.forward(xp, gates, h_prev, c_prev, forget_bias, drop_states, past_end(xp, seq, timestep, n), h, c,
-                        acts, tmp, saving)
+                        acts, tmp)
     return (h, c, acts) if saving else (h, c)
 
 
 def _backward(xp, inputs, forget_bias, drop_states, sequence_lengths, saved: bool):
-    """LSTMUnitGradient (saved: reading the saved activations, 5×N×D, instead of the gates): the checks, new
-    outputs and scratch, kernels.lstm.backward."""
+    """LSTMUnitGradient (saved: reading the saved activations, 4×N×D, instead of the gates): the checks, new
+    outputs and scratch, kernels.lstm.backward (tanh(c) from the cell state either way)."""
     (h_prev, c_prev, gates), seq, timestep, (h, c, dh, dc) = _unpack(
         inputs, sequence_lengths, LSTM_HEAD, LSTM_GRAD_TAIL)
     if saved:
-        n, d = _cell_dims(LSTM_STATES, (c_prev, h_prev, h, c, dh, dc), gates, 5, "i, f, o, g, tanh(c)", seq,
+        n, d = _cell_dims(LSTM_STATES, (c_prev, h_prev, h, c, dh, dc), gates, 4, "i, f, o, g", seq,
                           timestep, block_major=True)
-        acts, tanh_c = gates, gates[4]
+        acts = gates
     else:
         n, d = _cell_dims(LSTM_STATES, (c_prev, h_prev, h, c, dh, dc), gates, 4, "i, f, o, g", seq, timestep)
         acts = xp.empty((4, n, d), gates.dtype)
         cell.gate_activations(xp, gates, n, d, forget_bias, acts)
-        tanh_c = xp.tanh(c.reshape(n, d))
+    tanh_c = xp.tanh(c.reshape(n, d))
     dt = c_prev.dtype
     dh_prev, dc_prev, dgates = xp.empty((1, n, d), dt), xp.empty((1, n, d), dt), xp.empty((1, n, 4 * d), dt)
     scratch = xp.empty((n, d), dt), xp.empty((4, n, d), dt), xp.empty((3, n, d), dt)
@@ -245,33 +245,34 @@ def lstm_unit_gradient(xp, *inputs, forget_bias=0.0, drop_states=False, sequence
 
 # --------------------------------------------------------------------------------------------- saved forms
 # RecurrentNetwork substitutes these for an LSTMUnit / LSTMUnitGradient pair of its step nets that reads one
-# gates blob no other op writes (passes.step_nets.save_lstm_activations): the forward keeps the activations and
-# tanh(c) in a step-workspace blob, 5×N×D (block-major), which the gradient reads instead of recomputing them from the
-# gates. Same inputs, arguments and results as the public pair; the forward has that blob as a third output.
+# gates blob no other op writes (passes.step_nets.save_lstm_activations): the forward keeps the activations in a
+# step-workspace blob, 4×N×D (block-major), which the gradient reads instead of recomputing them from the gates
+# (tanh(c) it recomputes from the cell state). Same inputs, arguments and results as the public pair; the forward
+# has that blob as a third output.
 
 def _saved_shape(specs, forget_bias, drop_states, sequence_lengths):
     out = _lstm_shape(specs, forget_bias, drop_states, sequence_lengths)
     n, d = out[0].shape[1:]
-    return out + [TensorSpec((5, n, d), specs[2].dtype)]
+    return out + [TensorSpec((4, n, d), specs[2].dtype)]
 
 
 @op("rnn_internal_lstm_unit", inputs=(4, 5), outputs=3, args=LSTM_ARGS, inplace=NOT_IN_PLACE,
     host_inputs=(3, 4), gradient=NO_GRADIENT, shape=_saved_shape,
-    fused=lambda k: fused(cell.jit_step, k, _lstm_dims(False), lambda n, d: [(1, n, d)] * 2 + [(5, n, d)],
+    fused=lambda k: fused(cell.jit_step, k, _lstm_dims(False), lambda n, d: [(1, n, d)] * 2 + [(4, n, d)],
                           _LSTM_PARAMS, True))
 def lstm_unit_saving(xp, *inputs, forget_bias=0.0, drop_states=False, sequence_lengths=True):
-    """LSTMUnit that also outputs [σ(i), σ(f + forget_bias), σ(o), tanh(g), tanh(c)] (5×N×D) for its gradient."""
+    """LSTMUnit that also outputs [σ(i), σ(f + forget_bias), σ(o), tanh(g)] (4×N×D) for its gradient."""
     return _forward(xp, inputs, forget_bias, drop_states, sequence_lengths, saving=True)
 
 
 def _saved_grad_shape(specs, forget_bias, drop_states, sequence_lengths):
-    h_prev, c_prev, acts, n, d = _grad_specs(specs, sequence_lengths, 5, "i, f, o, g, tanh(c)", block_major=True)
+    h_prev, c_prev, acts, n, d = _grad_specs(specs, sequence_lengths, 4, "i, f, o, g", block_major=True)
     return [TensorSpec(tuple(x.shape), x.dtype) for x in (h_prev, c_prev)] + [TensorSpec((1, n, 4 * d), acts.dtype)]
 
 
 @op("rnn_internal_lstm_unit_gradient", inputs=(8, 9), outputs=3, args=LSTM_ARGS, inplace=NOT_IN_PLACE,
     host_inputs=(3, 4), gradient=NO_GRADIENT, shape=_saved_grad_shape,
-    fused=lambda k: fused(cell.jit_grad_step, k, _lstm_dims(True, 5, "i, f, o, g, tanh(c)", block_major=True),
+    fused=lambda k: fused(cell.jit_grad_step, k, _lstm_dims(True, 4, "i, f, o, g", block_major=True),
                           _lstm_grad_outputs, _LSTM_PARAMS, True))
 def lstm_unit_gradient_saved(xp, *inputs, forget_bias=0.0, drop_states=False, sequence_lengths=True):
     """LSTMUnitGradient reading rnn_internal_lstm_unit's saved activations (input 2) instead of the gates."""

@@ -146,14 +146,14 @@ def test_the_reference_comparison_catches_a_wrong_cell_gradient(broken, op_type,
 
 
 def test_the_gradient_reads_the_activations_the_forward_saved(broken):
-    """Spoiling the saved tanh(c) block (not the outputs) spoils only the gradients: they are read, not
+    """Spoiling the saved σ(o) block (not the outputs) spoils only the gradients: they are read, not
     recomputed."""
     from stepnet.ops import REGISTRY
     kernel = REGISTRY.get("rnn_internal_lstm_unit").kernel
 
     def spoiled(xp, *args, **kw):
         h, c, acts = kernel(xp, *args, **kw)
-        acts[4] *= 0.9
+        acts[2] *= 0.9
         return h, c, acts
     broken("rnn_internal_lstm_unit", spoiled)
     with pytest.raises(AssertionError, match="dX"):
