@@ -19,12 +19,14 @@ class Fast(NamedTuple):
     """fn(ins, outs): the op on input arrays, writing its output arrays (or, with `blobs`, setting its output
     Blobs itself: the link op). rebind(bop) -> fn: the same form on another step workspace's bound op (for
     forms that call the bound kernel). fuse(later_bop, ins, outs) -> Fast | None: a form of this op and a later
-    one together (its fn takes both ops' inputs, then both ops' outputs), where it has one."""
+    one together (its fn takes both ops' inputs, then both ops' outputs), where it has one. reads_first: fn
+    reads its inputs before writing an output that shares their memory (a view output may overlap them)."""
     fn: Callable
     blobs: bool = False
     rebind: Callable | None = None
     begin: tuple | None = None   # (input index, fn(array)): called once per run with that input's array
     fuse: Callable | None = None
+    reads_first: bool = False
 
 
 def _begin(ended, index: int, has_seq: bool) -> tuple | None:
@@ -79,8 +81,9 @@ def lstm_params(bop, ins, outs, saving: bool) -> tuple | None:
     if not _fits(ins, outs, 5 if has_seq else 4, (0, 1), lambda n, d: (1, n, 4 * d)):
         return None
     _, n, d = ins[0].shape
-    if outs[0].size != n * d or outs[1].size != n * d or (saving and outs[2].shape != (4, n, d)):
-        return None
+    if outs[0].size != n * d or outs[1].size != n * d or (saving and (
+            outs[2].size != 4 * n * d or not outs[2].flags.c_contiguous)):
+        return None       # (the saved activations: 4×N×D, or a row of the op's T×4×N×D tensor)
     return fb, drop, has_seq, n, d
 
 
@@ -90,6 +93,8 @@ def lstm_grad_params(bop, ins, outs, saved: bool) -> tuple | None:
     fb, drop, has_seq = _args(bop)
     n_in = 9 if has_seq else 8
     blocks = (lambda n, d: (4, n, d)) if saved else (lambda n, d: (1, n, 4 * d))
+    if saved and ins[2].ndim == 4 and ins[2].shape[0] == 1:     # a row of the op's T×4×N×D tensor
+        ins = [*ins[:2], ins[2][0], *ins[3:]]
     if not _fits(ins, outs, n_in, (0, 1, n_in - 4, n_in - 3, n_in - 2, n_in - 1), blocks):
         return None
     _, n, d = ins[0].shape
@@ -112,7 +117,7 @@ def lstm_unit(saving: bool):
             h, c = outs[0].reshape(state), outs[1].reshape(state)
             ended = past_end(np, ins[3], ins[-1], n, ended_at) if has_seq else None
             lstm_cell.forward(np, ins[2], ins[0].reshape(state), ins[1].reshape(state), fb, drop, ended, h, c,
-                              outs[2] if saving else own, tmp)
+                              outs[2].reshape(4, n, d) if saving else own, tmp)
         return run, _begin(ended_at, 3, has_seq)
     return _fast(make)
 
@@ -126,12 +131,15 @@ def lstm_unit_gradient(saved: bool):
         t_at = 4 if has_seq else 3
         dt = ins[0].dtype
         scratch = np.empty((n, d), dt), np.empty((4, n, d), dt), np.empty((3, n, d), dt)
-        own, tanh_c = None if saved else np.empty((4, n, d), dt), np.empty((n, d), dt)
+        own, tanh_c = np.empty((4, n, d), dt), np.empty((n, d), dt)
         state, ended_at = (1, n, d), Ended()
 
         def run(ins, outs):
-            if saved:
-                acts = ins[2]
+            if saved:      # (read first: the gate gradients may be written over them, in the same rows)
+                acts = ins[2].reshape(4, n, d)
+                if np.may_share_memory(acts, outs[2]):
+                    acts = own
+                    np.copyto(own, ins[2].reshape(4, n, d))
             else:
                 acts = own
                 lstm_cell.gate_activations(np, ins[2], n, d, fb, acts)
@@ -141,13 +149,13 @@ def lstm_unit_gradient(saved: bool):
                                drop, ended, outs[0].reshape(state), outs[1].reshape(state),
                                outs[2].reshape(1, n, 4 * d), *scratch)
         return run, _begin(ended_at, 3, has_seq)
-    return _fast(make)
+    return _fast(make, reads_first=saved)   # (the saved activations: copied first where they share rows)
 
 
-def _fast(make):
+def _fast(make, reads_first: bool = False):
     def wrapped(bop, ins, outs):
         made = make(bop, ins, outs)
-        return None if made is None else Fast(made[0], begin=made[1])
+        return None if made is None else Fast(made[0], begin=made[1], reads_first=reads_first)
     return wrapped
 
 

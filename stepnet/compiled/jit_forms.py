@@ -15,16 +15,16 @@ from .cell_forms import Fast, _begin, bound_args, gru_grad_params, gru_params, l
 from .products import fc_row
 
 
-def _fused_form(step, params_of, seq_at: int, *flags):
+def _fused_form(step, params_of, seq_at: int, *flags, reads_first: bool = False):
     """The compiled maker of a fused step: the numpy forms' checks (params_of -> the step's parameters, the
-    has_seq flag third from the end), float32 only."""
+    has_seq flag third from the end), float32 only; reads_first as Fast's."""
     def make(bop, ins, outs):
         k = jit.load()
         params = params_of(bop, ins, outs, *flags)
         if k is None or params is None or ins[0].dtype != F32:
             return None
         run, ended_at = step(k, *flags, *params)
-        return Fast(run, begin=_begin(ended_at, seq_at, params[-3]))
+        return Fast(run, begin=_begin(ended_at, seq_at, params[-3]), reads_first=reads_first)
     return make
 
 
@@ -48,7 +48,8 @@ FUSED = {
     "LSTMUnit": _fused_form(lstm_cell.jit_step, lstm_params, 3, False),
     "rnn_internal_lstm_unit": _fused_form(lstm_cell.jit_step, lstm_params, 3, True),
     "LSTMUnitGradient": _fused_form(lstm_cell.jit_grad_step, lstm_grad_params, 3, False),
-    "rnn_internal_lstm_unit_gradient": _fused_form(lstm_cell.jit_grad_step, lstm_grad_params, 3, True),
+    "rnn_internal_lstm_unit_gradient": _fused_form(lstm_cell.jit_grad_step, lstm_grad_params, 3, True,
+                                                   reads_first=True),
     "GRUUnit": _fused_form(gru_cell.jit_step, gru_params, 2),
     "GRUUnitGradient": _fused_form(gru_cell.jit_grad_step, gru_grad_params, 2),
     "Softmax": softmax, "FC": fc_row,

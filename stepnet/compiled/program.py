@@ -99,9 +99,10 @@ def _writes_in_place(bop, blob) -> bool:
     return bool(pairs & set(schema.enforce_inplace)) or ((0, 0) in pairs and schema.inplace_kernel is not None)
 
 
-def _kinds(net, bop, ins, outs, views, buffers, main: tuple | None = None) -> list | None:
+def _kinds(net, bop, ins, outs, views, buffers, main: tuple | None = None, overlap: bool = False) -> list | None:
     """What each output of a compiled op is (in place, a view, a buffer; see the module doc), or None when
-    one cannot be written by a compiled routine. main: (ids of the external blobs,) of a plain net."""
+    one cannot be written by a compiled routine. main: (ids of the external blobs,) of a plain net; overlap:
+    the form reads its inputs before writing (Fast.reads_first), so a view output may share their memory."""
     kinds = []
     for blob, value in zip(bop.outputs, outs):
         external = main is not None and id(blob) in main[0]
@@ -112,7 +113,7 @@ def _kinds(net, bop, ins, outs, views, buffers, main: tuple | None = None) -> li
                 return None          # (an op in place that changes the shape or dtype makes a new array)
             kinds.append((_INPLACE, None, None))
         elif id(blob) in views:
-            if not blob.view or any(np.may_share_memory(value, x) for x in ins):
+            if not blob.view or (not overlap and any(np.may_share_memory(value, x) for x in ins)):
                 return None
             kinds.append((_VIEW, None, None))
         elif (_owned(net.workspace, blob, main is not None) and not external and not blob.view
@@ -183,7 +184,7 @@ class Program:
                 views.update(id(b) for b in bop.outputs)
                 ops.append((fast, [(_LINKS, None, None)] * len(outs), (i,)))
                 continue
-            kinds = _kinds(net, bop, ins, outs, views, buffers, outer)
+            kinds = _kinds(net, bop, ins, outs, views, buffers, outer, fast.reads_first)
             if kinds is None:
                 return None
             indices = (i,)

@@ -18,6 +18,7 @@ from ..io.proto import DeviceOption, NetDef, OperatorDef, make_argument
 
 
 ACTIVATIONS = "_rnn_activations"   # <gates><ACTIVATIONS>: the step-local blob of a saved LSTMUnit's activations
+STEPS = "_steps"                   # <acts><STEPS>: every step's saved activations, T x 4 x N x D, the op's own
 
 
 class Link(NamedTuple):
@@ -93,6 +94,36 @@ def lstm_pairs(step_net: NetDef, backward_net: NetDef, recompute) -> dict[str, s
             continue
         pairs[gates] = acts
     return pairs
+
+
+class SavedSteps(NamedTuple):
+    """Where a saved LSTMUnit's activations live: `link` puts the step-local blob at row t of one T x 4 x N x D
+    tensor the op keeps (link.external); `state` is the recurrent state the cell's c_prev links into (its N and
+    D size the tensor); `dgates` is the gradient's output of the gate gradients."""
+    link: Link
+    state: str
+    dgates: str
+
+
+def saved_steps(step_net: NetDef, backward_net: NetDef | None, recompute, links, states) -> tuple[SavedSteps, ...]:
+    """For each lstm_pairs pair whose LSTMUnit reads c_prev through a window-1 link into a recurrent state: its
+    activations at row t of one tensor for all steps instead of an array per step (same memory), which the
+    gradient op can then also hold its input gradient in (RecurrentNetworkGradient). Decided from the op's
+    arguments alone, so the forward and the gradient op agree."""
+    if backward_net is None:
+        return ()
+    pairs = lstm_pairs(step_net, backward_net, recompute)
+    into_state = {link.internal: link.external for link in links if link.window == 1 and link.external in states}
+    found = []
+    for u in step_net.op:
+        acts = pairs.get(u.input[2]) if u.type == "LSTMUnit" and len(u.input) > 2 else None
+        if acts is None or u.input[1] not in into_state:
+            continue
+        grad = next(v for v in backward_net.op if v.type == "LSTMUnitGradient" and v.input[2] == u.input[2])
+        if len(grad.output) != 3:
+            continue
+        found.append(SavedSteps(Link(acts, acts + STEPS, 0, 1), into_state[u.input[1]], grad.output[2]))
+    return tuple(found)
 
 
 def save_lstm_activations(nets: StepNets, rec: Recurrence) -> StepNets:

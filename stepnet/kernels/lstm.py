@@ -106,7 +106,7 @@ def jit_step(k, saving: bool, fb: float, drop: bool, has_seq: bool, n: int, d: i
 
 def jit_grad_step(k, saved: bool, fb: float, drop: bool, has_seq: bool, n: int, d: int):
     fbh, ended_at = np.float32(fb) * np.float32(0.5), Ended()
-    own = None if saved else np.empty(4 * n * d, F32)
+    own = np.empty(4 * n * d, F32)
     t_at, state = 4 if has_seq else 3, (1, n, d)
 
     def run(ins, outs):
@@ -117,6 +117,9 @@ def jit_grad_step(k, saved: bool, fb: float, drop: bool, has_seq: bool, n: int, 
         acts = ins[2].ravel()
         if not saved:
             k.lstm_activations(acts, fbh, own, n, d)
+            acts = own
+        elif np.may_share_memory(acts, dgates):     # the gate gradients are written over them: read them first
+            np.copyto(own, acts)
             acts = own
         k.lstm_backward(acts, ins[-3].ravel(), ins[1].ravel(), dh.ravel(), dc.ravel(), dgates.ravel(), dh_prev.ravel(),
                         dc_prev.ravel(), n, d)

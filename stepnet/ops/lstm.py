@@ -101,7 +101,9 @@ def _cell_dims(names, states, gates, n_gates: int, order: str, seq, timestep,
                block_major: bool = False) -> tuple[int, int]:
     """(N, D) after the checks of _check_cell and _check_steps on a kernel's arrays. These ops run once per
     timestep, so the well-formed case is settled with a few comparisons; anything else gets the full checks
-    and their messages."""
+    and their messages. Block-major activations may come as a row of the op's T×4×N×D tensor (1×4×N×D)."""
+    if block_major and len(gates.shape) == 4 and gates.shape[0] == 1:
+        gates = gates[0]
     shape, dt = states[0].shape, states[0].dtype
     if (len(shape) == 3 and shape[0] == 1 and dt.kind == "f" and gates.dtype == dt
             and gates.shape == _gates_shape(shape[1], shape[2], n_gates, block_major)
@@ -132,6 +134,8 @@ def _backward(xp, inputs, forget_bias, drop_states, sequence_lengths, saved: boo
     (h_prev, c_prev, gates), seq, timestep, (h, c, dh, dc) = _unpack(
         inputs, sequence_lengths, LSTM_HEAD, LSTM_GRAD_TAIL)
     if saved:
+        if gates.ndim == 4 and gates.shape[0] == 1:       # a row of the op's T×4×N×D tensor of activations
+            gates = gates.reshape(gates.shape[1:])
         n, d = _cell_dims(LSTM_STATES, (c_prev, h_prev, h, c, dh, dc), gates, 4, "i, f, o, g", seq,
                           timestep, block_major=True)
         acts = gates

@@ -14,7 +14,7 @@ import numpy as np
 from ..core import backend
 from ..core.errors import ArgumentError, ShapeError, StepnetError
 from ..core.limits import check_blob
-from ..graph.step_nets import FORWARD, Link, Recurrence, StepNets, run, shared_scratch
+from ..graph.step_nets import FORWARD, Link, Recurrence, StepNets, run, saved_steps, shared_scratch
 from ..io.proto import NetDef, parse_text
 from ..io.validate import NET_IN_ARG, decode_text
 from .registry import NO_GRADIENT, Arg, op
@@ -111,6 +111,16 @@ def _empty_like(like, shape):
     return out
 
 
+def _sized(blob, shape, like, limit: int, where) -> None:
+    """blob holds an array of `shape` (like's dtype and device): its own when it fits, else a new one, held to
+    the blob limit before it is allocated (the values are the caller's to write)."""
+    cur = blob.value
+    if type(cur) is type(like) and cur.shape == shape and cur.dtype == like.dtype and not blob.view:
+        return
+    check_blob(limit, blob.name, shape, like.dtype, where)
+    blob.value, blob.view = _empty_like(like, shape), False
+
+
 def _zeroed(xp, blob, like):
     """Set blob to zeros shaped like `like` and return them: its previous array refilled when it fits (Caffe2
     keeps a tensor's buffer from run to run), else a new one."""
@@ -154,7 +164,11 @@ class _Forward:
         _distinct_names(a["step_net"], backward)
         self.recompute = list(a["recompute_blobs_on_backward"])
         self.forward_only = backward is None
-        rec = Recurrence(self.timestep, tuple(links), tuple(self.recompute), owned=tuple(self.states))
+        # saved LSTM activations: row t of one tensor per cell, allocated below for the run's T, N and D
+        self.saved_steps = saved_steps(a["step_net"], backward, self.recompute, links, self.states)
+        links += [s.link for s in self.saved_steps]
+        rec = Recurrence(self.timestep, tuple(links), tuple(self.recompute),
+                         owned=(*self.states, *(s.link.external for s in self.saved_steps)))
         nets = run(FORWARD, StepNets(a["step_net"], backward), rec)
         self.shared = [*self.recompute, *shared_scratch(nets, rec)]
         self.num_workspaces = max(1, a["num_workspaces"])
@@ -176,6 +190,10 @@ class _Forward:
             scratch = scratch_blob.value = StepWorkspaces(ws.child())
         for name in self.shared:
             scratch.shared.create_local_blob(name)
+        for saved in self.saved_steps:
+            state = ws.find(saved.state).value
+            _sized(scratch.shared.create_local_blob(saved.link.external), (T, 4, N, state.shape[-1]), state,
+                   ws.limits.max_blob_bytes, ctx.label)
         k = self.num_workspaces if self.forward_only else None
         self.loop.run([scratch.step(t if k is None else t % k) for t in range(T)], range(T))
         for src, dst, offset in self.aliases:

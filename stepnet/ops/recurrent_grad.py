@@ -8,7 +8,8 @@ import dataclasses
 
 from ..core.errors import ArgumentError, MissingBlobError, ShapeError
 from ..graph.step_nets import (ACTIVATIONS, BACKWARD, Link, ParamGradient, Recurrence, StepNets,
-                               rolling_gradients, run)
+                               rolling_gradients, run, saved_steps)
+from ..graph.view import Graph
 from .recurrent import RNN_ARGS, StepWorkspaces, _backward_net, _distinct_names, _links, _zeroed
 from .registry import op
 
@@ -33,9 +34,10 @@ class _Backward:
             raise ArgumentError("RecurrentNetworkGradient needs a backward_step_net")
         _distinct_names(a["step_net"], net)
         links = _links(a["link_internal"], a["link_external"], a["link_offset"], a["link_window"], "link")
+        steps = saved_steps(a["step_net"], net, a["recompute_blobs_on_backward"], links, self.states)  # as forward
         links += [Link(i, e, o, 1) for i, e, o, _ in _links(a["backward_link_internal"], a["backward_link_external"],
                                                              a["backward_link_offset"], [], "backward_link")]
-        links = [Link(r(i), r(e), o, w) for i, e, o, w in links]
+        links = [Link(r(i), r(e), o, w) for i, e, o, w in links] + [s.link for s in steps]
         grad_names = list(a["param_grads"])
         params = []
         self.param_grads = []   # (forward parameter blob, its gradient output)
@@ -61,7 +63,7 @@ class _Backward:
                     raise ArgumentError(f"alias {dst!r} has offset {offset}; only aliases with offset 1 (all "
                                         "steps) or -1 (last step) can receive gradients")
             self.state_grads.append((s, rg, last))
-        owned = (*self.states, *(rg for _, rg, _ in self.state_grads))
+        owned = (*self.states, *(rg for _, rg, _ in self.state_grads), *(s.link.external for s in steps))
         rec = Recurrence(self.timestep, tuple(links), tuple(a["recompute_blobs_on_backward"]), tuple(params),
                          tuple(accumulate), opdef.input[G], ctx.device_option, owned,
                          rolling_gradients(links, [rg for _, rg, _ in self.state_grads], net, None))
@@ -77,6 +79,7 @@ class _Backward:
         self.net, self.weight_gradients, self.saved = nets.backward, nets.weight_gradients, nets.local
         self.produced = [name for o in self.net.op for name in o.output]
         self.input_grad = r(opdef.input[G] + "_grad")
+        self.in_activations = _input_gradient_home(steps, links, self.input_grad, net)
         self.loop = ctx.step_loop(self.net, (), self.timestep)
 
     def run(self, ctx, xp, inputs):
@@ -109,7 +112,13 @@ class _Backward:
                     raise ShapeError(f"gradient {last!r} {tuple(lg.shape)} does not match a row of {s!r} "
                                      f"{tuple(state.shape[1:])}")
                 row += lg.reshape(row.shape)
-        _zeroed(xp, ws.create_blob(self.input_grad), x0)
+        home = scratch.shared.local_blob(self.in_activations) if self.in_activations else None
+        acts = None if home is None else home.value
+        if type(acts) is type(x0) and acts.dtype == x0.dtype and acts.size == x0.size and acts.flags.c_contiguous:
+            blob = ws.create_blob(self.input_grad)      # every row is written by the loop: no zeroing
+            blob.value, blob.view = acts.reshape(x0.shape), False
+        else:
+            _zeroed(xp, ws.create_blob(self.input_grad), x0)
         if T:
             self._loop(ctx, scratch, T)
         return self._initial_state_gradients(ws, inputs)
@@ -145,6 +154,19 @@ class _Backward:
             else:
                 results.append(grad[0].sum(axis=0))
         return results
+
+
+def _input_gradient_home(steps, links, input_grad: str, backward) -> str | None:
+    """The tensor of saved activations that can hold the op's input gradient too (None: none can): that of the
+    LSTM cell whose gate gradients are the input gradient's rows (a window-1 link at offset 0), which nothing in
+    the backward step net reads before the cell's gradient writes them. Step t's gate gradients then take the
+    place of step t's activations, which that gradient has read (a copy first: they share rows), and the input
+    gradient needs no zeroing and no memory of its own."""
+    read_first = Graph(backward.op).read_before_written()
+    homes = [s.link.external for s in steps if s.dgates not in read_first and any(
+        link.internal == s.dgates and link.external == input_grad and link.offset == 0 and link.window == 1
+        for link in links)]
+    return homes[0] if len(homes) == 1 else None
 
 
 @op("RecurrentNetworkGradient", inputs=(1, None), outputs=(1, None), context=True, args=RNN_ARGS,

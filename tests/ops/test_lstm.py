@@ -123,7 +123,7 @@ def test_host_seq_lengths_and_timestep_with_a_device_op():
     ("LSTMUnit", [h3.astype(np.float64), c3, g12, seq3, t1], {}, DTypeError, "LSTMUnit needs one dtype for all inputs"),
     ("LSTMUnit", [h3, c3, g12, seq3, i32(1, 2)], {}, ShapeError, "timestep has 2 entries"),
     ("LSTMUnitGradient", [h3, c3, g12, seq3, t1, h3, c3, h3], {}, ArityError, "takes 9 inputs"),
-    ("rnn_internal_lstm_unit_gradient", [h3, c3, g12, seq3, t1, h3, c3, h3, c3], {}, ShapeError, r"4×N×D = \(4, 3, 4\)"),
+    ("rnn_internal_lstm_unit_gradient", [h3, c3, g12, seq3, t1, h3, c3, h3, c3], {}, ShapeError, r"4×N×D = \(4, 3"),
 ])
 def test_bad_inputs(op_type, inputs, args, error, match, device):
     with pytest.raises(error, match=match):
