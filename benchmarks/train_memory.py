@@ -48,7 +48,8 @@ def child(args) -> dict:
 
     def model(T, B, H):
         if args.framework == "stepnet":
-            return stepnet_net(args.cell, H, T, B, V, train=True)[1].run
+            fused = {"auto": None, "on": True, "off": False}[args.fused_cells]
+            return stepnet_net(args.cell, H, T, B, V, train=True, fused=fused)[1].run
         import torch
         torch.set_num_threads(args.threads)
         return torch_train(args.cell, H, T, B, V, loop=False)
@@ -73,6 +74,8 @@ def main() -> None:
     p.add_argument("--cell", default="lstm", choices=("lstm", "gru"))
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--fused-cells", default="auto", choices=("auto", "on", "off"),
+                   help="stepnet's numba kernels (off: what the default install, without the fast extra, runs)")
     p.add_argument("--cold", dest="warm", action="store_false",
                    help="no toy-model warm-up: the peak includes loading numba and compiling its kernels")
     p.add_argument("--write", action="store_true")
@@ -92,7 +95,8 @@ def main() -> None:
             for fw in ("stepnet", "torch"):
                 cmd = [sys.executable, __file__, "--child", "--framework", fw, "--T", str(T), "--H", str(H),
                        "--batch", str(args.batch), "--cell", args.cell, "--threads", str(args.threads),
-                       "--steps", str(args.steps), *([] if args.warm else ["--cold"])]
+                       "--steps", str(args.steps), "--fused-cells", args.fused_cells,
+                       *([] if args.warm else ["--cold"])]
                 out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
                 got[fw] = json.loads(out.strip().splitlines()[-1])
             s, t = got["stepnet"], got["torch"]
@@ -106,7 +110,8 @@ def main() -> None:
         f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; machine: {platform.machine()}, "
         f"{os.cpu_count()} CPUs, Python {platform.python_version()}",
         f"- command: `{command}`",
-        f"- {args.cell.upper()} char-rnn training step, B={args.batch}, V=65, SGD, {args.threads} thread(s); each "
+        f"- {args.cell.upper()} char-rnn training step, B={args.batch}, V=65, SGD, {args.threads} thread(s), stepnet's "
+        f"fused (numba) cells {args.fused_cells}; each "
         f"framework in its own process: {WARM if args.warm else COLD} model built and fed, the peak-RSS mark reset, "
         f"{args.steps} steps; 'peak' = VmHWM over those steps − VmRSS before them (MiB), 'kept' = VmRSS after them "
         "− the same base, 'bases' = that VmRSS (stepnet, torch)",
