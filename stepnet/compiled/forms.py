@@ -175,37 +175,56 @@ def apply_links(bop, ins, outs):
     keep, cyclic, zeroed = (list(args.get(k) or ()) or [0] * n for k in ("keep", "cyclic", "zeroed"))
     if not len(ins) - 1 == len(windows) == len(outs) == n == len(keep) == len(cyclic) == len(zeroed):
         return None
-    links = tuple(zip(offsets, windows, bop.opdef.input[1:]))
-    # per link into a tensor the op owns (keep): the external it last saw and its views made so far, by row.
-    # Views of other tensors (an input projection the main net recomputes) are not kept: they would hold the
-    # array, and with it a second copy of it when the main net next computes it.
-    memo = [(None, None)] * len(links)
+    links = [_link(*spec) for spec in zip(offsets, windows, bop.opdef.input[1:], keep, cyclic, zeroed)]
 
     def run(ins, blobs):
         t = int(ins[0].flat[0])
-        for i, (blob, external, (offset, window, name)) in enumerate(zip(blobs, ins[1:], links)):
-            start = t + offset
-            if cyclic[i] and external.ndim and external.shape[0]:
-                start %= external.shape[0]
-            if keep[i]:
-                seen, views = memo[i]
-                if seen is not external:     # another array: its views are made as the steps ask for them
-                    views = {}
-                    memo[i] = (external, views)
-                view = views.get(start)
-            else:
-                view = views = None
-            if view is None:             # (the same array keeps its shape: a view made once stays right)
-                if start + window > external.shape[0] or not external.size:
-                    _link_error(blob.name, name, external, start, start + window, offset, window)
-                view = external[start:start + window]
-                if views is not None:
-                    views[start] = view
-            if zeroed[i]:
-                view.fill(0)
-            blob.value = view
+        for blob, external, (memo, link) in zip(blobs, ins[1:], links):
+            view = memo[1].get(t) if memo is not None and memo[0] is external else None   # (a kept view)
+            blob.value = link(t, external, blob.name) if view is None else view
             blob.view = True
     return Fast(run, blobs=True)
+
+
+def _link(offset: int, window: int, name: str, keep: int, cyclic: int, zeroed: int):
+    """(memo, view): view(t, external, internal name) -> the link's rows at timestep t; memo: [the external
+    last seen, its views by timestep] where they may be reused as they are (else None). Into a tensor the op
+    owns (keep): each
+    row's view made once and kept while the external is the same array. Views of other tensors (an input
+    projection the main net recomputes) are made each time: kept, they would hold the array, and with it a
+    second copy of it when the main net next computes it. cyclic: rows mod the tensor's; zeroed: filled."""
+    memo = [None, {}]      # the external last seen, its views by timestep
+
+    def rows(t, external, internal):
+        start = t + offset
+        if cyclic and external.ndim and external.shape[0]:
+            start %= external.shape[0]
+        if start + window > external.shape[0] or not external.size:
+            _link_error(internal, name, external, start, start + window, offset, window)
+        return external[start:start + window]
+
+    if not keep:
+        if not zeroed:
+            return None, rows
+
+        def fresh_zeroed(t, external, internal):
+            view = rows(t, external, internal)
+            view.fill(0)
+            return view
+        return None, fresh_zeroed
+
+    def kept(t, external, internal):
+        if memo[0] is external:
+            view = memo[1].get(t)
+            if view is None:
+                view = memo[1][t] = rows(t, external, internal)
+        else:
+            view = rows(t, external, internal)
+            memo[0], memo[1] = external, {t: view}
+        if zeroed:
+            view.fill(0)
+        return view
+    return (None if zeroed else memo), kept
 
 
 def accumulate_gradient_input(bop, ins, outs):

@@ -38,10 +38,11 @@ def _blocked(xp, w, x, m: int, k: int, n: int, small: bool | None) -> int:
     """block_rows(m, k, n) for a product of W (C-contiguous, the layout measured) and X, or 0 where one GEMM
     runs: not numpy, not float32, or a BLAS without the small-matrix kernel (small: that fact; None:
     kernels.blas's)."""
-    if (xp is not np or w.dtype != np.float32 or x.dtype != np.float32 or not w.flags.c_contiguous
+    rows = block_rows(m, k, n)      # (first: 0 for one row, the per-character case, at once)
+    if (not rows or xp is not np or w.dtype != np.float32 or x.dtype != np.float32 or not w.flags.c_contiguous
             or not (small_matrix_kernels() if small is None else small)):
         return 0
-    return block_rows(m, k, n)
+    return rows
 
 
 def _rows_product(a, bt, rows: int, out):

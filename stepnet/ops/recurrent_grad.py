@@ -63,7 +63,9 @@ class _Backward:
                     raise ArgumentError(f"alias {dst!r} has offset {offset}; only aliases with offset 1 (all "
                                         "steps) or -1 (last step) can receive gradients")
             self.state_grads.append((s, rg, last))
-        owned = (*self.states, *(rg for _, rg, _ in self.state_grads), *(s.link.external for s in steps))
+        self.in_activations = _input_gradient_home(steps, links, r(opdef.input[G] + "_grad"), net)
+        owned = (*self.states, *(rg for _, rg, _ in self.state_grads), *(s.link.external for s in steps),
+                 *([r(opdef.input[G] + "_grad")] if self.in_activations else []))   # (then the op's memory too)
         rec = Recurrence(self.timestep, tuple(links), tuple(a["recompute_blobs_on_backward"]), tuple(params),
                          tuple(accumulate), opdef.input[G], ctx.device_option, owned,
                          rolling_gradients(links, [rg for _, rg, _ in self.state_grads], net, None))
@@ -79,7 +81,7 @@ class _Backward:
         self.net, self.weight_gradients, self.saved = nets.backward, nets.weight_gradients, nets.local
         self.produced = [name for o in self.net.op for name in o.output]
         self.input_grad = r(opdef.input[G] + "_grad")
-        self.in_activations = _input_gradient_home(steps, links, self.input_grad, net)
+        self.home = (None, None)    # (the activations tensor, the input gradient's view of it), made once
         self.loop = ctx.step_loop(self.net, (), self.timestep)
 
     def run(self, ctx, xp, inputs):
@@ -115,8 +117,10 @@ class _Backward:
         home = scratch.shared.local_blob(self.in_activations) if self.in_activations else None
         acts = None if home is None else home.value
         if type(acts) is type(x0) and acts.dtype == x0.dtype and acts.size == x0.size and acts.flags.c_contiguous:
+            if self.home[0] is not acts or self.home[1].shape != x0.shape:
+                self.home = (acts, acts.reshape(x0.shape))   # (the same view run after run: its rows' views kept)
             blob = ws.create_blob(self.input_grad)      # every row is written by the loop: no zeroing
-            blob.value, blob.view = acts.reshape(x0.shape), False
+            blob.value, blob.view = self.home[1], False
         else:
             _zeroed(xp, ws.create_blob(self.input_grad), x0)
         if T:
