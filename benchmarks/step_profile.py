@@ -2,7 +2,8 @@
 BoundOp.call, and every op of the compiled step-net routines through its compiled form (the RecurrentNetwork
 rows include their step ops). Prints a markdown table; --write puts it into RESULTS.md.
 
-    python benchmarks/step_profile.py [--cell lstm] [--hidden 128] [--batch 32] [--threads 1] [--steps 20] [--write]
+    python benchmarks/step_profile.py [--cell lstm] [--hidden 128] [--batch 32] [--threads 1] [--forward]
+        [--steps 20] [--write]
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ def main() -> None:
     p.add_argument("--hidden", type=int, default=128)
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--forward", action="store_true", help="the predict net (forward only) instead of training")
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--write", action="store_true")
     args = p.parse_args()
@@ -55,7 +57,7 @@ def main() -> None:
         return fast._replace(fn=timed(fast.fn, key), rebind=rebind, fuse=None if fast.fuse is None else fuse)
     program.compiled_form = compiled_form
 
-    _, net, _ = stepnet_net(args.cell, args.hidden, 25, args.batch, 65, train=True)
+    _, net, _ = stepnet_net(args.cell, args.hidden, 25, args.batch, 65, train=not args.forward)
     for _ in range(3):
         net.run()
     for bop in net.ops:
@@ -78,7 +80,8 @@ def main() -> None:
     main_ops = sum(ms for w, _, _, ms in rows if w == "main net")
     inner = sum(ms for w, _, _, ms in rows if w == "step net")
     rnn = sum(ms for w, t, _, ms in rows if w == "main net" and t.startswith("RecurrentNetwork"))
-    title = (f"## Where the training step goes ({args.cell.upper()}, H={args.hidden}, B={args.batch}, "
+    what = "forward pass" if args.forward else "training step"
+    title = (f"## Where the {what} goes ({args.cell.upper()}, H={args.hidden}, B={args.batch}, "
              "compiled step nets)")
     lines = [title, "",
              f"- command: `python benchmarks/step_profile.py {' '.join(sys.argv[1:])}`; {args.threads} BLAS "
