@@ -52,18 +52,24 @@ def _rows_product(a, bt, rows: int, out):
     return out
 
 
-def product_into(xp, x2, wt, out=None, small: bool | None = None):
-    """x2 (M×K) · wt (K×N) into out (M×N C-contiguous, or a new array when None): one GEMM, or W·Xᵀ in blocks of
-    W's rows transposed into out (block_rows)."""
-    m, k, n = x2.shape[0], x2.shape[1], wt.shape[1]
-    rows = _blocked(xp, wt.T, x2, m, k, n, small)
+def _product(xp, x, rhs, w, out, small):
+    """x (M×K) · rhs (K×N, a view of the weight matrix w as stored) into out (M×N C-contiguous, or a new array
+    when None): one GEMM, or rhsᵀ·xᵀ in blocks of rhsᵀ's rows (block_rows) transposed into out."""
+    m, k, n = x.shape[0], x.shape[1], rhs.shape[1]
+    rows = _blocked(xp, w, x, m, k, n, small)
     if not rows:
-        return xp.matmul(x2, wt, out=out)
-    yt = _rows_product(wt.T, x2.T, rows, np.empty((n, m), x2.dtype))
+        return xp.matmul(x, rhs, out=out)
+    yt = _rows_product(rhs.T, x.T, rows, np.empty((n, m), x.dtype))
     if out is None:
-        out = np.empty((m, n), x2.dtype)
+        out = np.empty((m, n), x.dtype)
     np.copyto(out, yt.T)
     return out
+
+
+def product_into(xp, x2, wt, out=None, small: bool | None = None):
+    """x2 (M×K) · wt (K×N: W's transpose) into out (M×N C-contiguous, or a new array when None): one GEMM, or
+    W·Xᵀ in blocks of W's rows transposed into out (block_rows)."""
+    return _product(xp, x2, wt, wt.T, out, small)
 
 
 def fc_into(xp, x2, wt, b, out=None, small: bool | None = None):
@@ -80,15 +86,7 @@ def fc_into(xp, x2, wt, b, out=None, small: bool | None = None):
 def input_gradient_into(xp, g, w2, out=None, small: bool | None = None):
     """FC's input gradient dX = g (M×N) · w2 (N×K) into out (M×K C-contiguous, or a new array when None): one
     GEMM, or dXᵀ = w2ᵀ·gᵀ in blocks of its rows (block_rows) transposed into out."""
-    m, n, k = g.shape[0], g.shape[1], w2.shape[1]
-    rows = _blocked(xp, w2, g, m, n, k, small)
-    if not rows:
-        return xp.matmul(g, w2, out=out)
-    dxt = _rows_product(w2.T, g.T, rows, np.empty((k, m), g.dtype))
-    if out is None:
-        out = np.empty((m, k), g.dtype)
-    np.copyto(out, dxt.T)
-    return out
+    return _product(xp, g, w2, w2, out, small)
 
 
 class Form(NamedTuple):
