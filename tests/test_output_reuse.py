@@ -95,3 +95,17 @@ def test_the_check_fails_without_the_refcount_rule(monkeypatch, capsys):
     ws.feed("X", rng.standard_normal((8, 16)).astype(F))
     net.run()
     assert not np.array_equal(kept, before)
+
+
+def test_a_read_only_buffer_is_never_written(capsys):
+    """A value fed read-only (a user's frozen array, whose only holder is the blob) gets a new array, unchanged."""
+    rng = np.random.default_rng(3)
+    ws = fed(rng)
+    net = ws.create_net(fc_net())
+    net.run()
+    frozen = np.full(ws.find("Y").value.shape, 7, F)
+    frozen.setflags(write=False)
+    ws.find("Y").value = frozen
+    del frozen
+    net.run()
+    np.testing.assert_allclose(ws.find("Y").value, expected(ws), rtol=1e-5, atol=1e-5)

@@ -65,13 +65,14 @@ _ALONE = _refs(types.SimpleNamespace(value=np.empty(1)))    # the count of a val
 
 def reusable(blob) -> bool:
     """Whether an op may write its result into the buffer `blob` holds (Caffe2 keeps an output tensor's memory
-    from run to run): a numpy array that owns its memory, C-contiguous, and held by nothing but the blob (no
+    from run to run): a writeable numpy array that owns its memory, C-contiguous, and held by nothing but the blob (no
     view of it anywhere, no other blob, no reference a user or another op's inputs kept), so no value anyone
     holds changes under it."""
     if _refs(blob) != _ALONE:      # (first: counted while this frame holds no reference of its own)
         return False
     cur = blob.value
-    return type(cur) is np.ndarray and not blob.view and cur.base is None and cur.flags.c_contiguous
+    return (type(cur) is np.ndarray and not blob.view and cur.base is None and cur.flags.c_contiguous
+            and cur.flags.writeable)
 
 
 class Specialized:
