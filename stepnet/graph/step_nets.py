@@ -165,17 +165,19 @@ def _links_op(rec: Recurrence, net: NetDef | None = None) -> OperatorDef:
     """The op that points every link internal at its rows (for the step net `net`); `keep` marks the links into
     tensors the op owns (rec.owned: the same arrays run after run), whose row views a compiled run makes once
     and keeps; `cyclic` the links into rolling state gradients (rec.rolling: rows (t + offset) mod the tensor's
-    rows), and `zeroed` those of them at offset 0 that an op of the step reads before one writes them (zeroed
-    when pointed at, as the row of a full gradient tensor still is then)."""
+    rows), and `zeroed` those of them at offset 0 that no op of the step writes before one reads them, or none
+    writes at all (zeroed when pointed at, as the row of a full gradient tensor still is then)."""
     links = rec.links
     read_first = Graph(net.op).read_before_written() if net is not None else {}
+    written = {name for o in net.op for name in o.output} if net is not None else set()
     cyclic = [int(link.external in rec.rolling) for link in links]
     args = [make_argument("offsets", [link.offset for link in links]),
             make_argument("windows", [link.window for link in links]),
             make_argument("keep", [int(link.external in rec.owned) for link in links])]
     if any(cyclic):
         args += [make_argument("cyclic", cyclic),
-                 make_argument("zeroed", [c * int(link.offset == 0 and link.internal in read_first)
+                 make_argument("zeroed", [c * int(link.offset == 0 and (link.internal in read_first
+                                                                        or link.internal not in written))
                                           for c, link in zip(cyclic, links)])]
     return OperatorDef(type="rnn_internal_apply_links", input=[rec.timestep, *(link.external for link in links)],
                        output=[link.internal for link in links], arg=args)

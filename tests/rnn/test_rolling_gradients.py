@@ -100,3 +100,43 @@ def test_links_and_accumulation_in_rolling_rows():
         np.testing.assert_array_equal(ws.fetch("dh"), want[(t + 1) % 2][None])
         np.testing.assert_array_equal(ws.fetch("dh_prev"), np.zeros((1, 1, 3), F))
         assert not ws.fetch("g")[t % 2].any() and np.array_equal(ws.fetch("g")[(t + 1) % 2], want[(t + 1) % 2])
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_a_previous_state_gradient_no_op_writes_reads_as_zeros(compiled):
+    """A step that ignores its previous state (h_t = tanh(x_t)) never writes h_prev_grad: in a full gradient
+    tensor that row stays 0 until the output gradient is added to it, so a rolling one must zero it when pointed
+    at (not keep the row of two steps later). Against the float64 loop, compiled and op by op."""
+    from stepnet.io.proto import NetDef, OperatorDef, make_argument
+
+    step = NetDef(name="step", op=[make_op("Tanh", ["input_t"], ["h_t"])],
+                  external_input=["input_t", "h_prev"], external_output=["h_t"])
+    backward = NetDef(name="back", op=[make_op("TanhGradient", ["h_t", "h_t_grad"], ["input_t_grad"])],
+                      external_input=["h_t", "h_t_grad"])
+    args = dict(step_net=step, backward_step_net=backward, recurrent_states=["h_states"],
+                initial_recurrent_state_ids=[1], link_internal=["h_prev", "h_t", "input_t"],
+                link_external=["h_states", "h_states", "x"], link_offset=[0, 1, 0],
+                alias_src=["h_states", "h_states"], alias_dst=["h_all", "h_last"], alias_offset=[1, -1],
+                outputs_with_grads=[0, 1], backward_link_internal=["h_t_grad", "h_prev_grad", "input_t_grad"],
+                backward_link_external=["h_states_grad", "h_states_grad", "x_grad"],
+                backward_link_offset=[1, 0, 0], timestep="timestep")
+    fwd = OperatorDef(type="RecurrentNetwork", input=["x", "h0"], output=["h_all", "h_last", "ws"],
+                      arg=[make_argument(k, v) for k, v in args.items()])
+    grad = OperatorDef(type="RecurrentNetworkGradient", input=["h_all_grad", "h_last_grad", "x", "h0", "h_all",
+                                                              "h_last", "ws"],
+                       output=["x_grad", "h0_grad"], arg=list(fwd.arg))
+    rng = np.random.default_rng(7)
+    x, h0 = rng.uniform(-1, 1, (T, N, H)).astype(F), rng.uniform(-1, 1, (1, N, H)).astype(F)
+    dall, dlast = rng.uniform(-1, 1, (T, N, H)).astype(F), rng.uniform(-1, 1, (1, N, H)).astype(F)
+    ws = Workspace(compile_steps=compiled)
+    for name, value in (("x", x), ("h0", h0), ("h_all_grad", dall), ("h_last_grad", dlast)):
+        ws.feed(name, value)
+    net = ws.create_net(NetDef(name="n", op=[fwd, grad]))
+    for _ in range(3):
+        net.run()
+    dh = dall.astype(np.float64)
+    dh[-1] += dlast[0]
+    want = dh * (1 - np.tanh(x.astype(np.float64)) ** 2)
+    assert ws.fetch("h_states_grad").shape[0] == 2
+    np.testing.assert_allclose(ws.fetch("x_grad"), want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(ws.fetch("h0_grad"), np.zeros((1, N, H), F))
