@@ -109,3 +109,18 @@ def test_a_read_only_buffer_is_never_written(capsys):
     del frozen
     net.run()
     np.testing.assert_allclose(ws.find("Y").value, expected(ws), rtol=1e-5, atol=1e-5)
+
+
+def test_only_ops_whose_kernels_can_write_into_a_buffer_ask_for_one(capsys):
+    """The per-run question (is the output's buffer free?) is asked only for records whose specialized kernels
+    declare `writes_into` (FC, numpy or fused): Softmax, also specialized, never pays for it."""
+    from stepnet.kernels import jit
+
+    rng = np.random.default_rng(4)
+    for fused in (False, True) if jit.installed() else (False,):
+        ws = fed(rng)
+        ws.fused_cells = fused
+        net = ws.create_net(fc_net(make_op("Softmax", ["Y"], ["P"])))
+        net.run()
+        kinds = {bop.opdef.type: bop.into is not None for bop in net.ops}
+        assert kinds["FC"] and not kinds["Softmax"], kinds

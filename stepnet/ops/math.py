@@ -85,6 +85,7 @@ def _fc_specialize(transposed):
             return y
         fast.writes_into = (out_shape, dtype)
         return fast
+    specialize.writes_into = True     # (its kernels may write into an output buffer: executor.Specialized.into)
     return specialize
 
 
@@ -125,6 +126,7 @@ def _fused_fc(regular):
             return y.reshape(out_shape)
         return fast
     kernel.__doc__ = "FC with one fused float32 pass for a single row (Workspace.fused_cells)."
+    specialize.writes_into = True     # (where it returns plain's kernel)
     kernel.specialize = specialize
     return kernel
 

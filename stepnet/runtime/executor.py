@@ -206,7 +206,9 @@ class Net:
             call = Specialized(call, None if specialize is None else functools.partial(specialize, **args),
                                check)
         plain = call
-        into = call if type(call) is Specialized and len(outputs) == 1 else None
+        # only records whose specialized kernels may write into a buffer (FC) ask, per run, whether one is free
+        into = call if (type(call) is Specialized and len(outputs) == 1
+                        and getattr(specialize, "writes_into", False)) else None
         if ws.profiler is not None:   # opt-in timing, chosen once here: nets without a profiler run unchanged
             call = ws.profiler.timed(call, self.name, index, opdef.type)
             into = None
