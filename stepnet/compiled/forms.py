@@ -189,10 +189,10 @@ def apply_links(bop, ins, outs):
 def _link(offset: int, window: int, name: str, keep: int, cyclic: int, zeroed: int):
     """(memo, view): view(t, external, internal name) -> the link's rows at timestep t; memo: [the external
     last seen, its views by timestep] where they may be reused as they are (else None). Into a tensor the op
-    owns (keep): each
-    row's view made once and kept while the external is the same array. Views of other tensors (an input
-    projection the main net recomputes) are made each time: kept, they would hold the array, and with it a
-    second copy of it when the main net next computes it. cyclic: rows mod the tensor's; zeroed: filled."""
+    owns (keep): each row's view made once and kept while the external is the same array. Views of other
+    tensors (an input projection the main net recomputes) are made each time: kept, they would hold the array,
+    and with it a second copy of it when the main net next computes it. cyclic: rows mod the tensor's; zeroed:
+    filled with zeros."""
     memo = [None, {}]      # the external last seen, its views by timestep
 
     def rows(t, external, internal):

@@ -183,11 +183,11 @@ def _links_op(rec: Recurrence, net: NetDef | None = None) -> OperatorDef:
                        output=[link.internal for link in links], arg=args)
 
 
-def rolling_gradients(links, state_grads, backward: NetDef, after: NetDef | None) -> tuple[str, ...]:
+def rolling_gradients(links, state_grads, backward: NetDef) -> tuple[str, ...]:
     """The state gradients that 2 rows can hold (rows t and t + 1 are all a backward step touches): every link
-    into one has window 1 and offset 0 or 1, with one link at offset 0, and no op of the backward step net or
-    of the weight-gradients net reads or writes the tensor itself."""
-    whole = {n for net in (backward, after) if net is not None for o in net.op for n in (*o.input, *o.output)}
+    into one has window 1 and offset 0 or 1, with one link at offset 0, and no op of the backward step net reads
+    or writes the tensor itself (the gradient op also keeps every row where its weight-gradients net reads it)."""
+    whole = {n for o in backward.op for n in (*o.input, *o.output)}
     rolling = []
     for grad in state_grads:
         into = [link for link in links if link.external == grad]

@@ -133,12 +133,10 @@ def _backward(xp, inputs, forget_bias, drop_states, sequence_lengths, saved: boo
     outputs and scratch, kernels.lstm.backward (tanh(c) from the cell state either way)."""
     (h_prev, c_prev, gates), seq, timestep, (h, c, dh, dc) = _unpack(
         inputs, sequence_lengths, LSTM_HEAD, LSTM_GRAD_TAIL)
-    if saved:
-        if gates.ndim == 4 and gates.shape[0] == 1:       # a row of the op's T×4×N×D tensor of activations
-            gates = gates.reshape(gates.shape[1:])
+    if saved:      # (4×N×D, or a row of the op's T×4×N×D tensor of activations: _cell_dims takes both)
         n, d = _cell_dims(LSTM_STATES, (c_prev, h_prev, h, c, dh, dc), gates, 4, "i, f, o, g", seq,
                           timestep, block_major=True)
-        acts = gates
+        acts = gates.reshape(4, n, d)
     else:
         n, d = _cell_dims(LSTM_STATES, (c_prev, h_prev, h, c, dh, dc), gates, 4, "i, f, o, g", seq, timestep)
         acts = xp.empty((4, n, d), gates.dtype)

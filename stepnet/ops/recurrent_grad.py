@@ -63,12 +63,13 @@ class _Backward:
                     raise ArgumentError(f"alias {dst!r} has offset {offset}; only aliases with offset 1 (all "
                                         "steps) or -1 (last step) can receive gradients")
             self.state_grads.append((s, rg, last))
-        self.in_activations = _input_gradient_home(steps, links, r(opdef.input[G] + "_grad"), net)
+        self.input_grad = r(opdef.input[G] + "_grad")
+        self.in_activations = _input_gradient_home(steps, links, self.input_grad, net)
         owned = (*self.states, *(rg for _, rg, _ in self.state_grads), *(s.link.external for s in steps),
-                 *([r(opdef.input[G] + "_grad")] if self.in_activations else []))   # (then the op's memory too)
+                 *([self.input_grad] if self.in_activations else []))   # (then the op's memory too)
         rec = Recurrence(self.timestep, tuple(links), tuple(a["recompute_blobs_on_backward"]), tuple(params),
                          tuple(accumulate), opdef.input[G], ctx.device_option, owned,
-                         rolling_gradients(links, [rg for _, rg, _ in self.state_grads], net, None))
+                         rolling_gradients(links, [rg for _, rg, _ in self.state_grads], net))
         # link internals viewing tensors the op does not own (the input projection and its gradient): let go
         # after the loop, so that the main net may compute the next input projection into this one's memory
         self.borrowed = tuple({link.internal for link in links if link.external not in owned})
@@ -80,7 +81,6 @@ class _Backward:
         self.rolling = set(rec.rolling)
         self.net, self.weight_gradients, self.saved = nets.backward, nets.weight_gradients, nets.local
         self.produced = [name for o in self.net.op for name in o.output]
-        self.input_grad = r(opdef.input[G] + "_grad")
         self.home = (None, None)    # (the activations tensor, the input gradient's view of it), made once
         self.loop = ctx.step_loop(self.net, (), self.timestep)
 

@@ -2,20 +2,15 @@
 which also holds the input gradient (RecurrentNetworkGradient: step t's gate gradients take the place of step t's
 activations, read first): no per-step arrays, no second T×N×4D tensor, and every blob bit for bit what separate
 arrays give, compiled (numpy and fused cells) and op by op."""
-import importlib.util
-
 import numpy as np
 import pytest
 
 from stepnet.builders.rnn import lstm
 
-from .test_compiled import loss_of, run_model
+from .test_compiled import CELLS, loss_of, run_model
 
 F = np.float32
 T, N, D, H = 5, 3, 4, 6
-CELLS = [pytest.param(False, id="numpy"),
-         pytest.param(True, id="fused", marks=pytest.mark.skipif(importlib.util.find_spec("numba") is None,
-                                                                 reason="numba (the fast extra) not installed"))]
 
 
 def build(m):
