@@ -39,8 +39,9 @@ def products(lib: str, B: int, H: int, T: int) -> list:
     """One training step's recurrent products with `lib`'s GEMM (numpy or torch), as three parts (T forward
     products, T input-gradient products, the weight gradient), each a list of callables computing it in
     different ways; the floor takes each part's fastest. numpy's ways: one GEMM as written, W·Xᵀ (the other
-    operand order), and the blocks for OpenBLAS's small-matrix kernel (stepnet.kernels.fc.block_rows, where
-    numpy's BLAS has that kernel and the rule blocks these sizes)."""
+    operand order), X·Wᵀ from a contiguous copy of Wᵀ (kept, as a careful user would), and the blocks for
+    OpenBLAS's small-matrix kernel (stepnet.kernels.fc.block_rows, where numpy's BLAS has that kernel and the
+    rule blocks these sizes)."""
     rng = np.random.default_rng(0)
     h, w = rng.standard_normal((B, H), np.float32), rng.standard_normal((4 * H, H), np.float32)
     dg, hs = rng.standard_normal((B, 4 * H), np.float32), rng.standard_normal((T * B, H), np.float32)
@@ -64,7 +65,9 @@ def products(lib: str, B: int, H: int, T: int) -> list:
                 for i in range(0, a.shape[0], rows):
                     np.matmul(a[i:i + rows], bt, out=out[i:i + rows])
             return run
-        forward = [repeat(lambda: np.matmul(h, wt, out=out_g)), repeat(lambda: np.matmul(w, h.T, out=g_t))]
+        w_t = np.ascontiguousarray(wt)      # Wᵀ kept contiguous (a row-major product of two contiguous operands)
+        forward = [repeat(lambda: np.matmul(h, wt, out=out_g)), repeat(lambda: np.matmul(w, h.T, out=g_t)),
+                   repeat(lambda: np.matmul(h, w_t, out=out_g))]
         backward = [repeat(lambda: np.matmul(dg, w, out=out_h)), repeat(lambda: np.matmul(w.T, dg.T, out=h_t))]
         if small_matrix_kernels() and block_rows(B, H, 4 * H):
             forward.append(repeat(blocks(w, h.T, g_t, block_rows(B, H, 4 * H))))
@@ -137,9 +140,9 @@ def main() -> None:
         f"- command: `{command}`",
         f"- char-rnn LSTM training step, T={T}, V={V}, SGD (targets.py's models); floors: the recurrent products "
         f"alone (T forward and T input-gradient GEMMs, one weight-gradient GEMM) with each library, numpy's in "
-        f"the fastest of its ways per part each round (one GEMM as written, W·Xᵀ, blocks for OpenBLAS's "
-        f"small-matrix kernel); every column the median of {args.rounds} rounds, the four alternating in one "
-        f"process", "", *table, ""])
+        f"the fastest of its ways per part each round (one GEMM as written, W·Xᵀ, X·Wᵀ from a contiguous Wᵀ, "
+        f"blocks for OpenBLAS's small-matrix kernel); every column the median of {args.rounds} rounds, the four "
+        f"alternating in one process", "", *table, ""])
     print(text)
     if args.write:
         from results import write_section

@@ -24,6 +24,8 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--forward", action="store_true", help="the predict net (forward only) instead of training")
     p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--fused-cells", choices=("auto", "on", "off"), default="auto",
+                   help="numba's fused kernels: auto (when installed), on, off (the default install's path)")
     p.add_argument("--write", action="store_true")
     args = p.parse_args()
     import numpy  # noqa: F401 - loaded first, so that threadpoolctl finds its BLAS
@@ -57,7 +59,8 @@ def main() -> None:
         return fast._replace(fn=timed(fast.fn, key), rebind=rebind, fuse=None if fast.fuse is None else fuse)
     program.compiled_form = compiled_form
 
-    _, net, _ = stepnet_net(args.cell, args.hidden, 25, args.batch, 65, train=not args.forward)
+    _, net, _ = stepnet_net(args.cell, args.hidden, 25, args.batch, 65, train=not args.forward,
+                            fused={"auto": None, "on": True, "off": False}[args.fused_cells])
     for _ in range(3):
         net.run()
     for bop in net.ops:

@@ -20,6 +20,7 @@ from .blas import small_matrix_kernels
 from .onehot import gather_fc
 
 _SMALL_MN, _SMALL_MNK = 1024, 1 << 19      # within OpenBLAS's small-matrix limits (M·N ≤ 1200, M·N·K ≤ 10⁶)
+_DIRECT_MNK = 3 << 18      # within OpenBLAS's direct SGEMM range (M·N·K up to about 10⁶; measured, with a margin)
 
 
 def block_rows(m: int, k: int, n: int) -> int:
@@ -34,14 +35,22 @@ def block_rows(m: int, k: int, n: int) -> int:
     return r if 32 <= r < n and r * k >= 1 << 14 else 0
 
 
-def _blocked(xp, w, x, m: int, k: int, n: int, small: bool | None) -> int:
-    """block_rows(m, k, n) for a product of W (C-contiguous, the layout measured) and X, or 0 where one GEMM
-    runs: not numpy, not float32, or a BLAS without the small-matrix kernel (small: that fact; None:
-    kernels.blas's)."""
+def _blocked(xp, w, x, rhs, m: int, k: int, n: int, small: bool | None) -> int:
+    """Rows per block of rhsᵀ for the product x·rhs (rhs: a view of W, C-contiguous, the layout measured), or
+    0 where one GEMM x·rhs runs: block_rows(m, k, n), except 0 where the sizes are not blocked, not numpy, not
+    float32, or a BLAS without the small-matrix kernel (small: that fact; None: kernels.blas's). Those
+    SkylakeX-family cores have OpenBLAS's direct SGEMM too, which computes a row-major product of two contiguous
+    operands of up to about 10⁶ multiply-adds in place: where the sizes would block and are in that range
+    (8 ≤ m, m·k·n ≤ 3·2¹⁸), a contiguous rhs (dY·W) takes one GEMM, and Wᵀ (X·Wᵀ) one block, W·Xᵀ, whose sums
+    a compiled step gets from a contiguous Wᵀ copy (blocks_form) about twice as fast as from the small kernel's
+    blocks (8×128·128×512: 10 against 19 µs), while the interpreted W·Xᵀ takes 24 µs. (At 4 rows the compiled
+    gain, 11 → 6 µs, costs the interpreted kernel 2×: 10 → 19 µs; not taken.)"""
     rows = block_rows(m, k, n)      # (first: 0 for one row, the per-character case, at once)
     if (not rows or xp is not np or w.dtype != np.float32 or x.dtype != np.float32 or not w.flags.c_contiguous
             or not (small_matrix_kernels() if small is None else small)):
         return 0
+    if m >= 8 and m * k * n <= _DIRECT_MNK:
+        return 0 if rhs.flags.c_contiguous else n
     return rows
 
 
@@ -54,9 +63,9 @@ def _rows_product(a, bt, rows: int, out):
 
 def _product(xp, x, rhs, w, out, small):
     """x (M×K) · rhs (K×N, a view of the weight matrix w as stored) into out (M×N C-contiguous, or a new array
-    when None): one GEMM, or rhsᵀ·xᵀ in blocks of rhsᵀ's rows (block_rows) transposed into out."""
+    when None): one GEMM, or rhsᵀ·xᵀ in blocks of rhsᵀ's rows (_blocked) transposed into out."""
     m, k, n = x.shape[0], x.shape[1], rhs.shape[1]
-    rows = _blocked(xp, w, x, m, k, n, small)
+    rows = _blocked(xp, w, x, rhs, m, k, n, small)
     if not rows:
         return xp.matmul(x, rhs, out=out)
     yt = _rows_product(rhs.T, x.T, rows, np.empty((n, m), x.dtype))
@@ -191,10 +200,10 @@ def same_sums(m: int, k: int, n: int, dtype, candidates: dict) -> list:
 
 def fastest(m: int, k: int, n: int, dtype, candidates: dict | None = None):
     """The key of the fastest candidate with fc_into's bits here ('kernel' when no other has them or the
-    product is too small to be worth timing: below 2^18 multiply-adds, or one row). Each form is timed as a
+    product is too small to be worth timing: below 2^16 multiply-adds, or one row). Each form is timed as a
     run uses it, 8 calls in a row, best of 3 batches interleaved between the forms, with its per-run Wᵀ copy
     spread over 8 timesteps."""
-    if m < 2 or m * k * n < 1 << 18:
+    if m < 2 or m * k * n < 1 << 16:
         return "kernel"
     candidates = forms(m, k, n, dtype) if candidates is None else candidates
     fine = same_sums(m, k, n, dtype, candidates)

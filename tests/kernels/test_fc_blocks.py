@@ -81,8 +81,28 @@ def test_only_float32_numpy_arrays_with_contiguous_weights_are_blocked():
     asked for: the blocks were measured for float32 SGEMM on W's rows."""
     rng = np.random.default_rng(2)
     x, w = rng.standard_normal((8, 512)).astype(F), rng.standard_normal((2048, 512)).astype(F)
-    assert fc._blocked(np, w, x, 8, 512, 2048, True) == 128
-    assert fc._blocked(np, w.astype(np.float64), x.astype(np.float64), 8, 512, 2048, True) == 0
-    assert fc._blocked(np, np.asfortranarray(w), x, 8, 512, 2048, True) == 0
-    assert fc._blocked(np, w, x, 8, 512, 2048, False) == 0
-    assert fc._blocked(np, w, x[:1], 1, 512, 2048, True) == 0
+    assert fc._blocked(np, w, x, w.T, 8, 512, 2048, True) == 128
+    w64 = w.astype(np.float64)
+    assert fc._blocked(np, w64, x.astype(np.float64), w64.T, 8, 512, 2048, True) == 0
+    assert fc._blocked(np, np.asfortranarray(w), x, np.asfortranarray(w).T, 8, 512, 2048, True) == 0
+    assert fc._blocked(np, w, x, w.T, 8, 512, 2048, False) == 0
+    assert fc._blocked(np, w, x[:1], w.T, 1, 512, 2048, True) == 0
+
+
+@pytest.mark.parametrize("m, k, n", [(8, 128, 512), (8, 128, 384), (8, 160, 480)])
+def test_products_in_the_direct_kernels_range_are_whole(m, k, n):
+    """From 8 rows up, a product of at most 3·2¹⁸ multiply-adds (OpenBLAS's direct SGEMM's range) that the
+    small kernel's rule would block is one GEMM: dY·W as it is (both operands contiguous), X·Wᵀ as W·Xᵀ (one
+    block of all W's rows); the products are right (float64 bound) either way. Four rows, and larger
+    products, keep the small kernel's blocks."""
+    rng = np.random.default_rng(m + k)
+    x, w, b = (rng.standard_normal(s).astype(F) for s in ((m, k), (n, k), (n,)))
+    g = rng.standard_normal((m, n)).astype(F)
+    assert fc._blocked(np, w, x, w.T, m, k, n, True) == n
+    assert fc._blocked(np, w, g, w, m, n, k, True) == 0
+    assert fc._blocked(np, w, x[:4], w.T, 4, k, n, True) == fc.block_rows(4, k, n) > 0
+    assert fc._blocked(np, w, x, w.T, m, 4 * k, n, True) == fc.block_rows(m, 4 * k, n) > 0  # over the range
+    y = fc.fc_into(np, x, w.T, b, small=True)
+    assert (np.abs(y - (x.astype(np.float64) @ w.astype(np.float64).T + b)) <= sum_bound(x, w.T, b)).all()
+    dx = fc.input_gradient_into(np, g, w, small=True)
+    assert (np.abs(dx - g.astype(np.float64) @ w.astype(np.float64)) <= sum_bound(g, w)).all()

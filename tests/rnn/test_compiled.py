@@ -358,3 +358,29 @@ def test_small_matrix_blocks_give_the_op_by_op_bits(cell, fused, monkeypatch):
     _, net = run_both(build, feeds, fused=fused)
     assert_compiled(net, "RecurrentNetwork", "RecurrentNetworkGradient")
     assert set(calls) == ({256, 128} if cell == "lstm" else {256}), set(calls)
+
+
+@pytest.mark.parametrize("fused", CELLS)
+def test_products_left_whole_for_the_direct_kernel_give_the_op_by_op_bits(fused, monkeypatch):
+    """Where the block rule leaves a step FC whole for OpenBLAS's direct SGEMM (8 rows, H = 128: 8×128 by
+    128×512, with the small-matrix kernel forced on), a training step compiled gives the op-by-op bits whichever
+    form the compiled FC takes (the Wᵀ copy's where its sums are W·Xᵀ's, as on AVX-512 cores), and no product
+    runs in the small kernel's blocks: the interpreted X·Wᵀ is W·Xᵀ in one block of all 512 rows, the input
+    gradient one GEMM."""
+    import stepnet.kernels.fc as fc
+
+    calls = []
+    monkeypatch.setattr(fc, "small_matrix_kernels", lambda: True)
+    real = fc._rows_product
+    monkeypatch.setattr(fc, "_rows_product", lambda *a: calls.append(a[2]) or real(*a))
+    n, h, d = 8, 128, 8
+    rng = np.random.default_rng(13)
+    feeds = {"X": rng.uniform(-1, 1, (T, n, d)).astype(F), "seq": np.array([T, 1, T - 1, 2, T, T, 3, T], np.int32),
+             "h0": rng.uniform(-1, 1, (1, n, h)).astype(F), "c0": rng.uniform(-1, 1, (1, n, h)).astype(F)}
+
+    def build(m):
+        out = lstm(m, "X", "seq", ["h0", "c0"], d, h)
+        m.add_gradient_ops([loss_of(m, out[0])])
+    _, net = run_both(build, feeds, fused=fused)
+    assert_compiled(net, "RecurrentNetwork", "RecurrentNetworkGradient")
+    assert set(calls) == {4 * h}, set(calls)
