@@ -77,6 +77,9 @@ def test_predict_nets_run_compiled_with_the_op_by_op_bits(cell, fused, batch, st
             np.testing.assert_array_equal(got[name], value, err_msg=name)
     assert program is not None and routines, "the predict net never ran compiled"
     assert [at for _, _, at in program.ops] == [(0,), (1,), (2,), (3,)]
+    softmax = program.ops[3][0].fn       # Softmax's own form (numpy rows or numba's row kernel), not the generic one
+    assert softmax.__module__ == ("stepnet.compiled.jit_forms" if fused else "stepnet.compiled.forms")
+    assert softmax.__qualname__ == "softmax.<locals>.run"
 
 
 def address(ws, name) -> int:

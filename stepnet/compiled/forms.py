@@ -14,6 +14,7 @@ import numpy as np
 
 from ..core.errors import ShapeError
 from ..kernels.activations import sigmoid as sigmoid_into
+from ..kernels.softmax import rows as softmax_rows
 from ..ops import shape as shape_ops
 from ..ops.registry import REGISTRY
 from ..ops.rnn_internal import _link_error
@@ -167,6 +168,22 @@ def concat(bop, ins, outs):
     return Fast(run)
 
 
+# ------------------------------------------------------------------------------------------- Softmax
+def softmax(bop, ins, outs):
+    """Softmax's rows (kernels.softmax, the interpreted kernel's arithmetic) straight into its output: no
+    per-call signature check, result array or copy (the fused row kernel, jit_forms.softmax, where chosen)."""
+    x, a = ins[0], bound_args(bop)["axis"]
+    if (x.dtype.kind != "f" or outs[0].dtype != x.dtype or not -x.ndim <= a < x.ndim or not x.size
+            or outs[0].size != x.size):
+        return None
+    a %= x.ndim
+    rows2 = (math.prod(x.shape[:a]), math.prod(x.shape[a:]))
+
+    def run(ins, outs):
+        softmax_rows(np, ins[0].reshape(rows2), shaped(outs[0], rows2))
+    return Fast(run)
+
+
 # ------------------------------------------------------------------------------------------- RNN internals
 def apply_links(bop, ins, outs):
     args = bound_args(bop)
@@ -316,7 +333,7 @@ MAKERS = {    # type -> its form, for the kernel the type registered (a record w
     "rnn_internal_lstm_unit_gradient": Maker(lstm_unit_gradient(saved=True)),
     "Split": Maker(split), "Concat": Maker(concat), "MulGradient": Maker(mul_gradient),
     "SigmoidGradient": Maker(sigmoid_gradient), "GRUUnit": Maker(gru_unit), "GRUUnitGradient": Maker(gru_unit_gradient),
-    "Softmax": Maker(None),   # the jitted row kernel (jit_forms.FUSED), else the generic form
+    "Softmax": Maker(softmax),   # (the jitted row kernel, jit_forms.FUSED, where the workspace chose it)
     "RecurrentNetwork": Maker(recurrent_network, blobs=True, main_only=True),
 }
 
