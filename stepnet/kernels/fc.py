@@ -113,15 +113,17 @@ def _matrix(w, shape):
 
 
 def kernel_form(m: int, k: int, n: int, dtype) -> Form:
-    """fc_into itself (the interpreted kernel's computation), one-hot gather aside."""
+    """fc_into itself (the interpreted kernel's computation), one-hot gather aside. One row is never blocked
+    (block_rows): its product is product_into's one GEMM, called straight (a sampled character's FCs)."""
     scratch, ws = np.empty((m, n), dtype), (n, k)
+    into = product_into if m > 1 else (lambda xp, x2, wt, out: xp.matmul(x2, wt, out=out))
 
     def biased(x2, w, b, out):
-        product_into(np, x2, _matrix(w, ws).T, out)
+        into(np, x2, _matrix(w, ws).T, out)
         out += b
 
     def product(x2, w):
-        return product_into(np, x2, _matrix(w, ws).T, scratch)
+        return into(np, x2, _matrix(w, ws).T, scratch)
     return Form(biased, product)
 
 
