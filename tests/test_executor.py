@@ -68,6 +68,16 @@ def test_known_hints_are_silent(ws):
         ws.create_net(net("n", op))
 
 
+def test_the_cudnn_tensor_core_hint_is_silent_even_when_strict(ws):
+    """resnet50_trainer.py puts enable_tensor_core (read by Caffe2's cuDNN Conv/ConvTranspose) in its arg_scope,
+    so every Conv and ConvGradient of its nets carries it: an engine hint, accepted with --strict too."""
+    for op_type, ins, outs in (("Conv", ["X", "W", "b"], ["Y"]), ("ConvGradient", ["X", "W", "dY"], ["dW", "db"])):
+        op = make_op(op_type, ins, outs, kernel=3, enable_tensor_core=1)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            Workspace(parent=ws, strict=True).create_net(net(op_type, op), input_blobs=ins)
+
+
 def test_missing_input_blob_suggests(ws):
     with pytest.raises(MissingBlobError, match="input blob 'xx' does not exist.*did you mean x"):
         ws.create_net(net("n", make_op("Relu", ["xx"], ["y"])))

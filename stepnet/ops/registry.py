@@ -299,7 +299,7 @@ class KnownHints:
     """Arguments that real files carry for engines and executors stepnet does not have: accepted silently."""
     names: frozenset = frozenset({
         "use_cudnn", "cudnn_exhaustive_search", "exhaustive_search", "ws_nbytes_limit", "deterministic",
-        "enable_rnn_executor", "rnn_executor_debug", "order", "shared_buffer", "engine",
+        "enable_tensor_core", "enable_rnn_executor", "rnn_executor_debug", "order", "shared_buffer", "engine",
     })
     prefixes: tuple = ("rnn_executor.", "rnn_dependency.")
     suffixes: tuple = (".rename",)  # memonger's renaming map on RecurrentNetworkGradient, read from the OperatorDef
