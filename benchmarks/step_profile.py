@@ -46,8 +46,8 @@ def main() -> None:
             calls[key] += 1
         return run
 
-    def compiled_form(bop, ins, outs, fused=False, main=False):     # every compiled step op wrapped in a timer
-        fast = plain(bop, ins, outs, fused, main)
+    def compiled_form(bop, ins, outs, fused=False, main=False, steps=8):   # every compiled step op in a timer
+        fast = plain(bop, ins, outs, fused, main, steps)
         if fast is None:
             return None
         key = ("step net", bop.opdef.type)

@@ -314,7 +314,7 @@ def test_a_net_run_once_is_not_compiled(monkeypatch):
     from stepnet.compiled.program import Program
 
     built = []
-    monkeypatch.setattr(Program, "of", classmethod(lambda cls, net, trace, main=False: built.append(net) or None))
+    monkeypatch.setattr(Program, "of", classmethod(lambda cls, net, trace, *_: built.append(net) or None))
     ws = Workspace()
     ws.feed("x", np.ones((2, 3), F))
     net = two_op_net(ws, ("Tanh", ["x"], "t"), ("Sigmoid", ["t"], "s"))

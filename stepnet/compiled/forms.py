@@ -316,17 +316,19 @@ def recurrent_network(bop, ins, outs):
 class Maker(NamedTuple):
     """An op type's compiled form. blobs: the form sets its output blobs itself (link views, aliases); main_only:
     only in a plain net's program (RecurrentNetwork: its rerun trusts the net's own signature check, and one
-    bound op serves the net)."""
+    bound op serves the net); per_run: make takes steps= (the calls of one run, over which its forms' per-run
+    setup is spread when they are timed)."""
     make: Callable | None
     blobs: bool = False
     main_only: bool = False
+    per_run: bool = False
 
 
 MAKERS = {    # type -> its form, for the kernel the type registered (a record whose kernel was replaced has none)
-    "FC": Maker(fc), "Sum": Maker(sum_), "Mul": Maker(mul), "Sigmoid": Maker(sigmoid),
+    "FC": Maker(fc, per_run=True), "Sum": Maker(sum_), "Mul": Maker(mul), "Sigmoid": Maker(sigmoid),
     "rnn_internal_apply_links": Maker(apply_links, blobs=True),
-    "rnn_internal_fc_gradient_deferred": Maker(fc_gradient_deferred),
-    "rnn_internal_fc_input_gradient": Maker(fc_input_gradient),
+    "rnn_internal_fc_gradient_deferred": Maker(fc_gradient_deferred, per_run=True),
+    "rnn_internal_fc_input_gradient": Maker(fc_input_gradient, per_run=True),
     "rnn_internal_accumulate_gradient_input": Maker(accumulate_gradient_input),
     "LSTMUnit": Maker(lstm_unit(saving=False)), "rnn_internal_lstm_unit": Maker(lstm_unit(saving=True)),
     "LSTMUnitGradient": Maker(lstm_unit_gradient(saved=False)),
@@ -354,9 +356,10 @@ def has_form(bop) -> bool:
     return t in MAKERS or t in FUSED or _generic_ok(bop.schema)
 
 
-def compiled_form(bop, ins, outs, fused: bool = False, main: bool = False) -> Fast | None:
+def compiled_form(bop, ins, outs, fused: bool = False, main: bool = False, steps: int = 8) -> Fast | None:
     """The op's compiled form for these arrays, or None; with `fused`, its jitted form where it has one. main:
-    for a plain net's program (see Maker.main_only)."""
+    for a plain net's program (see Maker.main_only); steps: the times a run calls it (a step net's timesteps,
+    1 for a plain net: Maker.per_run)."""
     t, schema = bop.opdef.type, bop.schema
     maker = MAKERS.get(t)
     if maker is not None and maker.main_only and not main:
@@ -366,7 +369,9 @@ def compiled_form(bop, ins, outs, fused: bool = False, main: bool = False) -> Fa
         fast = FUSED[t](bop, ins, outs)
         if fast is not None:
             return fast
-    fast = maker.make(bop, ins, outs) if own and maker is not None and maker.make is not None else None
+    fast = None
+    if own and maker is not None and maker.make is not None:
+        fast = maker.make(bop, ins, outs, steps=steps) if maker.per_run else maker.make(bop, ins, outs)
     if fast is not None:
         return fast
     return generic(bop, ins, outs) if _generic_ok(schema) else None

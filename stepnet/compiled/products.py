@@ -1,7 +1,7 @@
-"""The compiled forms of the step nets' matrix products: the step FC (the fastest of stepnet.kernels.fc's
-forms that give the FC kernel's bits on this machine, checked and timed once per signature) and the deferred
-FC gradient (the input gradient per timestep; the weight gradient's rows gathered for one GEMM after the
-loop). Same contract as kernels.py: same sums as the kernels."""
+"""The compiled forms of the step nets' matrix products: the step FC and its input gradient (each the fastest of
+stepnet.kernels.fc_forms's forms that give the kernel's bits on this machine, checked and timed once per
+signature) and the deferred FC gradient (the input gradient per timestep; the weight gradient's rows gathered
+for one GEMM after the loop). Same contract as kernels.py: same sums as the kernels."""
 from __future__ import annotations
 
 import math
@@ -10,16 +10,17 @@ import numpy as np
 
 from ..core.errors import ShapeError
 from ..kernels import jit
-from ..kernels.fc import blocks_form, fastest, input_gradient_into, kernel_form, w_first_form
-from ..kernels.fc import forms as fc_forms
+from ..kernels.fc_forms import blocks_form, fastest, gradient_fastest, gradient_forms, kernel_form, w_first_form
+from ..kernels.fc_forms import forms as fc_forms
 from ..kernels.onehot import ONE_HOT_ROWS, gather_fc
 from .cell_forms import Fast, bound_args, same_floats, shaped
 
 
-def fc(bop, ins, outs, parts=None):
-    """FC in the fastest of the forms that give the FC kernel's bits here (stepnet.kernels.fc: the kernel's own
+def fc(bop, ins, outs, parts=None, steps: int = 8):
+    """FC in the fastest of the forms that give the FC kernel's bits here (kernels.fc_forms: the kernel's own
     computation, W·Xᵀ then a transposed add, X·Wᵀ into column blocks from a per-run Wᵀ copy; checked and timed
-    once per signature on this machine). parts picks one: 'kernel', 'w first' or a block count."""
+    once per signature on this machine, for runs of `steps` calls). parts picks one: 'kernel', 'w first' or a
+    block count."""
     sizes = _fc_sizes(bop, ins, outs)
     if sizes is None:
         return None
@@ -27,7 +28,7 @@ def fc(bop, ins, outs, parts=None):
     dtype, xs, ys = ins[0].dtype, (m, k), (m, n)
     if parts is None:
         candidates = fc_forms(m, k, n, dtype)
-        parts = fastest(m, k, n, dtype, candidates)
+        parts = fastest(m, k, n, dtype, candidates, steps)
         form = candidates[parts]
     else:
         form = {"kernel": kernel_form, "w first": w_first_form}[parts](m, k, n, dtype) if parts in (
@@ -143,27 +144,37 @@ def _fc_gradient_dims(bop, x, w) -> tuple[int, int, int]:
     return math.prod(x.shape[:a]), math.prod(x.shape[a:]), math.prod(w.shape[:aw])
 
 
-def fc_input_gradient(bop, ins, outs):
+def _gradient_form(m: int, k: int, n: int, dtype, steps: int):
+    """The input-gradient form a compiled step takes for these sizes (kernels.fc_forms.gradient_fastest)."""
+    candidates = gradient_forms(m, k, n, dtype)
+    return candidates[gradient_fastest(m, k, n, dtype, candidates, steps)]
+
+
+def fc_input_gradient(bop, ins, outs, steps: int = 8):
     x, w, dy = ins
     m, k, n = _fc_gradient_dims(bop, x, w)
     if not same_floats(x, w, dy) or dy.size != m * n or w.size != n * k or outs[0].size != x.size:
         return None
-    x2, w2, y2 = (m, k), (n, k), (m, n)
+    x2, y2 = (m, k), (m, n)
+    form = _gradient_form(m, k, n, x.dtype, steps)
+    product = form.product
 
     def run(ins, outs):
         _, w, dy = ins
-        input_gradient_into(np, shaped(dy, y2), shaped(w, w2), shaped(outs[0], x2))
-    return Fast(run)
+        product(shaped(dy, y2), w, shaped(outs[0], x2))
+    return Fast(run, begin=None if form.begin is None else (1, form.begin))
 
 
-def fc_gradient_deferred(bop, ins, outs):
+def fc_gradient_deferred(bop, ins, outs, steps: int = 8):
     _, sequence, x, w, dy, xs, dys = ins
     m, k, n = _fc_gradient_dims(bop, x, w)
     T = sequence.shape[0]
     if (not same_floats(x, w, dy, xs, dys) or dy.size != m * n or w.size != n * k
             or xs.shape != (T * m, k) or dys.shape != (T * m, n) or outs[0].size != x.size):
         return None
-    x2, w2, y2 = (m, k), (n, k), (m, n)
+    x2, y2 = (m, k), (m, n)
+    form = _gradient_form(m, k, n, x.dtype, steps)
+    product = form.product
 
     def run(ins, outs):
         timestep, _, x, w, dy, xs, dys = ins
@@ -174,5 +185,5 @@ def fc_gradient_deferred(bop, ins, outs):
         dy = shaped(dy, y2)
         xs[block:block + m] = shaped(x, x2)
         dys[block:block + m] = dy
-        input_gradient_into(np, dy, shaped(w, w2), shaped(outs[0], x2))
-    return Fast(run)
+        product(dy, w, shaped(outs[0], x2))
+    return Fast(run, begin=None if form.begin is None else (3, form.begin))

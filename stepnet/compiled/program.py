@@ -160,9 +160,10 @@ class Program:
         self.main = main              # a plain net's program: its buffers are checked out per run
 
     @classmethod
-    def of(cls, net, trace: list, main: bool = False) -> "Program | None":
-        """The program of a bound step net that has just run one timestep (main: a plain net that has just
-        run; trace: each op's input and output values then, Net.run_ops), or None when it cannot be compiled.
+    def of(cls, net, trace: list, main: bool = False, steps: int = 1) -> "Program | None":
+        """The program of a bound step net that has just run one timestep of a run of `steps` (main: a plain net
+        that has just run; trace: each op's input and output values then, Net.run_ops), or None when it cannot
+        be compiled.
         With the fused kernels on, an FC whose output a Sum reads next takes that Sum into its entry (FC bias +
         Sum; not under --profile, which times every op)."""
         if net.check_nan or net.mixed_devices:
@@ -176,7 +177,7 @@ class Program:
             ins, outs = trace[i]
             if any(type(v) is not np.ndarray for v in ins):
                 return None
-            fast = compiled_form(bop, ins, outs, fused, main) if all(type(v) is np.ndarray for v in outs) or \
+            fast = compiled_form(bop, ins, outs, fused, main, steps) if all(type(v) is np.ndarray for v in outs) or \
                 sets_blobs(bop) else None
             if fast is None:
                 return None
@@ -328,11 +329,11 @@ class StepCompiler:
         self.signature, self.program, self.routines, self.pending = sig, None, {}, sig is not None
         return False
 
-    def interpret(self, net) -> None:
+    def interpret(self, net, steps: int = 1) -> None:
         """Run the net (the first timestep of a run, a plain net's run) op by op when start() said no, and
         compile from the arrays each op saw and made (once per signature). A plain net compiles on its second
         run of a signature (a net run once, as run_net_once and RunOperatorOnce do, never pays for it), and
-        never when it has an op with no compiled form."""
+        never when it has an op with no compiled form. steps: the timesteps of the run (1 for a plain net)."""
         due = self.pending and self.enabled and (self.again or not self.main)
         trace = [] if due else None
         net.run_ops(trace)
@@ -344,7 +345,7 @@ class StepCompiler:
             self.again = True
         else:
             self.pending = False
-            self.program = Program.of(net, trace, self.main)
+            self.program = Program.of(net, trace, self.main, steps)
             if self.program is not None:
                 self.program.begin(net)
 

@@ -51,7 +51,7 @@ class StepLoop:
                 if fast:
                     compiler.run(bound)
                 else:
-                    compiler.interpret(bound)         # op by op, and compiled from its arrays when due
+                    compiler.interpret(bound, len(workspaces))   # op by op, and compiled from it when due
                     fast = compiler.program is not None
             elif fast:
                 compiler.run(bound)

@@ -384,3 +384,63 @@ def test_products_left_whole_for_the_direct_kernel_give_the_op_by_op_bits(fused,
     _, net = run_both(build, feeds, fused=fused)
     assert_compiled(net, "RecurrentNetwork", "RecurrentNetworkGradient")
     assert set(calls) == {4 * h}, set(calls)
+
+
+def test_the_input_gradient_from_a_transposed_w_gives_the_op_by_op_bits(monkeypatch):
+    """The step FC's input gradient taken as Wᵀ·dYᵀ from the per-run Wᵀ copy (kernels.fc_forms, forced here
+    where this machine's check accepts its sums for these sizes: batch 32, H = 256): a training step compiled
+    gives the op-by-op bits, and the copy is made at the start of each run of the gradient op. Where the check
+    does not accept it, the kernel's computation is what runs."""
+    import stepnet.compiled.products as products
+    import stepnet.kernels.fc_forms as fc_forms
+
+    n, h, d = 32, 256, 8
+    sizes = (n, h, 4 * h)
+    accepted = "w transposed" in fc_forms.gradient_same_sums(*sizes, F, fc_forms.gradient_forms(*sizes, F))
+    begun, real = [], fc_forms.gradient_wt_form
+
+    def recorded(*args):
+        form = real(*args)
+        return form._replace(begin=lambda w: begun.append(w.shape) or form.begin(w))
+    monkeypatch.setattr(fc_forms, "gradient_wt_form", recorded)
+    monkeypatch.setattr(products, "gradient_fastest", lambda m, k, nn, dtype, candidates, steps: (
+        "w transposed" if accepted and (m, k, nn) == sizes else "kernel"))
+    rng = np.random.default_rng(14)
+    feeds = {"X": rng.uniform(-1, 1, (T, n, d)).astype(F), "seq": np.full(n, T, np.int32),
+             "h0": rng.uniform(-1, 1, (1, n, h)).astype(F), "c0": rng.uniform(-1, 1, (1, n, h)).astype(F)}
+
+    def build(m):
+        out = lstm(m, "X", "seq", ["h0", "c0"], d, h)
+        m.add_gradient_ops([loss_of(m, out[0])])
+    _, net = run_both(build, feeds, runs=3)
+    assert_compiled(net, "RecurrentNetwork", "RecurrentNetworkGradient")
+    assert begun == ([(4 * h, h)] * 3 if accepted else []), begun
+
+
+def test_the_forms_per_run_setup_is_spread_over_the_runs_timesteps(monkeypatch):
+    """The step FC's and its input gradient's forms are timed with their per-run setup (a Wᵀ copy) spread over
+    the calls of one run: a step net's T timesteps (T = 4 here, forward and backward), one call for an FC in a
+    plain net's program."""
+    import stepnet.compiled.products as products
+
+    seen = []
+    real_fc, real_grad = products.fastest, products.gradient_fastest
+    monkeypatch.setattr(products, "fastest", lambda *a: seen.append(("fc", a[-1])) or real_fc(*a))
+    monkeypatch.setattr(products, "gradient_fastest", lambda *a: seen.append(("dx", a[-1])) or real_grad(*a))
+    feeds = {**sequence(np.random.default_rng(5)), "h0": np.zeros((1, N, H), F), "c0": np.zeros((1, N, H), F)}
+
+    def build(m):
+        out = lstm(m, "X", "seq", ["h0", "c0"], D, H)
+        m.add_gradient_ops([loss_of(m, out[0])])
+    run_model(build, feeds, runs=2)
+    assert set(seen) == {("fc", T), ("dx", T)}, seen
+    seen.clear()
+    m = ModelBuilder("plain")
+    m.fc(BlobRef("x"), "y", D, H)
+    ws = Workspace(seed=1)
+    ws.run_net_once(m.init_net.proto())
+    ws.feed("x", np.ones((N, D), F))
+    net = ws.create_net(m.net.proto())
+    for _ in range(3):
+        net.run()
+    assert net.compiler.program is not None and seen == [("fc", 1)], seen

@@ -1,4 +1,4 @@
-"""The compiled forms of the step FC (stepnet.kernels.fc, stepnet.compiled.products): they give the interpreted
+"""The compiled forms of the step FC (stepnet.kernels.fc_forms, stepnet.compiled.products): they give the interpreted
 kernel's bits where this machine's check accepts them, are within float32 rounding of the float64 product
 everywhere, and a faster form that sums otherwise is never chosen."""
 import functools
@@ -28,13 +28,13 @@ def fc_error_bound(x, w, b):
 
 @pytest.mark.parametrize("m, k, n", [(32, 128, 512), (5, 37, 24), (1, 16, 8), (64, 512, 2048)])
 def test_the_fc_form_chosen_gives_the_kernels_bits(m, k, n):
-    """The step FC's compiled forms (stepnet.kernels.fc): the kernel's own computation gives the FC kernel's
+    """The step FC's compiled forms (stepnet.kernels.fc_forms): the kernel's own computation gives the FC kernel's
     bits everywhere; W·Xᵀ and the column-block forms are within float32 rounding of the float64 product (their
     sums may run in another order on some CPUs and BLAS kernels), a block form without its per-run Wᵀ copy
     takes the kernel's computation, and the form chosen automatically (checked at run time on this machine)
     gives the kernel's bits exactly."""
     from stepnet.compiled.products import fc
-    from stepnet.kernels.fc import same_sums, forms
+    from stepnet.kernels.fc_forms import same_sums, forms
     from stepnet.testing import run_op
 
     rng = np.random.default_rng(m + k + n)
@@ -83,7 +83,7 @@ def test_a_faster_fc_form_with_other_sums_is_not_chosen():
     kernel's computation stays."""
     import time
 
-    from stepnet.kernels.fc import Form, fastest, kernel_form
+    from stepnet.kernels.fc_forms import Form, fastest, kernel_form
 
     m, k, n = 32, 128, 512
     real = kernel_form(m, k, n, F)
@@ -98,3 +98,84 @@ def test_a_faster_fc_form_with_other_sums_is_not_chosen():
     kernel, right, wrong = Form(slow, real.product), Form(real.biased, real.product), Form(off, real.product)
     assert fastest(m, k, n, F, {"kernel": kernel, 4: right, 2: wrong}) == 4
     assert fastest(m, k, n, F, {"kernel": kernel, 2: wrong}) == "kernel"
+
+
+def grad_error_bound(dy, w):
+    """What float32 can get wrong in dY·W summed in any order (as fc_error_bound, without a bias)."""
+    return (dy.shape[1] + 1) * np.finfo(F).eps * (np.abs(dy.astype(np.float64)) @ np.abs(w.astype(np.float64)))
+
+
+def test_a_transposed_copy_is_the_transpose():
+    """transposed_copy in strips of 16 rows: the transpose exactly, for row counts that are and are not
+    multiples of 16; a strip that skipped a row would leave the output's garbage there."""
+    from stepnet.kernels.fc_forms import transposed_copy
+
+    rng = np.random.default_rng(3)
+    for n, k in ((48, 7), (37, 20), (5, 3)):
+        a = rng.standard_normal((n, k)).astype(F)
+        out = np.full((k, n), np.nan, F)
+        assert transposed_copy(a, out) is out
+        np.testing.assert_array_equal(out, a.T)
+
+
+@pytest.mark.parametrize("m, k, n", [(8, 256, 1024), (32, 128, 512), (3, 17, 40), (1, 64, 256)])
+def test_the_input_gradient_form_chosen_gives_the_kernels_bits(m, k, n):
+    """The step FC's input-gradient forms (kernels.fc_forms): the kernel's own computation gives
+    input_gradient_into's bits; Wᵀ·dYᵀ from the per-run Wᵀ copy is within float32 rounding of the float64
+    product (its sums may run in another order), and before its copy (or for another W) takes the kernel's
+    computation; what this machine's check accepts, and the form chosen, give the kernel's bits exactly."""
+    from stepnet.kernels.fc import input_gradient_into
+    from stepnet.kernels.fc_forms import gradient_fastest, gradient_forms, gradient_same_sums
+
+    rng = np.random.default_rng(m + k + n)
+    dy, w = rng.standard_normal((m, n)).astype(F), rng.standard_normal((n, k)).astype(F)
+    want = input_gradient_into(np, dy, w)
+    exact, bound = dy.astype(np.float64) @ w.astype(np.float64), grad_error_bound(dy, w)
+    candidates = gradient_forms(m, k, n, F)
+    assert set(candidates) == {"kernel", "w transposed"}
+    out = np.empty((m, k), F)
+    candidates["kernel"].product(dy, w, out)
+    np.testing.assert_array_equal(out, want)
+    wt = candidates["w transposed"]
+    wt.product(dy, w, out)                              # no begin yet: the kernel's computation
+    np.testing.assert_array_equal(out, want)
+    wt.begin(w)
+    wt.product(dy, w, out)
+    assert (np.abs(out - exact) <= bound).all()
+    wt.product(dy, w.copy(), out)                       # another W than the one copied: the kernel's again
+    np.testing.assert_array_equal(out, want)
+    for key in gradient_same_sums(m, k, n, F, candidates):
+        form = candidates[key]
+        if form.begin is not None:
+            form.begin(w)
+        form.product(dy, w, out)
+        np.testing.assert_array_equal(out, want, err_msg=key)
+    chosen = candidates[gradient_fastest(m, k, n, F, candidates)]
+    if chosen.begin is not None:
+        chosen.begin(w)
+    chosen.product(dy, w, out)
+    np.testing.assert_array_equal(out, want)
+
+
+def test_a_faster_gradient_form_with_other_sums_is_not_chosen():
+    """gradient_fastest() times only the forms with input_gradient_into's bits here: a faster form off by a
+    little is never chosen; a faster one with the bits wins (its per-run setup counted); with none, the kernel."""
+    import time
+
+    from stepnet.kernels.fc_forms import GradientForm, gradient_fastest, gradient_kernel_form
+
+    m, k, n = 32, 128, 512
+    real = gradient_kernel_form(m, k, n, F)
+
+    def slow(dy2, w, out):
+        time.sleep(0.002)
+        real.product(dy2, w, out)
+
+    def off(dy2, w, out):
+        real.product(dy2, w, out)
+        out *= F(1 + 1e-6)
+    kernel, right, wrong = GradientForm(slow), GradientForm(real.product, lambda w: None), GradientForm(off)
+    assert gradient_fastest(m, k, n, F, {"kernel": kernel, "right": right, "wrong": wrong}) == "right"
+    assert gradient_fastest(m, k, n, F, {"kernel": kernel, "wrong": wrong}) == "kernel"
+    costly = GradientForm(real.product, lambda w: time.sleep(0.1))    # setup dearer than 8 calls save
+    assert gradient_fastest(m, k, n, F, {"kernel": kernel, "costly": costly}) == "kernel"
