@@ -154,12 +154,13 @@ def gradient_kernel_form(m: int, k: int, n: int, dtype) -> GradientForm:
 
 def gradient_wt_form(m: int, k: int, n: int, dtype) -> GradientForm:
     """dXᵀ = Wᵀ·dYᵀ from a Wᵀ copied once per run (begin) into a contiguous K×N array, transposed into the
-    output: the batch is then the product's short side and W is streamed once (8×4096 by 4096×1024: 1.5 ms
-    where dY·W takes 2.2 and its per-run copy 5). Until begin has copied this W, the kernel's computation."""
+    output: the batch is then the product's short side and W is streamed once (8×4096 by 4096×1024: 1.6–1.9 ms
+    where dY·W takes 2.1–2.6, and its per-run copy 4.7). Until begin has copied this W, or for a dY of another
+    layout than the C-contiguous one its sums were checked with, the kernel's computation."""
     ws, wt, dxt, copied = (n, k), np.empty((k, n), dtype), np.empty((k, m), dtype), [None]
 
     def product(dy2, w, out):
-        if w is not copied[0]:
+        if w is not copied[0] or not dy2.flags.c_contiguous:
             input_gradient_into(np, dy2, _matrix(w, ws), out)
             return
         np.matmul(wt, dy2.T, out=dxt)

@@ -144,6 +144,10 @@ def test_the_input_gradient_form_chosen_gives_the_kernels_bits(m, k, n):
     assert (np.abs(out - exact) <= bound).all()
     wt.product(dy, w.copy(), out)                       # another W than the one copied: the kernel's again
     np.testing.assert_array_equal(out, want)
+    strided = np.asfortranarray(dy)                     # a layout the sums were not checked with: the kernel's
+    if not strided.flags.c_contiguous:                  # (one row is C-contiguous in any order)
+        wt.product(strided, w, out)
+        np.testing.assert_array_equal(out, input_gradient_into(np, strided, w))
     for key in gradient_same_sums(m, k, n, F, candidates):
         form = candidates[key]
         if form.begin is not None:
