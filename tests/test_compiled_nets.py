@@ -351,3 +351,30 @@ def test_a_blob_written_twice_is_compiled_from_what_each_op_made():
 
 def state_of(ws) -> dict:
     return {b: ws.fetch(b) for b in ws.blobs() if isinstance(ws.find(b).value, np.ndarray)}
+
+
+def test_an_fc_fed_a_fortran_ordered_input_keeps_the_op_by_op_bits(monkeypatch):
+    """A fed array keeps its memory order (Workspace.feed copies in order K): an FC of 8 rows (8×128 by 128×512)
+    fed an F-ordered X gives, compiled, the bits of the op-by-op run, whose kernel sums that layout its own way
+    — also with the compiled FC taking X·Wᵀ from a per-run Wᵀ copy (forced here where this machine's check
+    accepts it for a C-contiguous X)."""
+    import stepnet.compiled.products as products
+    from stepnet.kernels.fc_forms import forms, same_sums
+
+    accepted = 1 in same_sums(8, 128, 512, F, forms(8, 128, 512, F))
+    monkeypatch.setattr(products, "fastest", lambda *a: 1 if accepted else "kernel")
+    rng = np.random.default_rng(9)
+    x = np.asfortranarray(rng.standard_normal((8, 128)).astype(F))
+    w, b = rng.standard_normal((512, 128)).astype(F), rng.standard_normal(512).astype(F)
+    results = []
+    for compiled in (True, False):
+        ws = Workspace(compile_steps=compiled)
+        for name, value in (("x", x), ("w", w), ("b", b)):
+            ws.feed(name, value)
+        assert not ws.get_blob("x").value.flags.c_contiguous
+        net = two_op_net(ws, ("FC", ["x", "w", "b"], "y"), ("Relu", ["y"], "r"))
+        for _ in range(4):
+            net.run()
+        assert (net.compiler.program is not None) == compiled
+        results.append(ws.fetch("y"))
+    np.testing.assert_array_equal(*results)

@@ -63,14 +63,19 @@ def kernel_form(m: int, k: int, n: int, dtype) -> Form:
 
 def w_first_form(m: int, k: int, n: int, dtype) -> Form:
     """W·Xᵀ into N×M scratch, then its transpose plus the bias into the output in one pass (OpenBLAS's NN
-    product; on some CPUs much faster than fc_into's, with the same sums)."""
-    yt, ws = np.empty((n, m), dtype), (n, k)
+    product; on some CPUs much faster than fc_into's, with the same sums). For an X of another layout than the
+    C-contiguous one its sums were checked with, fc_into's computation."""
+    yt, ws, fallback = np.empty((n, m), dtype), (n, k), kernel_form(m, k, n, dtype)
 
     def product(x2, w):
+        if not x2.flags.c_contiguous:
+            return fallback.product(x2, w)
         np.matmul(_matrix(w, ws), x2.T, out=yt)
         return yt.T
 
     def biased(x2, w, b, out):
+        if not x2.flags.c_contiguous:
+            return fallback.biased(x2, w, b, out)
         np.add(product(x2, w), b, out=out)
     return Form(biased, product)
 
@@ -79,13 +84,14 @@ def blocks_form(m: int, k: int, n: int, dtype, parts: int) -> Form:
     """X·Wᵀ straight into `parts` column blocks of the output from a Wᵀ copied once per run (begin) into
     contiguous K × N/parts blocks, then the bias: no transposed pass, and each block's product can be small
     enough for OpenBLAS's small-matrix kernel, which skips packing W on every call. Until begin has copied this
-    W (or when the step writes W), fc_into's computation."""
+    W (or when the step writes W), and for an X of another layout than the C-contiguous one its sums were checked
+    with, fc_into's computation."""
     c = n // parts
     blocks, copied = [np.empty((k, c), dtype) for _ in range(parts)], [None]
     fallback, scratch = kernel_form(m, k, n, dtype), np.empty((m, n), dtype)
 
     def into(x2, w, out) -> bool:
-        if w is not copied[0]:
+        if w is not copied[0] or not x2.flags.c_contiguous:
             return False
         for i, block in enumerate(blocks):
             np.matmul(x2, block, out=out if parts == 1 else out[:, i * c:(i + 1) * c])

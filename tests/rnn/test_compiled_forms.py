@@ -69,6 +69,29 @@ def test_the_fc_form_chosen_gives_the_kernels_bits(m, k, n):
     np.testing.assert_array_equal(out[0], want)
 
 
+@pytest.mark.parametrize("m, k, n", [(8, 128, 512), (32, 128, 512)])
+def test_an_x_of_another_layout_takes_the_kernels_computation(m, k, n):
+    """Every FC form this machine accepts (checked with a C-contiguous X) gives fc_into's bits for an
+    F-ordered X too (a fed input keeps its order): the non-kernel forms compute such an X as the kernel does
+    (at 8×128 by 128×512 the column-block forms sum an F-ordered X otherwise on SkylakeX kernels)."""
+    from stepnet.kernels.fc import fc_into
+    from stepnet.kernels.fc_forms import forms, same_sums
+
+    rng = np.random.default_rng(m * k)
+    x = np.asfortranarray(rng.standard_normal((m, k)).astype(F))
+    w, b = rng.standard_normal((n, k)).astype(F), rng.standard_normal(n).astype(F)
+    want = fc_into(np, x, w.T, b)
+    candidates = forms(m, k, n, F)
+    product = candidates["kernel"].product(x, w).copy()
+    for key in same_sums(m, k, n, F, candidates):
+        form, out = candidates[key], np.empty((m, n), F)
+        if form.begin is not None:
+            form.begin(w)
+        form.biased(x, w, b, out)
+        np.testing.assert_array_equal(out, want, err_msg=str(key))
+        np.testing.assert_array_equal(form.product(x, w), product, err_msg=str(key))
+
+
 def test_the_error_bound_catches_a_wrong_product():
     """fc_error_bound is tight enough to fail a product off by one part in 10^4."""
     rng = np.random.default_rng(1)
