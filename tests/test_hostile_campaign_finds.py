@@ -237,3 +237,22 @@ def test_an_empty_host_input_to_a_device_op_is_a_device_error(tmp_path, capsys, 
     assert main(["run", "net.pb", "--feed", "pool.npz", "-q", "--device", "emulate"]) == 1
     err = capsys.readouterr().err
     assert "input 'in0' is on cpu but the op runs on emulated:0; copy it first" in err, err
+
+
+@pytest.mark.parametrize("shape", [(), (1,), (1, 1)])
+def test_a_one_element_host_input_to_a_device_op_is_copied_there(tmp_path, capsys, monkeypatch, shape):
+    """Campaign seed 15 case 1093: a 0-d host array fed to Rsqrt running on the emulated device passed the device
+    check (one-element host inputs are allowed: scalars) and reached the kernel, which cannot mix a host array
+    into device arithmetic; the executor now copies such a scalar to the op's device, so the op runs (1/√4)."""
+    monkeypatch.chdir(tmp_path)
+    np.savez(tmp_path / "pool.npz", in0=np.full(shape, 4, np.float32))
+    net = proto.NetDef(name="storm")
+    net.op.add(type="Rsqrt", input=["in0"], output=["o"]).device_option.device_type = 1   # a GPU op
+    net.external_output.append("o")
+    proto.atomic_write(tmp_path / "net.pb", net.SerializeToString())
+    assert main(["run", "net.pb", "--feed", "pool.npz", "--device", "emulate", "--save", "out.npz"]) == 0
+    out = np.load(tmp_path / "out.npz")["o"]
+    assert out.shape == shape and out.dtype == np.float32 and float(out.reshape(-1)[0]) == 0.5
+    np.savez(tmp_path / "pool.npz", in0=np.full((2,), 4, np.float32))    # two elements: still a DeviceError
+    assert main(["run", "net.pb", "--feed", "pool.npz", "-q", "--device", "emulate"]) == 1
+    assert "input 'in0' is on cpu but the op runs on emulated:0; copy it first" in capsys.readouterr().err

@@ -239,7 +239,7 @@ class Net:
         for bop in self.ops:
             values = [b.value for b in bop.inputs]
             if check:
-                _check_devices(bop, values)
+                _place(bop, values)
             try:
                 into = bop.into
                 if into is not None and reusable(bop.outputs[0]):
@@ -322,13 +322,20 @@ def _as_value(value):
     return value
 
 
-def _check_devices(bop, values) -> None:
+def _place(bop, values: list) -> None:
+    """The op's input values where its kernel can read them (in place in `values`): on the op's device, or on
+    the host where its record reads that input there (host_inputs); a one-element host array (a scalar, which
+    Caffe2's device ops read from either side) is copied to the op's device. Any other input on another device
+    is a DeviceError, before the kernel."""
     if bop.schema.devices == "any":
         return
     host_ok = bop.schema.host_inputs
     for i, (name, v) in enumerate(zip(bop.opdef.input, values)):
         dev = backend.device_of(v)
-        if dev is None or dev == bop.device or (dev.is_cpu and (i in host_ok or v.size == 1)):
+        if dev is None or dev == bop.device or (dev.is_cpu and i in host_ok):
+            continue
+        if dev.is_cpu and v.size == 1:
+            values[i] = backend.to_device(v, bop.device)
             continue
         raise DeviceError(f"input {name!r} is on {dev} but the op runs on {bop.device}; "
                           f"copy it first (CopyCPUToGPU / CopyGPUToCPU)", at=bop.label)
