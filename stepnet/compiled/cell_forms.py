@@ -135,11 +135,8 @@ def lstm_unit_gradient(saved: bool):
         state, ended_at = (1, n, d), Ended()
 
         def run(ins, outs):
-            if saved:      # (read first: the gate gradients may be written over them, in the same rows)
-                acts = ins[2].reshape(4, n, d)
-                if np.may_share_memory(acts, outs[2]):
-                    acts = own
-                    np.copyto(own, ins[2].reshape(4, n, d))
+            if saved:
+                acts = lstm_cell.read_first(ins[2].reshape(4, n, d), outs[2], own)
             else:
                 acts = own
                 lstm_cell.gate_activations(np, ins[2], n, d, fb, acts)

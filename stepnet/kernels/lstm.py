@@ -104,6 +104,16 @@ def jit_step(k, saving: bool, fb: float, drop: bool, has_seq: bool, n: int, d: i
     return run, ended_at
 
 
+def read_first(acts, dgates, own):
+    """The saved activations as a gradient step may read them while it writes the gate gradients dgates: a copy
+    in own (acts' shape) where the two share memory (the op's input gradient written over step t's activations,
+    in the same rows), else acts itself."""
+    if np.may_share_memory(acts, dgates):
+        np.copyto(own, acts)
+        return own
+    return acts
+
+
 def jit_grad_step(k, saved: bool, fb: float, drop: bool, has_seq: bool, n: int, d: int):
     fbh, ended_at = np.float32(fb) * np.float32(0.5), Ended()
     own = np.empty(4 * n * d, F32)
@@ -118,9 +128,8 @@ def jit_grad_step(k, saved: bool, fb: float, drop: bool, has_seq: bool, n: int, 
         if not saved:
             k.lstm_activations(acts, fbh, own, n, d)
             acts = own
-        elif np.may_share_memory(acts, dgates):     # the gate gradients are written over them: read them first
-            np.copyto(own, acts)
-            acts = own
+        else:
+            acts = read_first(acts, dgates, own)
         k.lstm_backward(acts, ins[-3].ravel(), ins[1].ravel(), dh.ravel(), dc.ravel(), dgates.ravel(), dh_prev.ravel(),
                         dc_prev.ravel(), n, d)
         ended = past_end(np, ins[3], ins[t_at], n, ended_at) if has_seq else None
