@@ -14,6 +14,7 @@ import time
 from collections import defaultdict
 
 from results import write_section
+from targets import FUSED_CELLS, add_fused_cells, stepnet_net
 
 
 def main() -> None:
@@ -24,8 +25,7 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--forward", action="store_true", help="the predict net (forward only) instead of training")
     p.add_argument("--steps", type=int, default=20)
-    p.add_argument("--fused-cells", choices=("auto", "on", "off"), default="auto",
-                   help="numba's fused kernels: auto (when installed), on, off (the default install's path)")
+    add_fused_cells(p)
     p.add_argument("--write", action="store_true")
     args = p.parse_args()
     import numpy  # noqa: F401 - loaded first, so that threadpoolctl finds its BLAS
@@ -33,7 +33,6 @@ def main() -> None:
     threadpool_limits(args.threads, user_api="blas")
 
     import stepnet.compiled.program as program
-    from targets import stepnet_net
 
     spent, calls = defaultdict(float), defaultdict(int)
     plain = program.compiled_form
@@ -60,7 +59,7 @@ def main() -> None:
     program.compiled_form = compiled_form
 
     _, net, _ = stepnet_net(args.cell, args.hidden, 25, args.batch, 65, train=not args.forward,
-                            fused={"auto": None, "on": True, "off": False}[args.fused_cells])
+                            fused=FUSED_CELLS[args.fused_cells])
     for _ in range(3):
         net.run()
     for bop in net.ops:

@@ -38,6 +38,16 @@ HEADER = "## Speed targets (issue #28)"
 TORCH_CELLS = {"lstm": ("LSTM", "LSTMCell"), "gru": ("GRU", "GRUCell"), "rnn": ("RNN", "RNNCell")}
 # issue #28: at or below nn.LSTM/GRU/RNN, onnxruntime's RNN node and the numpy sampling loop; the native CNN
 # path at least at torch's level (the numpy BPTT and the cell loops are reported without a target)
+FUSED_CELLS = {"auto": None, "on": True, "off": False}    # --fused-cells -> Workspace(fused_cells=...)
+
+
+def add_fused_cells(p) -> None:
+    """The --fused-cells auto|on|off option of the benchmarks that run stepnet's training step (FUSED_CELLS)."""
+    p.add_argument("--fused-cells", choices=tuple(FUSED_CELLS), default="auto",
+                   help="stepnet's numba kernels: cells, Softmax, one-row FC, one-hot FC gradient "
+                        "(Workspace.fused_cells; auto: when installed; off: what the default install runs)")
+
+
 TARGETS = {("train", "pytorch"): 1.0, ("forward", "onnxruntime"): 1.0, ("sample", "numpy"): 1.0,
            ("squeeze", "pytorch"): 1.0}
 
@@ -276,12 +286,10 @@ def main() -> None:
     p.add_argument("--rows", nargs="+", default=["train", "forward", "sample", "squeeze"])
     p.add_argument("--cells", nargs="+", default=["lstm", "gru", "rnn"])
     p.add_argument("--hidden", type=int, nargs="+", default=[128, 512])
-    p.add_argument("--fused-cells", choices=("auto", "on", "off"), default="auto",
-                   help="stepnet's numba kernels: cells, Softmax, one-row FC, one-hot FC gradient "
-                        "(Workspace.fused_cells; auto: when installed)")
+    add_fused_cells(p)
     p.add_argument("--write", action="store_true")
     args = p.parse_args()
-    args.fused = {"auto": None, "on": True, "off": False}[args.fused_cells]
+    args.fused = FUSED_CELLS[args.fused_cells]
     from threadpoolctl import threadpool_info, threadpool_limits
 
     threadpool_limits(args.threads, user_api="blas")

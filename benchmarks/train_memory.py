@@ -42,14 +42,13 @@ def child(args) -> dict:
 
     threadpool_limits(args.threads, user_api="blas")
     sys.path.insert(0, str(HERE))
-    from targets import stepnet_net, torch_train
+    from targets import FUSED_CELLS, stepnet_net, torch_train
 
     T, B, V, H = args.T, args.batch, 65, args.H
 
     def model(T, B, H):
         if args.framework == "stepnet":
-            fused = {"auto": None, "on": True, "off": False}[args.fused_cells]
-            return stepnet_net(args.cell, H, T, B, V, train=True, fused=fused)[1].run
+            return stepnet_net(args.cell, H, T, B, V, train=True, fused=FUSED_CELLS[args.fused_cells])[1].run
         import torch
         torch.set_num_threads(args.threads)
         return torch_train(args.cell, H, T, B, V, loop=False)
@@ -74,8 +73,8 @@ def main() -> None:
     p.add_argument("--cell", default="lstm", choices=("lstm", "gru"))
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--steps", type=int, default=3)
-    p.add_argument("--fused-cells", default="auto", choices=("auto", "on", "off"),
-                   help="stepnet's numba kernels (off: what the default install, without the fast extra, runs)")
+    from targets import add_fused_cells
+    add_fused_cells(p)
     p.add_argument("--cold", dest="warm", action="store_false",
                    help="no toy-model warm-up: the peak includes loading numba and compiling its kernels")
     p.add_argument("--write", action="store_true")
