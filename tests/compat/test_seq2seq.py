@@ -152,10 +152,13 @@ def test_vocabulary_and_numberized_sentences(tmp_path):
     assert len(seq2seq_util.gen_vocab(str(corpus), unk_threshold=0)) == 8
 
 
-def test_dropout_layers_train():
+def test_dropout_layers_train(monkeypatch):
     """Dropout in encoder and decoder layers (DropoutCell's forward and gradient in both RecurrentNetworks), a
     bidirectional first layer, two layers each side and a softmax layer: 15 steps on one batch more than halve
-    the loss (about 18 to about 9 in trial runs)."""
+    the loss (about 18 to about 9 in trial runs). Seeded (STEPNET_SEED, a fresh workspace): unseeded, about one
+    run in 60 drew initial weights and dropout masks that left the last losses just above 0.6 of the first."""
+    monkeypatch.setenv("STEPNET_SEED", "0")
+    reset()
     params = dict(MODELS["two_layers_dropout_softmax"], batch_size=2, optimizer_params=dict(learning_rate=0.5),
                   max_gradient_norm=1.0)
     params["decoder_layer_configs"] = [dict(num_units=8, dropout_keep_prob=0.7), dict(num_units=8)]
