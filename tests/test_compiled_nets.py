@@ -239,7 +239,7 @@ def test_a_link_view_is_made_once_per_array_and_row(keep):
     import sys
     import types
 
-    from stepnet.compiled.forms import apply_links
+    from stepnet.compiled.link_forms import apply_links
     from stepnet.runtime.workspace import Blob
 
     bop = types.SimpleNamespace(plain=functools.partial(print, offsets=[0, 1], windows=[1, 1], keep=[keep, 1]),

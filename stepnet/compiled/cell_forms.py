@@ -20,13 +20,23 @@ class Fast(NamedTuple):
     Blobs itself: the link op). rebind(bop) -> fn: the same form on another step workspace's bound op (for
     forms that call the bound kernel). fuse(later_bop, ins, outs) -> Fast | None: a form of this op and a later
     one together (its fn takes both ops' inputs, then both ops' outputs), where it has one. reads_first: fn
-    reads its inputs before writing an output that shares their memory (a view output may overlap them)."""
+    reads its inputs before writing an output that shares their memory (a view output may overlap them).
+    prebind(ins, outs, fresh) -> call() | None: after fn(ins, outs) has run, the same computation on these very
+    lists' arrays with the reshapes and checks done now; the inputs at the `fresh` positions are put into `ins`
+    before each call (read them at call time). None: fn itself is called (compiled.prebound). fresh_inputs:
+    inputs never to be held from one call to the next (tensors the op does not own). A form that sets its
+    blobs: made_fresh, outputs it points at new views each call; sources, per output the input whose rows it
+    views (None: any)."""
     fn: Callable
     blobs: bool = False
     rebind: Callable | None = None
     begin: tuple | None = None   # (input index, fn(array)): called once per run with that input's array
     fuse: Callable | None = None
     reads_first: bool = False
+    prebind: Callable | None = None
+    fresh_inputs: tuple = ()
+    made_fresh: tuple = ()
+    sources: tuple | None = None
 
 
 def _begin(ended, index: int, has_seq: bool) -> tuple | None:

@@ -17,10 +17,10 @@ from ..kernels.activations import sigmoid as sigmoid_into
 from ..kernels.softmax import rows as softmax_rows
 from ..ops import shape as shape_ops
 from ..ops.registry import REGISTRY
-from ..ops.rnn_internal import _link_error
 from .cell_forms import (
     Fast, bound_args, gru_unit, gru_unit_gradient, lstm_unit, lstm_unit_gradient, same_floats, shaped)
 from .jit_forms import FUSED
+from .link_forms import accumulate_gradient_input, apply_links
 from .products import fc, fc_gradient_deferred, fc_input_gradient
 
 
@@ -42,7 +42,14 @@ def sum_(bop, ins, outs):
         np.add(ins[0], ins[1], out=out)
         for x in ins[2:]:
             out += x
-    return Fast(run)
+
+    def prebind(ins, outs, fresh):     # (in place over input 0 with one more input: the step nets' Sum)
+        out = shaped(outs[0], shape)
+        if fresh or len(ins) != 2 or out is not ins[0]:
+            return None
+        x = ins[1]
+        return lambda: np.add(out, x, out=out)
+    return Fast(run, prebind=prebind)
 
 
 # ------------------------------------------------------------------------------------------- GRU step ops
@@ -181,87 +188,6 @@ def softmax(bop, ins, outs):
 
     def run(ins, outs):
         softmax_rows(np, ins[0].reshape(rows2), shaped(outs[0], rows2))
-    return Fast(run)
-
-
-# ------------------------------------------------------------------------------------------- RNN internals
-def apply_links(bop, ins, outs):
-    args = bound_args(bop)
-    offsets, windows = list(args["offsets"]), list(args["windows"])
-    n = len(offsets)
-    keep, cyclic, zeroed = (list(args.get(k) or ()) or [0] * n for k in ("keep", "cyclic", "zeroed"))
-    if not len(ins) - 1 == len(windows) == len(outs) == n == len(keep) == len(cyclic) == len(zeroed):
-        return None
-    links = [_link(*spec) for spec in zip(offsets, windows, bop.opdef.input[1:], keep, cyclic, zeroed)]
-
-    def run(ins, blobs):
-        t = int(ins[0].flat[0])
-        for blob, external, (memo, link) in zip(blobs, ins[1:], links):
-            view = memo[1].get(t) if memo is not None and memo[0] is external else None   # (a kept view)
-            blob.value = link(t, external, blob.name) if view is None else view
-            blob.view = True
-    return Fast(run, blobs=True)
-
-
-def _link(offset: int, window: int, name: str, keep: int, cyclic: int, zeroed: int):
-    """(memo, view): view(t, external, internal name) -> the link's rows at timestep t; memo: [the external
-    last seen, its views by timestep] where they may be reused as they are (else None). Into a tensor the op
-    owns (keep): each row's view made once and kept while the external is the same array. Views of other
-    tensors (an input projection the main net recomputes) are made each time: kept, they would hold the array,
-    and with it a second copy of it when the main net next computes it. cyclic: rows mod the tensor's; zeroed:
-    filled with zeros."""
-    memo = [None, {}]      # the external last seen, its views by timestep
-
-    def rows(t, external, internal):
-        start = t + offset
-        if cyclic and external.ndim and external.shape[0]:
-            start %= external.shape[0]
-        if start + window > external.shape[0] or not external.size:
-            _link_error(internal, name, external, start, start + window, offset, window)
-        return external[start:start + window]
-
-    if not keep:
-        if not zeroed:
-            return None, rows
-
-        def fresh_zeroed(t, external, internal):
-            view = rows(t, external, internal)
-            view.fill(0)
-            return view
-        return None, fresh_zeroed
-
-    def kept(t, external, internal):
-        if memo[0] is external:
-            view = memo[1].get(t)
-            if view is None:
-                view = memo[1][t] = rows(t, external, internal)
-        else:
-            view = rows(t, external, internal)
-            memo[0], memo[1] = external, {t: view}
-        if zeroed:
-            view.fill(0)
-        return view
-    return (None if zeroed else memo), kept
-
-
-def accumulate_gradient_input(bop, ins, outs):
-    """g[t + offset] += og[t], in place (the state-gradient tensor the links view)."""
-    _, og, g = ins
-    args = bound_args(bop)
-    offset, cyclic = args["offset"], args.get("cyclic", 0)
-    if offset < 0 or og.ndim < 1 or g.ndim < 1 or og[0].size != g[0].size or og.dtype != g.dtype:
-        return None
-    row_shape = g.shape[1:]
-
-    def run(ins, outs):
-        timestep, og, g = ins
-        t = int(timestep.flat[0])
-        at = (t + offset) % g.shape[0] if cyclic and g.shape[0] else t + offset
-        if t >= og.shape[0] or at >= g.shape[0]:
-            raise ShapeError(f"timestep {t} + offset {offset} is outside the gradient tensors "
-                             f"{tuple(og.shape)} / {tuple(g.shape)}")
-        row = g[at]
-        row += shaped(og[t], row_shape)
     return Fast(run)
 
 

@@ -23,8 +23,9 @@ def _fused_form(step, params_of, seq_at: int, *flags, reads_first: bool = False)
         params = params_of(bop, ins, outs, *flags)
         if k is None or params is None or ins[0].dtype != F32:
             return None
-        run, ended_at = step(k, *flags, *params)
-        return Fast(run, begin=_begin(ended_at, seq_at, params[-3]), reads_first=reads_first)
+        run, ended_at, bind = step(k, *flags, *params)
+        return Fast(run, begin=_begin(ended_at, seq_at, params[-3]), reads_first=reads_first,
+                    prebind=lambda ins, outs, fresh: None if fresh else bind(ins, outs))
     return make
 
 

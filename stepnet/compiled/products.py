@@ -93,7 +93,17 @@ def fc_row(bop, ins, outs):
             y = outs[0].ravel()
             row_sum(shaped(ins[1], ws), ins[0].ravel(), ins[2], ins[3 + other].ravel(), y,
                     y if into else outs[1].ravel())
-        return Fast(both)
+
+        def prebind(ins, outs, fresh):
+            if fresh & {0, 1, 2}:
+                return None
+            w, x, b, y, zi = shaped(ins[1], ws), ins[0].ravel(), ins[2], outs[0].ravel(), 3 + other
+            s = y if into else outs[1].ravel()
+            if zi in fresh:
+                return lambda: row_sum(w, x, b, ins[zi].ravel(), y, s)
+            z = ins[zi].ravel()
+            return lambda: row_sum(w, x, b, z, y, s)
+        return Fast(both, prebind=prebind)
     return Fast(run, fuse=fuse)
 
 
@@ -133,7 +143,17 @@ def _with_sum(fc_bop, sum_bop, ins, outs, ys, product):
             kernel(p, b, z, shaped(outs[0], ys))
         else:
             kernel(p, b, z, shaped(outs[0], ys), shaped(outs[1], ys))
-    return Fast(run)
+
+    def prebind(ins, outs, fresh):
+        if fresh & {0, 1, 2}:
+            return None
+        x, w, b, zi = shaped(ins[0], xs), ins[1], ins[2], 3 + other
+        ys_out = (shaped(outs[0], ys),) if into else (shaped(outs[0], ys), shaped(outs[1], ys))
+        if zi in fresh:
+            return lambda: kernel(product(x, w), b, shaped(ins[zi], ys), *ys_out)
+        z = shaped(ins[zi], ys)
+        return lambda: kernel(product(x, w), b, z, *ys_out)
+    return Fast(run, prebind=prebind)
 
 
 def _fc_gradient_dims(bop, x, w) -> tuple[int, int, int]:
@@ -162,7 +182,13 @@ def fc_input_gradient(bop, ins, outs, steps: int = 8):
     def run(ins, outs):
         _, w, dy = ins
         product(shaped(dy, y2), w, shaped(outs[0], x2))
-    return Fast(run, begin=None if form.begin is None else (1, form.begin))
+
+    def prebind(ins, outs, fresh):
+        if fresh & {1, 2}:
+            return None
+        w, dy, out = ins[1], shaped(ins[2], y2), shaped(outs[0], x2)
+        return form.bind(dy, w, out) if form.bind is not None else (lambda: product(dy, w, out))
+    return Fast(run, begin=None if form.begin is None else (1, form.begin), prebind=prebind)
 
 
 def fc_gradient_deferred(bop, ins, outs, steps: int = 8):
@@ -186,4 +212,4 @@ def fc_gradient_deferred(bop, ins, outs, steps: int = 8):
         xs[block:block + m] = shaped(x, x2)
         dys[block:block + m] = dy
         product(dy, w, shaped(outs[0], x2))
-    return Fast(run, begin=None if form.begin is None else (3, form.begin))
+    return Fast(run, begin=None if form.begin is None else (3, form.begin), fresh_inputs=(1,))  # (the sequence: its T)

@@ -35,6 +35,7 @@ import numpy as np
 
 from ..ops.binding import failure as _failure
 from .forms import compiled_form, has_form, sets_blobs
+from .prebound import Prebound
 
 _BUFFER, _VIEW, _INPLACE, _LINKS = "buffer", "view", "in place", "links"
 
@@ -158,6 +159,7 @@ class Program:
         self.ops = ops   # [(Fast, [(kind, shape, dtype) per output], (op index, ...))]: in the order they run
         self.begins = tuple(begins)   # [(op index, input index, fn)]: each op's per-run setup (Fast.begin)
         self.main = main              # a plain net's program: its buffers are checked out per run
+        self.shared: dict = {}        # id(blob) -> (blob, buffer) of the blobs of the workspace the steps share
 
     @classmethod
     def of(cls, net, trace: list, main: bool = False, steps: int = 1) -> "Program | None":
@@ -199,33 +201,52 @@ class Program:
                   if fast.begin is not None and id(net.ops[at[0]].inputs[fast.begin[0]]) not in written]
         return cls(ops, begins, main)
 
+    def _buffer(self, net, blob, shape, dtype):
+        """A new buffer for the blob; for a blob of the workspace the steps share (a backward-only temporary),
+        the one every step workspace's routine writes (each step binds its arrays: compiled.prebound)."""
+        if self.main or net.workspace.local_blob(blob.name) is blob:
+            return np.empty(shape, dtype)
+        found = self.shared.get(id(blob))
+        if found is None or found[0] is not blob:
+            found = self.shared[id(blob)] = (blob, np.empty(shape, dtype))
+        return found[1]
+
     def begin(self, net) -> None:
         """Once per run, before its compiled timesteps: each op's per-run setup from its input's array (an
         input the step net never writes, so it holds for every timestep of the run)."""
         for k, index, fn in self.begins:
             fn(net.ops[k].inputs[index].value)
 
-    def routine(self, net):
+    def routine(self, net, constant: frozenset = frozenset(), bind: bool = True):
         """The routine of one step workspace's bound net (or of a plain net): its buffers allocated (and bound
         to its blobs) now. run() -> False when it does not apply to this run (a plain net's buffer blob made a
-        view by another net): the net then runs op by op."""
-        entries, profiler, starts, buffers = [], net.workspace.profiler, [], {}
+        view by another net): the net then runs op by op. With `bind`, a step net's routine (run for one
+        timestep only) binds each entry to its arrays once (compiled.prebound); constant: names of blobs whose
+        value is the same each run (its timestep)."""
+        entries, profiler, starts, buffers, forms = [], net.workspace.profiler, [], {}, []
         for fast, kinds, at in self.ops:
             bops = [net.ops[k] for k in at]
             inputs = tuple(b for bop in bops for b in bop.inputs)
             outputs = tuple(b for bop in bops for b in bop.outputs)
             for blob, (kind, shape, dtype) in zip(outputs, kinds):
                 if kind == _BUFFER:
-                    blob.value = np.empty(shape, dtype)
+                    blob.value = self._buffer(net, blob, shape, dtype)
                     blob.view = False
                     buffers[id(blob)] = (blob, shape, dtype)
             fn = fast.fn if fast.rebind is None else fast.rebind(bops[0])
             if profiler is not None:   # --profile: each compiled op timed as its interpreted op would be
                 fn = profiler.timed(fn, net.name, bops[0].index, bops[0].opdef.type)
             entries.append((fn, inputs, outputs, fast.blobs))
+            forms.append(fast)
             starts.append(at[0])
         ops, checkout = net.ops, _checkout(list(buffers.values())) if self.main else None
-        body, at = _straight_line(entries)
+        bound = None
+        if self.main or profiler is not None or not bind:
+            body, at = _straight_line(entries)
+        else:
+            at = [0]
+            bound = Prebound(entries, forms, {id(b) for b in external_blobs(net) if b.name not in constant}, at)
+            body = bound.run
 
         def run() -> bool:
             if checkout is not None and not checkout():
@@ -239,6 +260,7 @@ class Program:
                     raise
                 raise error from e
             return True
+        run.bound = bound     # (its Prebound, for tests and profiles; None: straight-line)
         return run
 
 
@@ -303,9 +325,11 @@ class StepCompiler:
     has `interpret(net)` run it op by op (and compile from it when due); `run(net)` runs a timestep compiled
     (False: it did not apply this time, and the caller runs the net op by op)."""
 
-    def __init__(self, enabled: bool = True, main: bool = False):
+    def __init__(self, enabled: bool = True, main: bool = False, constant: frozenset = frozenset()):
         self.enabled = enabled
         self.main = main
+        self.constant = constant     # blobs whose value is the same each run (a step net's timestep)
+        self.bind = not main         # routines bound to their arrays: each step workspace runs one timestep
         self.signature = None
         self.program: Program | None = None
         self.pending = False
@@ -351,9 +375,10 @@ class StepCompiler:
 
     def routine(self, net):
         """The routine of this bound net under the current program (made the first time it is asked for)."""
-        entry = self.routines.get(id(net))
+        key = (id(net), self.bind)
+        entry = self.routines.get(key)
         if entry is None or entry[0] is not net:
-            entry = self.routines[id(net)] = (net, self.program.routine(net))
+            entry = self.routines[key] = (net, self.program.routine(net, self.constant, self.bind))
         return entry[1]
 
     def run(self, net) -> bool:

@@ -9,6 +9,8 @@ SkylakeX kernels; benchmarks/RESULTS.md). Which blocks is a function of the size
 alone, so every runner computes the same sums."""
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from .blas import small_matrix_kernels
@@ -68,6 +70,14 @@ def _product(xp, x, rhs, w, out, small):
         out = np.empty((m, n), x.dtype)
     np.copyto(out, yt.T)
     return out
+
+
+def bound_product(x, rhs, w, out):
+    """call() -> out: _product(np, x, rhs, w, out) on these host arrays, its blocking decided now (a function of
+    the sizes, the layout and the BLAS core): one GEMM called straight, or the blocks."""
+    if not _blocked(np, w, x, rhs, x.shape[0], x.shape[1], rhs.shape[1], None):
+        return functools.partial(np.matmul, x, rhs, out=out)
+    return functools.partial(_product, np, x, rhs, w, out, None)
 
 
 def product_into(xp, x2, wt, out=None, small: bool | None = None):

@@ -4,11 +4,13 @@ read) and its gradient, written into outputs and scratch the caller gives (the i
 stepnet.ops.gru allocate them, the compiled forms pass their buffers), and the jitted variant."""
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from .activations import sigmoid_tanh_
-from .jit import via_scratch
-from .seq_rows import Ended, hold, past_end
+from .jit import flat_views, via_scratch
+from .seq_rows import Ended, bound_step, hold, past_end, timestep_of
 
 
 def activations(xp, gates, d: int, u, o) -> None:
@@ -57,29 +59,49 @@ def backward(xp, h_prev, gates, dh, drop: bool, ended, dh_prev, dgates, u, o, om
 def jit_step(k, drop: bool, has_seq: bool, n: int, d: int):
     state, ended_at = (1, n, d), Ended()
 
+    def ends(ins, outs) -> None:
+        ended = past_end(np, ins[2], ins[-1], n, ended_at)
+        if ended is not None:
+            hold(np, ended, drop, (outs[0].reshape(state), ins[0].reshape(state)))
+
     def run(ins, outs):
         h = outs[0]
         if not h.flags.c_contiguous:
             return via_scratch(run, ins, outs)
-        h_prev = ins[0]
-        k.gru_forward(h_prev.ravel(), ins[1].ravel(), h.ravel(), n, d)
-        ended = past_end(np, ins[2], ins[-1], n, ended_at) if has_seq else None
-        if ended is not None:
-            hold(np, ended, drop, (h.reshape(state), h_prev.reshape(state)))
-    return run, ended_at
+        k.gru_forward(ins[0].ravel(), ins[1].ravel(), h.ravel(), n, d)
+        if has_seq:
+            ends(ins, outs)
+
+    def bind(ins, outs):
+        flat = flat_views([ins[0], ins[1], outs[0]])
+        if flat is None:
+            return None
+        return bound_step(k.gru_forward, (*flat, n, d), ended_at, timestep_of(ins[-1]) if has_seq else 0,
+                          functools.partial(ends, ins, outs) if has_seq else None)
+    return run, ended_at, bind
 
 
 def jit_grad_step(k, drop: bool, has_seq: bool, n: int, d: int):
     state, ended_at, t_at = (1, n, d), Ended(), 3 if has_seq else 2
 
+    def ends(ins, outs) -> None:
+        ended = past_end(np, ins[2], ins[t_at], n, ended_at)
+        if ended is not None:
+            ended.patch(np, outs[1].reshape(1, n, 3 * d))
+            hold(np, ended, drop, (outs[0].reshape(state), ins[-1].reshape(state)))
+
     def run(ins, outs):
         dh_prev, dgates = outs
         if not (dh_prev.flags.c_contiguous and dgates.flags.c_contiguous):
             return via_scratch(run, ins, outs)
-        dh = ins[-1]
-        k.gru_backward(ins[0].ravel(), ins[1].ravel(), dh.ravel(), dh_prev.ravel(), dgates.ravel(), n, d)
-        ended = past_end(np, ins[2], ins[t_at], n, ended_at) if has_seq else None
-        if ended is not None:
-            ended.patch(np, dgates.reshape(1, n, 3 * d))
-            hold(np, ended, drop, (dh_prev.reshape(state), dh.reshape(state)))
-    return run, ended_at
+        k.gru_backward(ins[0].ravel(), ins[1].ravel(), ins[-1].ravel(), dh_prev.ravel(), dgates.ravel(), n, d)
+        if has_seq:
+            ends(ins, outs)
+
+    def bind(ins, outs):
+        flat = flat_views([ins[0], ins[1], ins[-1], outs[0], outs[1]])
+        if flat is None:
+            return None
+        return bound_step(k.gru_backward, (*flat, n, d), ended_at, timestep_of(ins[t_at]) if has_seq else 0,
+                          functools.partial(ends, ins, outs) if has_seq else None)
+    return run, ended_at, bind

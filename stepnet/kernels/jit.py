@@ -52,3 +52,9 @@ def via_scratch(run, ins, outs) -> None:
     run(ins, scratch)
     for o, s in zip(outs, scratch):
         np.copyto(o, s)
+
+
+def flat_views(arrays) -> list | None:
+    """The arrays as flat views of their memory (what the jitted kernels take), or None when one is not
+    C-contiguous (its ravel would be a copy)."""
+    return [a.ravel() for a in arrays] if all(a.flags.c_contiguous for a in arrays) else None

@@ -10,11 +10,13 @@ element-wise pass runs on contiguous memory; the backward step recomputes tanh(c
 LSTM does, rather than keeping a fifth block per timestep."""
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from .activations import sigmoid_tanh_
-from .jit import F32, via_scratch
-from .seq_rows import Ended, hold, past_end
+from .jit import F32, flat_views, via_scratch
+from .seq_rows import Ended, bound_step, hold, past_end, timestep_of
 
 
 def gate_activations(xp, gates, n: int, d: int, forget_bias: float, acts) -> None:
@@ -84,24 +86,37 @@ def backward(xp, acts, tanh_c, c_prev, dh, dc, drop: bool, ended, dh_prev, dc_pr
 
 
 # ------------------------------------------------------------------------------------------- jitted variant
-# jit_step(k, saving, forget_bias, drop, has_seq, n, d) -> (run(ins, outs), Ended): ins and outs in the op's
-# order, float32 host arrays, states 1×N×D; k: the jitted module (jit.load()).
+# jit_step(k, saving, forget_bias, drop, has_seq, n, d) -> (run(ins, outs), Ended, bind(ins, outs)): ins and outs
+# in the op's order, float32 host arrays, states 1×N×D; k: the jitted module (jit.load()). bind -> call() | None:
+# run on these very arrays with the flattening and the layout checks done once (None: one is not C-contiguous).
 
 def jit_step(k, saving: bool, fb: float, drop: bool, has_seq: bool, n: int, d: int):
     fbh, ended_at, unused = np.float32(fb) * np.float32(0.5), Ended(), np.empty(1, F32)
+    state = (1, n, d)
+
+    def ends(ins, outs) -> None:
+        ended = past_end(np, ins[3], ins[-1], n, ended_at)
+        if ended is not None:
+            hold(np, ended, drop, (outs[0].reshape(state), ins[0].reshape(state)),
+                 (outs[1].reshape(state), ins[1].reshape(state)))
 
     def run(ins, outs):
         h, c = outs[0], outs[1]
         if not (h.flags.c_contiguous and c.flags.c_contiguous) or (saving and not outs[2].flags.c_contiguous):
             return via_scratch(run, ins, outs)
-        h_prev, c_prev = ins[0], ins[1]
-        k.lstm_forward(ins[2].ravel(), c_prev.ravel(), fbh, h.ravel(), c.ravel(),
+        k.lstm_forward(ins[2].ravel(), ins[1].ravel(), fbh, h.ravel(), c.ravel(),
                        outs[2].ravel() if saving else unused, saving, n, d)
-        ended = past_end(np, ins[3], ins[-1], n, ended_at) if has_seq else None
-        if ended is not None:
-            hold(np, ended, drop, (h.reshape(1, n, d), h_prev.reshape(1, n, d)),
-                 (c.reshape(1, n, d), c_prev.reshape(1, n, d)))
-    return run, ended_at
+        if has_seq:
+            ends(ins, outs)
+
+    def bind(ins, outs):
+        flat = flat_views([ins[2], ins[1], outs[0], outs[1], *outs[2:3 if saving else 2]])
+        if flat is None:
+            return None
+        g, c_prev, h, c, acts = *flat[:4], (flat[4] if saving else unused)
+        t, held = (timestep_of(ins[-1]), functools.partial(ends, ins, outs)) if has_seq else (0, None)
+        return bound_step(k.lstm_forward, (g, c_prev, fbh, h, c, acts, saving, n, d), ended_at, t, held)
+    return run, ended_at, bind
 
 
 def read_first(acts, dgates, own):
@@ -119,22 +134,43 @@ def jit_grad_step(k, saved: bool, fb: float, drop: bool, has_seq: bool, n: int, 
     own = np.empty(4 * n * d, F32)
     t_at, state = 4 if has_seq else 3, (1, n, d)
 
+    def ends(ins, outs) -> None:
+        ended = past_end(np, ins[3], ins[t_at], n, ended_at)
+        if ended is not None:
+            ended.patch(np, outs[2].reshape(1, n, 4 * d))
+            hold(np, ended, drop, (outs[0].reshape(state), ins[-2].reshape(state)),
+                 (outs[1].reshape(state), ins[-1].reshape(state)))
+
     def run(ins, outs):
         dh_prev, dc_prev, dgates = outs
         if not (dh_prev.flags.c_contiguous and dc_prev.flags.c_contiguous and dgates.flags.c_contiguous):
             return via_scratch(run, ins, outs)
-        dh, dc = ins[-2], ins[-1]
         acts = ins[2].ravel()
         if not saved:
             k.lstm_activations(acts, fbh, own, n, d)
             acts = own
         else:
             acts = read_first(acts, dgates, own)
-        k.lstm_backward(acts, ins[-3].ravel(), ins[1].ravel(), dh.ravel(), dc.ravel(), dgates.ravel(), dh_prev.ravel(),
-                        dc_prev.ravel(), n, d)
-        ended = past_end(np, ins[3], ins[t_at], n, ended_at) if has_seq else None
-        if ended is not None:
-            ended.patch(np, dgates.reshape(1, n, 4 * d))
-            hold(np, ended, drop, (dh_prev.reshape(state), dh.reshape(state)),
-                 (dc_prev.reshape(state), dc.reshape(state)))
-    return run, ended_at
+        k.lstm_backward(acts, ins[-3].ravel(), ins[1].ravel(), ins[-2].ravel(), ins[-1].ravel(), dgates.ravel(),
+                        dh_prev.ravel(), dc_prev.ravel(), n, d)
+        if has_seq:
+            ends(ins, outs)
+
+    def bind(ins, outs):
+        flat = flat_views([ins[2], ins[-3], ins[1], ins[-2], ins[-1], outs[2], outs[0], outs[1]])
+        if flat is None:
+            return None
+        acts, rest = flat[0], flat[1:]
+        copy = saved and np.may_share_memory(acts, outs[2])     # (read_first's test, for these arrays)
+        t, backward, activations = timestep_of(ins[t_at]) if has_seq else 0, k.lstm_backward, k.lstm_activations
+
+        def call():
+            if not saved:
+                activations(acts, fbh, own, n, d)
+            elif copy:
+                np.copyto(own, acts)
+            backward(own if copy or not saved else acts, *rest, n, d)
+            if has_seq and t >= ended_at.before:
+                ends(ins, outs)
+        return call
+    return run, ended_at, bind

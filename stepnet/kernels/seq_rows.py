@@ -74,3 +74,16 @@ def hold(xp, ended: PastEnd | None, drop: bool, *pairs) -> list:
     if ended is None:
         return [out for out, _ in pairs]
     return [ended.patch(xp, out, None if drop else prev) for out, prev in pairs]
+
+
+def bound_step(kernel, args, ended_at: Ended, t: int, ends=None):
+    """call(): kernel(*args) for timestep t, then ends() (the ended rows held) from the run's shortest sequence
+    length on (ended_at.before: its per-run begin); ends None: no seq_lengths. A cell step bound to its arrays."""
+    if ends is None:
+        return lambda: kernel(*args)
+
+    def call():
+        kernel(*args)
+        if t >= ended_at.before:
+            ends()
+    return call

@@ -26,7 +26,8 @@ class StepLoop:
 
     def __init__(self, net, local, timestep: str, strict: bool, level: int, compile: bool):
         self.net, self.local, self.timestep, self.strict, self.level = net, tuple(local), timestep, strict, level
-        self.compiler = StepCompiler(compile)
+        fixed = all(timestep not in op.output for op in net.op)    # ([t] in step t's timestep blob, every run)
+        self.compiler = StepCompiler(compile, constant=frozenset((timestep,) if fixed else ()))
         self.replay: Replay | None = None
         self.steps: list = []        # (timestep blob, bound net) of the last run, in the order its timesteps ran
         self.compiled = False        # whether every timestep of the last run ran compiled
@@ -35,6 +36,7 @@ class StepLoop:
         """Run the step net for each t of `order` (ascending or descending), bound in workspaces[t], with [t] in
         its timestep blob."""
         compiler, fast, first, steps = self.compiler, False, True, []
+        compiler.bind = len(workspaces) == len({id(w) for w in workspaces})   # (a forward-only op cycles through a few)
         values = timesteps(len(workspaces))
         net, local, strict, level = self.net, self.local, self.strict, self.level
         for t in order:

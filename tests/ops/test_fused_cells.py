@@ -112,7 +112,7 @@ def test_arrays_that_are_not_contiguous_give_the_same_bits():
     ins = lstm_inputs(rng, n, d, [2, 1, 2, 2], t=1)
     strided = [np.repeat(x, 2, axis=-1)[..., ::2] if x.ndim == 3 else x for x in ins]
     assert not strided[2].flags.c_contiguous and np.array_equal(strided[2], ins[2])
-    run, _ = lstm_cell.jit_step(fused.load(), True, 1.0, False, True, n, d)
+    run, _, _ = lstm_cell.jit_step(fused.load(), True, 1.0, False, True, n, d)
     plain = [np.empty((1, n, d), F), np.empty((1, n, d), F), np.empty((4, n, d), F)]
     run(ins, plain)
     wide = [np.empty((1, n, 2 * d), F)[..., ::2], np.empty((1, n, 2 * d), F)[..., ::2], np.empty((4, n, d), F)]
