@@ -33,7 +33,8 @@ def apply_links(bop, ins, outs):
         kept = [(blob, blob.value) for k, blob in enumerate(blobs) if keep[k] and k + 1 not in fresh]
         zero = [view for (blob, view), k in zip(kept, [k for k in range(n) if keep[k] and k + 1 not in fresh])
                 if zeroed[k]]
-        made = [(blob, k + 1, links[k][1]) for k, blob in enumerate(blobs) if not keep[k] or k + 1 in fresh]
+        made = [(blob, k + 1, _rows_at(t, offsets[k], windows[k], cyclic[k], ins[k + 1]), zeroed[k])
+                for k, blob in enumerate(blobs) if not keep[k] or k + 1 in fresh]    # (their shapes: the signature's)
 
         def call():
             for blob, view in kept:
@@ -41,9 +42,11 @@ def apply_links(bop, ins, outs):
                 blob.view = True
             for view in zero:
                 view.fill(0)
-            for blob, j, link in made:
-                blob.value = link(t, ins[j], blob.name)
+            for blob, j, rows, zero_it in made:
+                blob.value = view = ins[j][rows]
                 blob.view = True
+                if zero_it:
+                    view.fill(0)
         return call
     unkept = tuple(k for k in range(n) if not keep[k])
     return Fast(run, blobs=True, prebind=prebind, fresh_inputs=tuple(k + 1 for k in unkept), made_fresh=unkept,
@@ -60,12 +63,10 @@ def _link(offset: int, window: int, name: str, keep: int, cyclic: int, zeroed: i
     memo = [None, {}]      # the external last seen, its views by timestep
 
     def rows(t, external, internal):
-        start = t + offset
-        if cyclic and external.ndim and external.shape[0]:
-            start %= external.shape[0]
-        if start + window > external.shape[0] or not external.size:
-            _link_error(internal, name, external, start, start + window, offset, window)
-        return external[start:start + window]
+        at = _rows_at(t, offset, window, cyclic, external)
+        if at.stop > external.shape[0] or not external.size:
+            _link_error(internal, name, external, at.start, at.stop, offset, window)
+        return external[at]
 
     if not keep:
         if not zeroed:
@@ -122,3 +123,11 @@ def accumulate_gradient_input(bop, ins, outs):
         og_t = shaped(og[t], row_shape)
         return lambda: np.add(row, og_t, out=row)
     return Fast(run, prebind=prebind, fresh_inputs=(1,))   # (og: the main net's gradient, not the op's to hold)
+
+
+def _rows_at(t: int, offset: int, window: int, cyclic: int, external) -> slice:
+    """The rows of the external a link views at timestep t (mod its rows where cyclic)."""
+    start = t + offset
+    if cyclic and external.ndim and external.shape[0]:
+        start %= external.shape[0]
+    return slice(start, start + window)
