@@ -38,12 +38,21 @@ def main() -> None:
     plain = program.compiled_form
 
     def timed(fn, key):
-        def run(ins, outs):
+        def run(*args):
             start = time.perf_counter()
-            fn(ins, outs)
+            fn(*args)
             spent[key] += time.perf_counter() - start
             calls[key] += 1
         return run
+
+    def timed_form(fast, key):     # fn, and the bound calls of its prebind (compiled.prebound), in a timer
+        prebind = fast.prebind
+        if prebind is not None:
+            def bind(ins, outs, fresh):
+                call = prebind(ins, outs, fresh)
+                return None if call is None else timed(call, key)
+            prebind = bind
+        return fast._replace(fn=timed(fast.fn, key), prebind=prebind)
 
     def compiled_form(bop, ins, outs, fused=False, main=False, steps=8):   # every compiled step op in a timer
         fast = plain(bop, ins, outs, fused, main, steps)
@@ -54,8 +63,8 @@ def main() -> None:
 
         def fuse(*args, _fuse=fast.fuse):              # a fused pair (FC bias + Sum) timed as "FC+Sum"
             pair = _fuse(*args)
-            return None if pair is None else pair._replace(fn=timed(pair.fn, ("step net", "FC+Sum")))
-        return fast._replace(fn=timed(fast.fn, key), rebind=rebind, fuse=None if fast.fuse is None else fuse)
+            return None if pair is None else timed_form(pair, ("step net", "FC+Sum"))
+        return timed_form(fast, key)._replace(rebind=rebind, fuse=None if fast.fuse is None else fuse)
     program.compiled_form = compiled_form
 
     _, net, _ = stepnet_net(args.cell, args.hidden, 25, args.batch, 65, train=not args.forward,
