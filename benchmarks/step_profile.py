@@ -46,13 +46,10 @@ def main() -> None:
         return run
 
     def timed_form(fast, key):     # fn, and the bound calls of its prebind (compiled.prebound), in a timer
-        prebind = fast.prebind
-        if prebind is not None:
-            def bind(ins, outs, fresh):
-                call = prebind(ins, outs, fresh)
-                return None if call is None else timed(call, key)
-            prebind = bind
-        return fast._replace(fn=timed(fast.fn, key), prebind=prebind)
+        def bind(ins, outs, fresh, _prebind=fast.prebind):
+            call = _prebind(ins, outs, fresh)
+            return None if call is None else timed(call, key)
+        return fast._replace(fn=timed(fast.fn, key), prebind=None if fast.prebind is None else bind)
 
     def compiled_form(bop, ins, outs, fused=False, main=False, steps=8):   # every compiled step op in a timer
         fast = plain(bop, ins, outs, fused, main, steps)

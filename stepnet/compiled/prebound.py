@@ -27,10 +27,12 @@ _UNSEEN = object()      # a dependency's value before the first binding (no arra
 class Prebound:
     """The bound entries of one step workspace's routine. entries: (fn, input blobs, output blobs, sets-blobs)
     per entry; forms: the entries' Fast; external: ids of the net's external blobs whose array may change from
-    run to run (the timestep blob, whose value is always that step's, is not one); at: [the entry running]."""
+    run to run (the timestep blob, whose value is always that step's, is not one); at: [the entry running];
+    codes: {source: compiled code} shared by the step routines of one program (the same code, other names)."""
 
-    def __init__(self, entries, forms, external: set, at: list):
+    def __init__(self, entries, forms, external: set, at: list, codes: dict | None = None):
         self.entries, self.forms, self.external, self.at = entries, forms, external, at
+        self.codes = {} if codes is None else codes
         self.volatile: set = set()     # ids of externals seen holding another array than at their binding
         self.body = None
 
@@ -102,7 +104,11 @@ class Prebound:
         lines = ["def body():", "    h = H[0]", f"    if {same}:"] + [f"        {c}" for c in fast or ["pass"]]
         lines += ["        return"] + [f"    {c}" for c in slow]
         lines += ["    if all(c is not None for c in T):", "        bound()"]
-        exec("\n".join(lines) + "\n", names)   # noqa: S102 - generated names only
+        source = "\n".join(lines) + "\n"
+        code = self.codes.get(source)
+        if code is None:
+            code = self.codes[source] = compile(source, "<prebound>", "exec")
+        exec(code, names)   # noqa: S102 - generated names only
         return names["body"]
 
     def _again(self, i: int) -> None:

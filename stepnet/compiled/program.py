@@ -160,6 +160,7 @@ class Program:
         self.begins = tuple(begins)   # [(op index, input index, fn)]: each op's per-run setup (Fast.begin)
         self.main = main              # a plain net's program: its buffers are checked out per run
         self.shared: dict = {}        # id(blob) -> (blob, buffer) of the blobs of the workspace the steps share
+        self.codes: dict = {}         # the bound step routines' generated code (compiled.prebound), by source
 
     @classmethod
     def of(cls, net, trace: list, main: bool = False, steps: int = 1) -> "Program | None":
@@ -245,7 +246,8 @@ class Program:
             body, at = _straight_line(entries)
         else:
             at = [0]
-            bound = Prebound(entries, forms, {id(b) for b in external_blobs(net) if b.name not in constant}, at)
+            bound = Prebound(entries, forms, {id(b) for b in external_blobs(net) if b.name not in constant}, at,
+                             self.codes)
             body = bound.run
 
         def run() -> bool:
