@@ -59,6 +59,9 @@ def conv_plan(op_type: str, X, W, B, order, group, Y_scale, Y_zero_point, relu, 
                          "are 2-D)")
     if len(W.shape) != 4:
         raise ShapeError(f"{op_type} needs a 4-D filter M x KH x KW x C/group, got shape {tuple(W.shape)}")
+    if 0 in tuple(X.shape) or 0 in tuple(W.shape):
+        raise ShapeError(f"{op_type}: X {tuple(X.shape)} and the filter {tuple(W.shape)} must have no empty dim "
+                         "(QNNPACK refuses an empty batch or image; no channel or no filter is no convolution)")
     c, (m, kh, kw, cg) = X.shape[3], W.shape
     if group < 1 or c % group or m % group:
         raise ShapeError(f"{op_type}: group={group} must be positive and divide the {c} input channels and the "
