@@ -7,7 +7,7 @@ import pytest
 
 from stepnet import Workspace
 from stepnet.cli.run import main
-from stepnet.core.errors import FileAccessError, FileFormatError
+from stepnet.core.errors import DeviceError, FileAccessError, FileFormatError
 from stepnet.io import minidb, proto
 from stepnet.io.proto import BlobProto, TensorProto
 
@@ -225,34 +225,50 @@ def test_an_npy_with_an_empty_string_dtype_is_refused(tmp_path, capsys, monkeypa
     assert "its header gives the empty dtype <U0 for shape (5000, 5000)" in err, err
 
 
-def test_an_empty_host_input_to_a_device_op_is_a_device_error(tmp_path, capsys, monkeypatch):
+def _gpu_op_net(op_type: str):
+    net = proto.NetDef(name="storm")
+    net.op.add(type=op_type, input=["in0"], output=["o"]).device_option.device_type = 1   # a GPU op
+    net.external_output.append("o")
+    return net
+
+
+def test_an_empty_host_input_to_a_device_op_is_a_device_error():
     """Campaign seed 12 case 1632: an empty (0, 3, 2) host array fed to NCHW2NHWC running on the emulated device
     passed the device check (host inputs of at most one element are allowed there, meant for scalars) and reached
-    the kernel, whose mixing error the executor wrapped; one element is the rule now, so it is one DeviceError."""
-    monkeypatch.chdir(tmp_path)
-    np.savez(tmp_path / "pool.npz", in0=np.zeros((0, 3, 2), np.float32))
-    net = proto.NetDef(name="storm")
-    net.op.add(type="NCHW2NHWC", input=["in0"], output=["o"]).device_option.device_type = 1   # a GPU op
-    proto.atomic_write(tmp_path / "net.pb", net.SerializeToString())
-    assert main(["run", "net.pb", "--feed", "pool.npz", "-q", "--device", "emulate"]) == 1
-    err = capsys.readouterr().err
-    assert "input 'in0' is on cpu but the op runs on emulated:0; copy it first" in err, err
+    the kernel, whose mixing error the executor wrapped; one element is the rule now, so it is one DeviceError.
+    (A program feeds on the host unless it says otherwise; `run --feed` places a feed on its reader's device.)"""
+    ws = Workspace(gpu="emulate")
+    ws.feed("in0", np.zeros((0, 3, 2), np.float32))
+    with pytest.raises(DeviceError, match="input 'in0' is on cpu but the op runs on emulated:0; copy it first"):
+        ws.run_net_once(_gpu_op_net("NCHW2NHWC"))
 
 
 @pytest.mark.parametrize("shape", [(), (1,), (1, 1)])
-def test_a_one_element_host_input_to_a_device_op_is_copied_there(tmp_path, capsys, monkeypatch, shape):
+def test_a_one_element_host_input_to_a_device_op_is_copied_there(shape):
     """Campaign seed 15 case 1093: a 0-d host array fed to Rsqrt running on the emulated device passed the device
     check (one-element host inputs are allowed: scalars) and reached the kernel, which cannot mix a host array
     into device arithmetic; the executor now copies such a scalar to the op's device, so the op runs (1/√4)."""
-    monkeypatch.chdir(tmp_path)
-    np.savez(tmp_path / "pool.npz", in0=np.full(shape, 4, np.float32))
-    net = proto.NetDef(name="storm")
-    net.op.add(type="Rsqrt", input=["in0"], output=["o"]).device_option.device_type = 1   # a GPU op
-    net.external_output.append("o")
-    proto.atomic_write(tmp_path / "net.pb", net.SerializeToString())
-    assert main(["run", "net.pb", "--feed", "pool.npz", "--device", "emulate", "--save", "out.npz"]) == 0
-    out = np.load(tmp_path / "out.npz")["o"]
+    ws = Workspace(gpu="emulate")
+    ws.feed("in0", np.full(shape, 4, np.float32))
+    ws.run_net_once(_gpu_op_net("Rsqrt"))
+    out = ws.fetch("o")
     assert out.shape == shape and out.dtype == np.float32 and float(out.reshape(-1)[0]) == 0.5
-    np.savez(tmp_path / "pool.npz", in0=np.full((2,), 4, np.float32))    # two elements: still a DeviceError
-    assert main(["run", "net.pb", "--feed", "pool.npz", "-q", "--device", "emulate"]) == 1
-    assert "input 'in0' is on cpu but the op runs on emulated:0; copy it first" in capsys.readouterr().err
+    ws.feed("in0", np.full((2,), 4, np.float32))    # two elements: still a DeviceError
+    with pytest.raises(DeviceError, match="input 'in0' is on cpu but the op runs on emulated:0; copy it first"):
+        ws.run_net_once(_gpu_op_net("Rsqrt"))
+
+
+def test_run_feeds_an_input_on_the_device_of_the_op_that_reads_it(tmp_path, monkeypatch):
+    """`run --device emulate --feed`: a fed tensor read first by a GPU-placed op is stored on that op's device
+    (it was stored on the host, and an input of more than one element then stopped the run with "copy it
+    first"); one read on the host by its reader's record (Reshape's new shape) stays on the host."""
+    monkeypatch.chdir(tmp_path)
+    np.savez(tmp_path / "pool.npz", in0=np.full((2, 3), 4, np.float32), shape=np.array([3, 2], np.int64))
+    net = _gpu_op_net("Rsqrt")
+    reshape = net.op.add(type="Reshape", input=["o", "shape"], output=["r", "old"])
+    reshape.device_option.device_type = 1
+    net.external_output.append("r")
+    proto.atomic_write(tmp_path / "net.pb", net.SerializeToString())
+    assert main(["run", "net.pb", "--feed", "pool.npz", "--device", "emulate", "--save", "out.npz", "-q"]) == 0
+    out = np.load(tmp_path / "out.npz")
+    np.testing.assert_array_equal(out["r"], np.full((3, 2), 0.5, np.float32))

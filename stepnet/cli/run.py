@@ -25,8 +25,8 @@ from ..runtime.profile import Profiler
 from .progress import Monitor
 from .results import format_blob, refuse_overwrites, report_writes, save_npz  # noqa: F401 - re-exported
 from .tools import (  # noqa: F401 - re-exported
-    add_tool_parsers, cmd_convert, cmd_inspect, cmd_ops, cmd_synth_init, describe_net, op_table, refuse_unread,
-    unsupported_ops)
+    add_tool_parsers, cmd_convert, cmd_inspect, cmd_ops, cmd_synth_init, describe_net, feed_device, op_table,
+    refuse_unread, unsupported_ops)
 from .onnx import add_parser as add_onnx_parser, run_in_onnxruntime
 from ..runtime.workspace import DEFAULT_THREADS, Workspace
 from ..kernels import jit
@@ -96,7 +96,7 @@ def _run(a, ws, model, predict_def, monitor: Monitor, profiler: Profiler | None)
         if a.load:
             checkpoints.load(ws, a.load)
         for name, value in feeds.items():
-            ws.feed(name, value)
+            ws.feed(name, value, feed_device(list(model.network), name))
         resume = checkpoints.Resume(a.resume, ws.limits.max_blob_bytes) if a.resume else None
         saver = checkpoints.Checkpointer(a.checkpoint, a.checkpoint_every) if a.checkpoint else None
         previous = signal.signal(signal.SIGINT, saver.interrupt) if saver else None
@@ -123,7 +123,7 @@ def _run(a, ws, model, predict_def, monitor: Monitor, profiler: Profiler | None)
         if a.load:
             checkpoints.load(ws, a.load)
         for name, value in feeds.items():
-            ws.feed(name, value)
+            ws.feed(name, value, feed_device([predict], name))
         _check_inputs(ws, predict, init, a)
         from ..passes.shapes import infer_net, specs_of_workspace
         infer_net(predict, specs_of_workspace(ws, ws.blobs()),  # static mismatches, reported before running

@@ -79,6 +79,25 @@ def refuse_unread(names, nets, flag: str) -> None:
             raise ArgumentError(f"{flag} {name!r}: no op of the model reads that blob{did_you_mean(name, read)}")
 
 
+def feed_device(nets, name: str):
+    """The DeviceOption a --feed of `name` is stored with: that of the first top-level op (in run order) that
+    reads it, its own or its net's, unless that op reads this input on the host (its record's host_inputs);
+    None (the host) when no such op asks for a device. So a model whose ops run on a GPU takes its fed inputs
+    there, as a Caffe2 program would feed them with that op's device_option."""
+    from ..ops.registry import REGISTRY
+
+    for nd in nets:
+        for op in nd.op:
+            if name not in op.input:
+                continue
+            do = op.device_option if op.HasField("device_option") else (
+                nd.device_option if nd.HasField("device_option") else None)
+            schema = REGISTRY.get(op.type) if op.type in REGISTRY else None
+            host = schema is not None and any(op.input[i] == name for i in schema.host_inputs if i < len(op.input))
+            return None if host else do
+    return None
+
+
 def print_shapes(nets, a) -> None:
     """Infer every blob's shape (init net first when given) and print them; mismatches raise before running."""
     from ..core.spec import spec
