@@ -9,13 +9,12 @@ SHOULD_NOT_DO_GRADIENT.
 """
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
 from ..core import backend
-from ..core.errors import DTypeError, FileAccessError, ShapeError
+from ..core.errors import DTypeError, ShapeError
 from .base import on_device, out_spec, size_of
+from .op_files import append_line
 from .registry import SHOULD_NOT_DO_GRADIENT, op
 
 SUMMARY_EXTENSION = ".summary"
@@ -43,30 +42,6 @@ def statistics(x: np.ndarray) -> tuple[float, float, float, float]:
     return float(flat.min()), float(flat.max()), mean, std
 
 
-def summary_path(workspace, name: str) -> str:
-    """The file to_file writes: the input's name, '/' as '#', in the workspace's root folder ('.' if none)."""
-    return os.path.join(getattr(workspace, "root_folder", None) or ".", name.replace("/", "#") + SUMMARY_EXTENSION)
-
-
-def _log(ctx, line: str) -> None:
-    """Append the line to the summary file (emptied on the op's first run), as a model's write: the file root and
-    the write rules of the workspace's limits hold (a model file's `.summary` is refused under them; a Python
-    program's limits are trusted), and the write is counted and recorded."""
-    ws = ctx.workspace
-    path = ws.limits.confine(summary_path(ws, ctx.opdef.input[0]), ctx.label, write=True)
-    mode = "a" if ctx.state.get("opened") else "w"
-    before = os.path.getsize(path) if mode == "a" and os.path.isfile(path) else 0
-    ws.limits.check_write(ws.written, path, before + len(line) + 1, ctx.label)
-    try:
-        with open(path, mode) as f:
-            f.write(line + "\n")
-    except OSError as e:
-        raise FileAccessError(f"Summarize: cannot write the summary of {ctx.opdef.input[0]!r} to {path!r}: "
-                              f"{e.strerror}") from None
-    ctx.state["opened"] = True
-    ws.written.record(path, before + len(line) + 1, ctx.label)
-
-
 @op("Summarize", inputs=1, outputs=(0, 1), context=True, devices="any", args={"to_file": 0},
     shape=_summarize_shape, gradient=SHOULD_NOT_DO_GRADIENT)
 def summarize(ctx, xp, x, *, to_file):
@@ -76,7 +51,7 @@ def summarize(ctx, xp, x, *, to_file):
     host = np.asarray(backend.to_host(x))
     low, high, mean, std = statistics(host)
     if to_file:
-        _log(ctx, " ".join(f"{v:g}" for v in (low, high, mean, std)))
+        append_line(ctx, SUMMARY_EXTENSION, " ".join(f"{v:g}" for v in (low, high, mean, std)))
     if not ctx.opdef.output:
         return None
     return on_device(xp, [low, high, mean, std], np.float32)

@@ -17,10 +17,12 @@ from ..core.errors import ArgumentError, DTypeError, MissingBlobError, OpError, 
 from ..core.int8 import Int8Tensor
 from ..core.spec import TensorSpec
 from .base import like, out_spec, size_of
+from .op_files import append_line
 from .registry import NO_GRADIENT, SHOULD_NOT_DO_GRADIENT, op
 from .stats import record
 
 PRINT_LIMIT_DEFAULT = 1000  # Caffe2's TensorPrinter prints at most this many values unless `limit` is set
+PRINT_EXTENSION = ".log"   # Caffe2's kPrintFileExtension: Print(to_file=1) writes <root folder>/<blob>.log
 
 
 # --------------------------------------------------------------------------------------------- Print
@@ -65,24 +67,32 @@ def _print_shape(specs, to_file=0, limit=0, every_n=1):
     args={"to_file": 0, "limit": 0, "every_n": 1}, shape=_print_shape)
 def print_op(ctx, xp, x, *, to_file, limit, every_n):
     """Print the input blob's name, type, dims and first `limit` values (default 1000) to stdout, on runs
-    1, 1+every_n, 1+2*every_n, ... Limitation: `to_file` (Caffe2 writes <root folder>/<blob>.log) is not
-    supported; stepnet warns once per op and prints to stdout instead. Control and format characters of the name
-    and strings are escaped (errors.one_line). A workspace `reporter` may take the value instead (the command
-    line shows scalars as labeled results)."""
+    1, 1+every_n, 1+2*every_n, ... With `to_file`, a program's Print (trusted limits: stepnet.compat, a
+    Workspace(limits=Limits(trusted=True))) appends a tensor's line to <root folder>/<blob>.log instead ('/' in
+    the name as '#'; emptied on the bound op's first run; ops.op_files); a model file may write databases only
+    (docs/limits.md), so its Print prints to stdout, with one warning per op. Control and format characters of
+    the name and strings are escaped (errors.one_line). A workspace `reporter` may take a printed value instead
+    (the command line shows scalars as labeled results)."""
     _check_every_n(every_n)
     state = ctx.state
-    if to_file and not state.get("warned"):
-        state["warned"] = True
-        warnings.warn(f"{ctx.label}: Print to_file=1 is not supported; printing to stdout instead",
-                      StepnetWarning, stacklevel=2)
     runs = state.get("runs", 0) + 1
     state["runs"] = runs
+    if to_file and not ctx.workspace.limits.trusted:
+        to_file = False
+        if not state.get("warned"):
+            state["warned"] = True
+            name = one_line(ctx.opdef.input[0])
+            warnings.warn(f"{ctx.label}: Print to_file=1 would write {name}{PRINT_EXTENSION}, and a model file may "
+                          "write databases only; printing to stdout instead", StepnetWarning, stacklevel=2)
     if (runs - 1) % every_n == 0:
+        line = one_line(format_tensor(ctx.opdef.input[0], x, limit if limit > 0 else PRINT_LIMIT_DEFAULT))
+        if to_file and hasattr(x, "dtype"):     # (Caffe2 logs a blob that is no tensor to the console)
+            append_line(ctx, PRINT_EXTENSION, line)
+            return
         reporter = ctx.workspace.reporter   # e.g. the CLI's: a scalar becomes a labeled result and a metric
         if reporter is not None and reporter(ctx.opdef.input[0], x):
             return
-        line = format_tensor(ctx.opdef.input[0], x, limit if limit > 0 else PRINT_LIMIT_DEFAULT)
-        print(one_line(line), flush=True)   # the blob's name and strings come from the file: one line, no escapes
+        print(line, flush=True)   # the blob's name and strings come from the file: one line, no escapes
 
 
 # --------------------------------------------------------------------------------------------- counters

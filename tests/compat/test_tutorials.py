@@ -307,8 +307,8 @@ def test_mnist_tutorial_trains_exports_and_reloads_lenet(tmp_path):
     root = home / "caffe2_notebooks" / "tutorial_files" / "tutorial_mnist"
 
     out = run_tutorial("MNIST.py", tmp_path)
-    # Print(to_file=1) is not supported by stepnet: it prints these lines to stdout (Caffe2 writes <root>/loss.log)
-    printed = [line for line in out.splitlines() if not line.startswith(("Tensor accuracy ", "Tensor loss "))]
+    printed = out.splitlines()     # (Print(to_file=1) writes accuracy and loss to <root>/accuracy.log, loss.log)
+    assert not [line for line in printed if line.startswith(("Tensor accuracy ", "Tensor loss "))]
     assert printed[:5] == ["Necessities imported!", "lmdb train db found!", "lmdb test db found!",
                            f"training data folder:{data_folder}", f"workspace root folder:{root}"]
     text = "\n".join(printed) + "\n"
@@ -351,6 +351,11 @@ def test_mnist_tutorial_trains_exports_and_reloads_lenet(tmp_path):
     assert after[3] == f"Prediction:  {first.argmax()}"
     assert abs(float(after[4].split("Confidence:  ", 1)[1]) - first.max()) < 1e-5
 
+    losses = (root / "loss.log").read_text().splitlines()       # one line a training iteration, Caffe2's format
+    assert len(losses) == 200 and len((root / "accuracy.log").read_text().splitlines()) == 200
+    logged = [float(line.split("Tensor loss of type float32. Dims: (): ", 1)[1]) for line in losses]
+    np.testing.assert_allclose([logged[i] for i, _, _ in training], [loss for _, loss, _ in training],
+                               rtol=1e-5)      # the loss the script reported, as C++ prints it: 6 significant digits
     for name in PARAMS:
         lines = (root / f"{name}.summary").read_text().splitlines()
         assert len(lines) == 200 and len((root / f"{name}_grad.summary").read_text().splitlines()) == 200

@@ -7,7 +7,7 @@ import time
 import numpy as np
 import pytest
 
-from stepnet import NetDef, Workspace
+from stepnet import Limits, NetDef, Workspace
 from stepnet.core.backend import DeviceArray
 from stepnet.core.errors import ArgumentError, DTypeError, MissingBlobError, OpError, ShapeError, StepnetWarning
 from stepnet.ops import REGISTRY
@@ -73,14 +73,34 @@ def test_print_every_n_over_runs(device, capsys):
     assert printed == ["1", "4", "7"]  # runs 1, 1+n, 1+2n
 
 
-def test_print_to_file_warns_once_and_prints(capsys):
+def test_print_to_file_appends_caffe2s_line_to_the_blobs_log(tmp_path, capsys):
+    """Print(to_file=1) writes Caffe2's TensorPrinter line to <root folder>/<blob>.log ('/' as '#'), one per
+    printed run (every_n), emptied when a new bound op first runs; nothing on stdout."""
+    ws = Workspace(limits=Limits(trusted=True))    # a Python program's paths: its own choice, as in Caffe2
+    ws.root_folder = str(tmp_path)
+    ws.feed("scope/x", np.array([1.5, -2], np.float32))
+    net = make_net("n", make_op("Print", ["scope/x"], [], to_file=1, every_n=2))
+    ws.create_net(net)
+    ws.run_net("n", 3)
+    log = tmp_path / "scope#x.log"
+    assert log.read_text() == "Tensor scope/x of type float32. Dims: (2,): 1.5,-2\n" * 2    # runs 1 and 3
+    assert capsys.readouterr().out == ""
+    ws.create_net(net, overwrite=True).run()
+    assert log.read_text().count("\n") == 1
+
+
+def test_a_model_files_print_to_file_prints_to_stdout(tmp_path, monkeypatch, capsys):
+    """Under a model file's limits (the command line's) a model writes databases only: its Print(to_file=1)
+    prints to stdout, with one warning per op, and writes nothing."""
+    monkeypatch.chdir(tmp_path)
     ws = Workspace()
     ws.feed("x", np.ones(2, np.float32))
     ws.create_net(make_net("n", make_op("Print", ["x"], [], to_file=1)))
-    with pytest.warns(StepnetWarning, match="to_file=1 is not supported") as record:
+    with pytest.warns(StepnetWarning, match="would write x.log, and a model file may write databases only") as record:
         ws.run_net("n", 2)
     assert len(record) == 1
     assert capsys.readouterr().out.count("Tensor x of type float32") == 2
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_print_non_tensor_and_bad_every_n(capsys):
