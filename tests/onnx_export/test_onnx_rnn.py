@@ -11,6 +11,7 @@ pytest.importorskip("onnxruntime")
 from onnx_check import compare, one_op  # noqa: E402
 
 from stepnet import NetDef, Workspace  # noqa: E402
+from stepnet.builders.builder import BlobRef  # noqa: E402
 from stepnet.builders.model import ModelBuilder  # noqa: E402
 from stepnet.export.onnx import UnsupportedOpError, export_onnx  # noqa: E402
 from stepnet.builders.rnn import basic_rnn, gru, lstm  # noqa: E402
@@ -196,3 +197,22 @@ def test_a_link_argument_of_another_kind_is_a_clean_error(name, value, what):
     feeds = {"x": (T, N, D), "s0": (2, N, D), "y": (T + 1, N, D)}
     with pytest.raises(ArgumentError, match=rf"net '.*', op #0 \(RecurrentNetwork\): argument '{name}' must be {what}"):
         export_onnx(net, inputs=feeds)
+
+
+def test_the_gradient_seed_is_left_out_with_the_training_part():
+    """AddGradientOperators' seed (ConstantFill of the loss's shape, read by the loss's gradient only) sits just
+    before the first gradient op: it goes with the training part, not into the exported forward part; a fill the
+    forward part reads stays."""
+    from stepnet.export.onnx.exporter import forward_part
+
+    m = ModelBuilder("train")
+    m.net.ConstantFill([], "bias_init", shape=[H], value=0.5)
+    y = m.net.Add([BlobRef("X"), BlobRef("bias_init")], "y", broadcast=1)
+    loss = m.net.AveragedLoss(m.net.Tanh(y, BlobRef("t")), BlobRef("loss"))
+    m.net.add_gradient_ops([loss])
+    net = m.net.proto()
+    seed = [o for o in net.op if o.type == "ConstantFill" and o.input]
+    assert len(seed) == 1
+    kept, note = forward_part(net)
+    assert [o.type for o in kept] == ["ConstantFill", "Add", "Tanh", "AveragedLoss"]
+    assert "ConstantFill×1" in note and not any(o.input for o in kept if o.type == "ConstantFill")

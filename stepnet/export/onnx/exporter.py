@@ -90,15 +90,27 @@ def is_training(opdef) -> bool:
 
 
 def forward_part(net) -> tuple[list, str | None]:
-    """(the ops before the first training op, a note naming what was left out or None)."""
+    """(the ops before the first training op, a note naming what was left out or None). Fills just before it
+    whose outputs only the training part reads (the gradient seed AddGradientOperators puts there: ConstantFill of
+    the loss's shape) belong to the training part."""
     ops = list(net.op)
     cut = next((i for i, o in enumerate(ops) if is_training(o)), len(ops))
     if cut == len(ops):
         return ops, None
+    while cut and _seeds_training(ops[cut - 1], ops[cut:], net):
+        cut -= 1
     left = Counter(o.type for o in ops[cut:])
     kinds = ", ".join(f"{t}×{c}" for t, c in sorted(left.items()))
     return ops[:cut], (f"net {net.name!r} has a training part: exported its forward part (ops #0-#{cut - 1}); "
                        f"left out ops #{cut}-#{len(ops) - 1} ({kinds})")
+
+
+def _seeds_training(opdef, training: list, net) -> bool:
+    """Whether a fill op's outputs are read by the training ops alone (and are not the net's outputs)."""
+    if opdef.type not in REGISTRY or REGISTRY.get(opdef.type).family != "fill" or not opdef.output:
+        return False
+    read = {name for o in training for name in o.input}
+    return all(out in read and out not in net.external_output for out in opdef.output)
 
 
 def _as_spec(name: str, value, fill) -> TensorSpec:
