@@ -26,8 +26,10 @@ class StepLoop:
 
     def __init__(self, net, local, timestep: str, strict: bool, level: int, compile: bool):
         self.net, self.local, self.timestep, self.strict, self.level = net, tuple(local), timestep, strict, level
-        fixed = all(timestep not in op.output for op in net.op)    # ([t] in step t's timestep blob, every run)
-        self.compiler = StepCompiler(compile, constant=frozenset((timestep,) if fixed else ()))
+        # a step net that writes its own timestep blob runs op by op: a compiled routine would take that blob for
+        # a buffer of its own, where the loop puts [t] before every timestep (and binds it as the same [t])
+        fixed = all(timestep not in op.output for op in net.op)
+        self.compiler = StepCompiler(compile and fixed, constant=frozenset((timestep,)))
         self.replay: Replay | None = None
         self.steps: list = []        # (timestep blob, bound net) of the last run, in the order its timesteps ran
         self.compiled = False        # whether every timestep of the last run ran compiled

@@ -11,7 +11,10 @@ import pytest
 import stepnet.compiled.prebound as prebound
 from stepnet.compiled import forms
 
-from .test_compiled import CELLS, D, F, H, N, compilers, gru, loss_of, lstm, run_both, run_model, sequence
+from stepnet.builders.builder import BlobRef, NetBuilder
+
+from .test_compiled import (
+    CELLS, D, F, H, N, compilers, gru, loss_of, lstm, recurrent_net, run_both, run_model, sequence)
 
 
 def feeds_of(seed: int) -> dict:
@@ -103,3 +106,28 @@ def test_a_wrong_binding_is_caught(monkeypatch):
     monkeypatch.setitem(forms.MAKERS, "Sum", forms.Maker(broken))
     with pytest.raises(AssertionError):
         run_both(build_cell("lstm"), feeds_of(5), runs=3)
+
+
+@pytest.mark.parametrize("write", ["copy", "add"])
+def test_a_step_net_writing_its_timestep_runs_op_by_op(write):
+    """A step op that writes the timestep blob (a Copy over it, or an Add in place): the compiled routine took the
+    blob for a buffer of its own and overwrote the [t] the loop puts there (the link op then read garbage: a
+    ShapeError at timestep 1056964608); such a step net runs op by op, with the op-by-op results."""
+    step = NetBuilder("ts_step")
+    step.add_external_inputs("input_t", "h_prev", "shift", "timestep")
+    if write == "copy":
+        step.Copy(["shift"], "timestep")
+    else:
+        step.Add(["timestep", "shift"], "timestep", broadcast=1)
+    step.Add([step.Tanh(["h_prev"], "th"), "input_t"], "h")
+    step.add_external_outputs(BlobRef("h"))
+
+    def build(m):
+        recurrent_net(m.net, step, [(BlobRef("input_t"), BlobRef("X"))], [(BlobRef("h_prev"), BlobRef("h0"))],
+                      {BlobRef("h_prev"): BlobRef("h")}, scope="ts", timestep="timestep", outputs_with_grads=(0,),
+                      forward_only=True)
+    rng = np.random.default_rng(8)
+    feeds = {"X": rng.uniform(-1, 1, (4, N, H)).astype(F), "h0": rng.uniform(-1, 1, (1, N, H)).astype(F),
+             "shift": np.array([0], np.int32)}
+    _, net = run_both(build, feeds, runs=4, change=lambda ws, r: ws.feed("shift", np.array([r % 2], np.int32)))
+    assert compilers(net)["RecurrentNetwork"].program is None
