@@ -26,10 +26,12 @@ class StepLoop:
 
     def __init__(self, net, local, timestep: str, strict: bool, level: int, compile: bool):
         self.net, self.local, self.timestep, self.strict, self.level = net, tuple(local), timestep, strict, level
-        # a step net that writes its own timestep blob runs op by op: a compiled routine would take that blob for
-        # a buffer of its own, where the loop puts [t] before every timestep (and binds it as the same [t])
-        fixed = all(timestep not in op.output for op in net.op)
-        self.compiler = StepCompiler(compile and fixed, constant=frozenset((timestep,)))
+        # [t] in step t's timestep blob every run, unless a step op writes it; one that writes it other than in
+        # place keeps the net op by op: a compiled routine would take the blob for a buffer of its own, where the
+        # loop puts [t] before every timestep
+        writers = [op for op in net.op if timestep in op.output]
+        in_place = all(timestep in op.input for op in writers)
+        self.compiler = StepCompiler(compile and in_place, constant=frozenset(() if writers else (timestep,)))
         self.replay: Replay | None = None
         self.steps: list = []        # (timestep blob, bound net) of the last run, in the order its timesteps ran
         self.compiled = False        # whether every timestep of the last run ran compiled
