@@ -30,11 +30,11 @@ def apply_links(bop, ins, outs):
         """The views run just pointed the blobs at, pointed at again (and zeroed where flagged); a link into a
         tensor read fresh, or one the op does not own, made anew each call."""
         t = int(ins[0].flat[0])
-        kept = [(blob, blob.value) for k, blob in enumerate(blobs) if keep[k] and k + 1 not in fresh]
-        zero = [view for (blob, view), k in zip(kept, [k for k in range(n) if keep[k] and k + 1 not in fresh])
-                if zeroed[k]]
+        held = [k for k in range(n) if keep[k] and k + 1 not in fresh]
+        kept = [(blobs[k], blobs[k].value) for k in held]
+        zero = [blobs[k].value for k in held if zeroed[k]]
         made = [(blob, k + 1, _rows_at(t, offsets[k], windows[k], cyclic[k], ins[k + 1]), zeroed[k])
-                for k, blob in enumerate(blobs) if not keep[k] or k + 1 in fresh]    # (their shapes: the signature's)
+                for k, blob in enumerate(blobs) if k not in held]    # (their shapes: the signature's)
 
         def call():
             for blob, view in kept:

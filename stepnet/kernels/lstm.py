@@ -162,15 +162,14 @@ def jit_grad_step(k, saved: bool, fb: float, drop: bool, has_seq: bool, n: int, 
             return None
         acts, rest = flat[0], flat[1:]
         copy = saved and np.may_share_memory(acts, outs[2])     # (read_first's test, for these arrays)
-        t, backward, activations = timestep_of(ins[t_at]) if has_seq else 0, k.lstm_backward, k.lstm_activations
+        backward, activations = k.lstm_backward, k.lstm_activations
 
-        def call():
+        def step():
             if not saved:
                 activations(acts, fbh, own, n, d)
             elif copy:
                 np.copyto(own, acts)
             backward(own if copy or not saved else acts, *rest, n, d)
-            if has_seq and t >= ended_at.before:
-                ends(ins, outs)
-        return call
+        t, held = (timestep_of(ins[t_at]), functools.partial(ends, ins, outs)) if has_seq else (0, None)
+        return bound_step(step, (), ended_at, t, held)
     return run, ended_at, bind
