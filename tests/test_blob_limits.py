@@ -133,7 +133,7 @@ def test_without_the_check_before_the_kernel_the_blob_is_allocated_and_the_backs
 def test_the_backstop_holds_every_stored_result_to_the_limit(temporary_op, monkeypatch):
     """An op no record marks as growing (a throwaway doubler) is stopped when its result is stored; with the
     backstop taken out the result would be kept."""
-    from stepnet.runtime import executor
+    from stepnet.ops import binding
 
     temporary_op("TestDouble", lambda xp, x: xp.concatenate([x, x]))
     ws = Workspace(limits=SMALL)
@@ -146,7 +146,7 @@ def test_the_backstop_holds_every_stored_result_to_the_limit(temporary_op, monke
     ws.feed("x", np.ones(100000, f32))
     ws.run_net_once(net)
     assert ws.fetch("y").shape == (200000,)
-    monkeypatch.setattr(executor, "_store", lambda blob, value, limit, bop: setattr(blob, "value", value))
+    monkeypatch.setattr(binding, "store", lambda blob, value, limit, label: setattr(blob, "value", value))
     ws.feed("x", np.ones(200000, f32))
     ws.run_net_once(net)                                # the rule broken: the blob over the limit is kept
     assert ws.fetch("y").nbytes > MIB

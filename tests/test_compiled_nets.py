@@ -3,9 +3,10 @@ first two runs of a new input signature run op by op, the second builds the prog
 Checked against the op-by-op path (Workspace(compile_steps=False)): every blob the same bits over a sampling
 loop that feeds its states back, for each cell, with and without the fused kernels; buffers reused only while
 nothing else holds them; a value fed into an output replaced as the op would; new shapes compiled again, bad
-ones refused with the op's message; what may not be compiled (a blob read before written, an op without a
-form, a result sharing its input's memory, a buffer blob made a view) runs op by op; a net run once is never
-compiled."""
+ones refused with the op's message; what may not be a buffer (a blob read before written, the output of an op
+without a form, a result sharing its input's memory) is stored as op by op, a buffer blob made a view runs op by
+op; an op sized by values or a form meeting values it does not cover sends the rest of that run op by op; a
+net run once is never compiled."""
 import importlib.util
 
 import numpy as np
@@ -143,34 +144,61 @@ def two_op_net(ws, first, second):
 
 
 def test_a_blob_read_before_it_is_written_is_never_a_buffer():
-    """y is read (from the last run, or as fed) before the net writes it: the net stays op by op."""
+    """y is read (from the last run, or as fed) before the net writes it: Tanh writing it runs by its kernel
+    (a new array each run, as op by op), never into a buffer."""
     ws = Workspace()
     ws.feed("x", np.ones((2, 3), F))
     ws.feed("y", np.full((2, 3), 2, F))
     net = two_op_net(ws, ("Sigmoid", ["y"], "z"), ("Tanh", ["x"], "y"))
-    net.run()
-    kept = ws.get_blob("y").value
-    net.run()
-    assert net.compiler.program is None and ws.get_blob("y").value is not kept
+    for _ in range(3):
+        kept = ws.get_blob("y").value
+        net.run()
+        assert ws.get_blob("y").value is not kept
+        np.testing.assert_array_equal(ws.fetch("y"), np.tanh(np.ones((2, 3), F)))
+    assert net.compiler.program is not None
     np.testing.assert_array_equal(ws.fetch("z"), 1 / (1 + np.exp(-np.tanh(np.ones((2, 3), F)))))
 
 
-def test_a_result_sharing_its_inputs_memory_keeps_the_net_op_by_op():
+def test_a_result_sharing_its_inputs_memory_is_stored_as_op_by_op():
+    """Alias's result is its input's array: run by its kernel in the compiled net, the blobs share it."""
     ws = Workspace()
     ws.feed("x", np.ones((2, 3), F))
     net = two_op_net(ws, ("Alias", ["x"], "a"), ("Tanh", ["a"], "t"))
-    net.run()
-    net.run()
-    assert net.compiler.program is None and ws.get_blob("a").value is ws.get_blob("x").value
+    for _ in range(3):
+        net.run()
+    assert net.compiler.program is not None and ws.get_blob("a").value is ws.get_blob("x").value
 
 
-def test_an_op_without_a_compiled_form_keeps_the_net_op_by_op_for_good():
+def test_an_op_without_a_form_of_its_own_runs_its_kernel_in_the_compiled_net():
+    """Print has no compiled form: the compiled net calls its bound kernel, which prints at every run."""
     ws = Workspace(seed=0)
     ws.feed("x", np.ones((2, 3), F))
     net = two_op_net(ws, ("Tanh", ["x"], "t"), ("Print", ["t"], None))
-    ws.reporter = lambda name, value: True
-    net.run()
-    assert not net.compiler.enabled
+    printed = []
+    ws.reporter = lambda name, value: printed.append(name) or True
+    for _ in range(4):
+        net.run()
+    assert net.compiler.program is not None and printed == ["t"] * 4
+
+
+def test_an_op_whose_sizes_follow_its_values_sends_the_rest_of_that_run_op_by_op():
+    """Reshape to a fed shape (its output shape follows the shape input's values, not its shape): the compiled
+    net's Sigmoid writes a (2, 3) buffer; a run with the shape [3, 2] (same signature) runs the ops after the
+    Reshape op by op, as the interpreted net would, and the next run compiled again."""
+    ws = Workspace()
+    ws.feed("x", np.arange(6, dtype=F))
+    ws.feed("shape", np.array([2, 3], np.int64))
+    nd = NetDef(name="n")
+    nd.op.add(type="Reshape", input=["x", "shape"], output=["r", "old"])
+    nd.op.add(type="Sigmoid", input=["r"], output=["s"])
+    net = ws.create_net(nd)
+    for shape in ([2, 3], [2, 3], [2, 3], [3, 2], [2, 3], [6, 1]):
+        ws.feed("shape", np.array(shape, np.int64))
+        net.run()
+        want = 1 / (1 + np.exp(-np.arange(6, dtype=F).reshape(shape)))
+        np.testing.assert_allclose(ws.fetch("s"), want, rtol=1e-6)   # (Sigmoid's own exp: within 1e-6)
+        assert ws.fetch("s").shape == tuple(shape)
+    assert net.compiler.program is not None
 
 
 def test_a_buffer_blob_made_a_view_runs_the_net_op_by_op_that_time():
@@ -210,13 +238,13 @@ def test_without_compile_steps_a_net_is_never_compiled():
 
 
 def test_input_signatures_are_rechecked_for_changed_arrays_only():
-    from stepnet.compiled.program import _Inputs
+    from stepnet.compiled.inputs import Inputs
 
     ws = Workspace()
     ws.feed("x", np.ones((2, 3), F))
     ws.feed("w", np.ones((3,), F))
     net = two_op_net(ws, ("Mul", ["x", "w"], "y"), ("Tanh", ["y"], "t"))
-    inputs = _Inputs(net)
+    inputs = Inputs(net)
     first = inputs.signature()
     assert first == (((2, 3), np.dtype(F)), ((3,), np.dtype(F)))
     assert inputs.signature() is first                     # same arrays: the same signature object
@@ -226,6 +254,8 @@ def test_input_signatures_are_rechecked_for_changed_arrays_only():
     assert inputs.signature()[0] == ((4, 3), np.dtype(F))
     ws.get_blob("w").value = None                          # no array: no signature, then back
     assert inputs.signature() is None
+    ws.get_blob("w").value = b"a handle"                   # no array at all: its type (only kernels read it)
+    assert inputs.signature()[1] == (bytes,)
     ws.feed("w", np.ones((3,), np.float64))
     assert inputs.signature()[1] == ((3,), np.dtype(np.float64))
 
@@ -378,3 +408,68 @@ def test_an_fc_fed_a_fortran_ordered_input_keeps_the_op_by_op_bits(monkeypatch):
         assert (net.compiler.program is not None) == compiled
         results.append(ws.fetch("y"))
     np.testing.assert_array_equal(*results)
+
+
+def test_a_recurrent_layer_after_an_op_sized_by_values_runs_each_length_as_op_by_op():
+    """Slice by fed ends makes the sequence 2 or 3 steps long under one input signature: the runs whose length
+    differs from the compiled one go op by op from the Slice on, and the recurrent op's kept run (replayed by
+    the compiled net) is checked against its inputs, never trusted: every run's probabilities and final states
+    the same bits as op by op."""
+    B = 2
+
+    def build(compiled):
+        m = ModelBuilder("sliced")
+        m.net.Slice([BlobRef("x_all"), BlobRef("starts"), BlobRef("ends")], BlobRef("x"))
+        outs = lstm(m, BlobRef("x"), BlobRef("seq"), [BlobRef("s0_init"), BlobRef("s1_init")], V, H, scope="C",
+                    forward_only=True)
+        m.net.Softmax(m.fc(outs[0], "out", H, V, axis=2), BlobRef("probs"), axis=2)
+        ws = Workspace(seed=4, compile_steps=compiled)
+        ws.run_net_once(m.init_net.proto())
+        ws.feed("x_all", np.random.default_rng(0).random((3, B, V), dtype=F))
+        for i in range(2):
+            ws.feed(f"s{i}_init", np.zeros((1, B, H), F))
+        ws.feed("starts", np.zeros(3, np.int32))
+        ws.feed("ends", np.array([3, -1, -1], np.int32))
+        ws.feed("seq", np.full(B, 3, np.int32))
+        return ws, ws.create_net(m.net.proto()), [str(outs[1]), str(outs[3])]
+
+    runs = [build(True), build(False)]
+    for T in (3, 3, 3, 2, 3, 2, 2, 3, 3):
+        seen = []
+        for ws, net, lasts in runs:
+            ws.feed("ends", np.array([T, -1, -1], np.int32))
+            ws.feed("seq", np.full(B, T, np.int32))
+            net.run()
+            seen.append([ws.fetch(n) for n in ["probs", *lasts]])
+        for a, b in zip(*seen):
+            np.testing.assert_array_equal(a, b)
+        assert seen[0][0].shape[0] == T
+    assert runs[0][1].compiler.program is not None
+
+
+def test_an_sgd_step_on_a_read_only_weight_runs_op_by_op_that_time():
+    """WeightedSum in place over w compiles to an update in place; a read-only array fed as w cannot take it:
+    that run goes op by op from the update on (w gets a new array, the fed one is left as it was), and the next
+    run updates in place again."""
+    ws = Workspace()
+    g, lr = np.full((2, 3), 0.5, F), np.array([-0.25], F)
+    for name, value in (("w", np.ones((2, 3), F)), ("one", np.array([1.0], F)), ("g", g), ("lr", lr)):
+        ws.feed(name, value)
+    nd = NetDef(name="sgd")
+    nd.op.add(type="WeightedSum", input=["w", "one", "g", "lr"], output=["w"])
+    nd.op.add(type="Tanh", input=["w"], output=["t"])
+    net = ws.create_net(nd)
+    for _ in range(3):
+        net.run()
+    assert net.compiler.program is not None
+    frozen = np.full((2, 3), 2.0, F)
+    frozen.setflags(write=False)
+    ws.feed("w", frozen)
+    net.run()
+    np.testing.assert_array_equal(frozen, np.full((2, 3), 2.0, F))
+    np.testing.assert_array_equal(ws.fetch("w"), np.full((2, 3), 2.0 - 0.125, F))
+    np.testing.assert_array_equal(ws.fetch("t"), np.tanh(np.full((2, 3), 2.0 - 0.125, F)))
+    held = ws.get_blob("w").value
+    net.run()
+    assert ws.get_blob("w").value is held
+    np.testing.assert_array_equal(held, np.full((2, 3), 2.0 - 0.25, F))

@@ -39,6 +39,16 @@ class Fast(NamedTuple):
     sources: tuple | None = None
 
 
+class Unsettled(Exception):
+    """A plain net's op met values its compiled entry does not cover (redo: before the entry changed anything,
+    and the op runs op by op too), or made outputs of other shapes than in the run its program was built from
+    (its sizes follow its inputs' values): the rest of that run goes op by op (Program.routine)."""
+
+    def __init__(self, redo: bool = False):
+        super().__init__()
+        self.redo = redo
+
+
 def _begin(ended, index: int, has_seq: bool) -> tuple | None:
     return (index, ended.begin) if has_seq else None
 

@@ -16,12 +16,16 @@ from ..core.errors import ShapeError
 from ..kernels.activations import sigmoid as sigmoid_into
 from ..kernels.softmax import rows as softmax_rows
 from ..ops import shape as shape_ops
+from ..ops.binding import store_results
 from ..ops.registry import REGISTRY
 from .cell_forms import (
-    Fast, bound_args, gru_unit, gru_unit_gradient, lstm_unit, lstm_unit_gradient, same_floats, shaped)
+    Fast, Unsettled, bound_args, gru_unit, gru_unit_gradient, lstm_unit, lstm_unit_gradient, same_floats, shaped)
 from .jit_forms import FUSED
 from .link_forms import accumulate_gradient_input, apply_links
 from .products import fc, fc_gradient_deferred, fc_input_gradient
+from .train_forms import (
+    averaged_loss, averaged_loss_gradient, constant_fill, label_cross_entropy, label_cross_entropy_gradient,
+    learning_rate, reshape, weighted_sum)
 
 
 # ------------------------------------------------------------------------------------------- Sum
@@ -224,6 +228,31 @@ def generic(bop, ins, outs):
     return Fast(_generic_fn(bop), rebind=_generic_fn)
 
 
+def results(bop, limit: int, outs) -> Fast:
+    """A plain net's op as the executor runs it: its bound call (the kernel, its checks, its specialization by
+    input signature) on the blobs' current values, the results stored into its output blobs as every runner
+    stores them (ops.binding.store_results), without the executor's dispatch. The form of every op of a plain
+    net that has no form of its own (it sets its blobs: no buffers). For an op whose output shapes need not
+    follow its inputs' shapes (schema.shapes_from_inputs false), each output is compared with `outs`, what it
+    made in the run the program was built from: Unsettled when one differs in shape or dtype."""
+    call = bop.plain
+    blobs = bop.outputs
+    if bop.schema.shapes_from_inputs:
+        expected = ()
+    else:
+        expected = tuple((k, v.shape, v.dtype) for k, v in enumerate(outs) if type(v) is np.ndarray)
+
+    def run(ins, _blobs):
+        result = call(*ins)
+        if result is not None:
+            store_results(bop, ins, result, limit)
+        for k, shape, dtype in expected:
+            v = blobs[k].value
+            if type(v) is not np.ndarray or v.shape != shape or v.dtype != dtype:
+                raise Unsettled
+    return Fast(run, blobs=True)
+
+
 def recurrent_network(bop, ins, outs):
     """RecurrentNetwork in a plain net: the op itself without the executor's dispatch (its replay of a
     compiled run, or the full run), setting its output blobs (aliases of the states) as it does interpreted.
@@ -234,16 +263,16 @@ def recurrent_network(bop, ins, outs):
         return None
 
     def run(ins, blobs):
-        if not fwd.rerun(ins, checked=True):   # (the net checked that its inputs have the run's signature)
+        if not fwd.rerun(ins):   # (its own signature check: a run op by op in between may have kept another)
             fwd.run(ctx, np, ins)
     return Fast(run, blobs=True)
 
 
 class Maker(NamedTuple):
     """An op type's compiled form. blobs: the form sets its output blobs itself (link views, aliases); main_only:
-    only in a plain net's program (RecurrentNetwork: its rerun trusts the net's own signature check, and one
-    bound op serves the net); per_run: make takes steps= (the calls of one run, over which its forms' per-run
-    setup is spread when they are timed)."""
+    only in a plain net's program (RecurrentNetwork: one bound op serves the net; WeightedSum and Reshape: they
+    may raise Unsettled, which only a plain net's routine handles); per_run: make takes steps= (the calls of
+    one run, over which its forms' per-run setup is spread when they are timed)."""
     make: Callable | None
     blobs: bool = False
     main_only: bool = False
@@ -263,6 +292,11 @@ MAKERS = {    # type -> its form, for the kernel the type registered (a record w
     "SigmoidGradient": Maker(sigmoid_gradient), "GRUUnit": Maker(gru_unit), "GRUUnitGradient": Maker(gru_unit_gradient),
     "Softmax": Maker(softmax),   # (the jitted row kernel, jit_forms.FUSED, where the workspace chose it)
     "RecurrentNetwork": Maker(recurrent_network, blobs=True, main_only=True),
+    "LabelCrossEntropy": Maker(label_cross_entropy), "LabelCrossEntropyGradient": Maker(label_cross_entropy_gradient),
+    "ConstantFill": Maker(constant_fill), "LearningRate": Maker(learning_rate),
+    "Reshape": Maker(reshape, main_only=True),
+    "AveragedLoss": Maker(averaged_loss), "AveragedLossGradient": Maker(averaged_loss_gradient),
+    "WeightedSum": Maker(weighted_sum, blobs=True, main_only=True),
 }
 
 
@@ -284,8 +318,9 @@ def has_form(bop) -> bool:
 
 def compiled_form(bop, ins, outs, fused: bool = False, main: bool = False, steps: int = 8) -> Fast | None:
     """The op's compiled form for these arrays, or None; with `fused`, its jitted form where it has one. main:
-    for a plain net's program (see Maker.main_only); steps: the times a run calls it (a step net's timesteps,
-    1 for a plain net: Maker.per_run)."""
+    for a plain net's program (see Maker.main_only; no generic form: the program runs such an op by its
+    `results` form); steps: the times a run calls it (a step net's timesteps, 1 for a plain net:
+    Maker.per_run)."""
     t, schema = bop.opdef.type, bop.schema
     maker = MAKERS.get(t)
     if maker is not None and maker.main_only and not main:
@@ -300,4 +335,4 @@ def compiled_form(bop, ins, outs, fused: bool = False, main: bool = False, steps
         fast = maker.make(bop, ins, outs, steps=steps) if maker.per_run else maker.make(bop, ins, outs)
     if fast is not None:
         return fast
-    return generic(bop, ins, outs) if _generic_ok(schema) else None
+    return generic(bop, ins, outs) if _generic_ok(schema) and not main else None

@@ -24,67 +24,26 @@ with a new signature of the net's external inputs run op by op and the program i
 arrays; later runs of that signature run the routine. Their buffers are the net's own blobs, reused from run to run as
 Caffe2 reuses a tensor's memory, but only while nothing else holds one (a user's reference, another blob: then
 that run gets a fresh array, so no earlier value ever changes under its holder); a blob the net reads before
-writing it keeps being written only by ops that write it in place in the interpreted net too.
+writing it keeps being written only by ops that write it in place in the interpreted net too. An op of a
+plain net with no form of its own (none for these arrays, Conv, Print, the gradient ops) runs by its
+`results` form: its bound kernel called as the executor calls it, its results stored into its blobs, no
+dispatch. An op whose output shapes follow its inputs' values (schema.shapes_from_inputs false) is checked
+after each call against the run the program was built from, and a form that meets values it does not cover
+(a Reshape's new shape input, a read-only weight for WeightedSum) says so before it changes anything: either
+way (Unsettled) the rest of that run goes op by op, as the interpreted net would run it.
 """
 from __future__ import annotations
 
 import sys
-import weakref
 
 import numpy as np
 
 from ..ops.binding import failure as _failure
-from .forms import compiled_form, has_form, sets_blobs
+from .forms import Unsettled, compiled_form, results, sets_blobs
+from .inputs import Inputs, external_blobs
 from .prebound import Prebound
 
 _BUFFER, _VIEW, _INPLACE, _LINKS = "buffer", "view", "in place", "links"
-
-
-def external_blobs(net) -> list:
-    """The Blobs a bound net reads before any of its ops writes them."""
-    written, external, seen = set(), [], set()
-    for bop in net.ops:
-        for blob in bop.inputs:
-            if id(blob) not in written and id(blob) not in seen:
-                seen.add(id(blob))
-                external.append(blob)
-        written.update(id(b) for b in bop.outputs)
-    return external
-
-
-_UNSEEN = object()     # no blob's value
-
-
-def _UNSEEN_REF():   # noqa: N802 - stands where a weak reference to a checked value would
-    return _UNSEEN
-
-
-class _Inputs:
-    """A bound net's external blobs and the signature of their values, rechecked per run: a value that is the
-    same array as at the last check is not looked at again (no stepnet code changes an array's shape or dtype
-    in place; a fed or newly computed value is a new array), so a run whose weights stay put checks only
-    the inputs that were fed. The arrays checked are held by weak references: a check keeps no array alive
-    (a replayed run does not check, and would otherwise keep its first run's inputs)."""
-    __slots__ = ("net", "blobs", "values", "sig")
-
-    def __init__(self, net):
-        self.net, self.blobs = net, external_blobs(net)
-        self.values, self.sig = [_UNSEEN_REF] * len(self.blobs), None
-
-    def signature(self) -> tuple | None:
-        values, changed, i = self.values, self.sig is None, 0
-        for blob in self.blobs:
-            v, seen = blob.value, values[i]()
-            if v is not seen or seen is None:     # (a dead reference gives None)
-                if type(v) is not np.ndarray:
-                    self.values, self.sig = [_UNSEEN_REF] * len(self.blobs), None
-                    return None
-                values[i] = weakref.ref(v)
-                changed = changed or self.sig[i] != (v.shape, v.dtype)
-            i += 1
-        if changed:
-            self.sig = tuple((blob.value.shape, blob.value.dtype) for blob in self.blobs)
-        return self.sig
 
 
 def _owned(ws, blob, main: bool) -> bool:
@@ -174,17 +133,21 @@ class Program:
         fused, profiled = net.workspace.jit_kernels(), net.workspace.profiler is not None   # --profile: op by op
         ops, views, buffers, taken = [], set(), {}, set()
         outer = ({id(b) for b in external_blobs(net)},) if main else None
+        limit = net.workspace.limits.max_blob_bytes
         for i, bop in enumerate(net.ops):
             if i in taken:
                 continue
             ins, outs = trace[i]
-            if any(type(v) is not np.ndarray for v in ins):
-                return None
-            fast = compiled_form(bop, ins, outs, fused, main, steps) if all(type(v) is np.ndarray for v in outs) or \
-                sets_blobs(bop) else None
+            arrays = all(type(v) is np.ndarray for v in ins)
+            fast = compiled_form(bop, ins, outs, fused, main, steps) if arrays and (
+                all(type(v) is np.ndarray for v in outs) or sets_blobs(bop)) else None
+            if fast is None and main:
+                fast = results(bop, limit, outs)
             if fast is None:
                 return None
             if fast.blobs:
+                if any(id(b) in buffers for b in bop.outputs):
+                    return None      # (a buffer's blob replaced by another op's result: see _kinds's views)
                 views.update(id(b) for b in bop.outputs)
                 ops.append((fast, [(_LINKS, None, None)] * len(outs), (i,)))
                 continue
@@ -224,7 +187,7 @@ class Program:
         view by another net): the net then runs op by op. With `bind`, a step net's routine (run for one
         timestep only) binds each entry to its arrays once (compiled.prebound); constant: names of blobs whose
         value is the same each run (its timestep)."""
-        entries, profiler, starts, buffers, forms = [], net.workspace.profiler, [], {}, []
+        entries, profiler, starts, ends, buffers, forms = [], net.workspace.profiler, [], [], {}, []
         for fast, kinds, at in self.ops:
             bops = [net.ops[k] for k in at]
             inputs = tuple(b for bop in bops for b in bop.inputs)
@@ -240,6 +203,7 @@ class Program:
             entries.append((fn, inputs, outputs, fast.blobs))
             forms.append(fast)
             starts.append(at[0])
+            ends.append(at[-1])
         ops, checkout = net.ops, _checkout(list(buffers.values())) if self.main else None
         bound = None
         if self.main or profiler is not None or not bind:
@@ -255,6 +219,8 @@ class Program:
                 return False
             try:
                 body()
+            except Unsettled as e:      # (a plain net's op met other values: the rest of this run op by op)
+                net.run_ops(start=starts[at[0]] if e.redo else ends[at[0]] + 1)
             except Exception as e:  # noqa: BLE001 - named after the op, as the executor does
                 bop = ops[starts[at[0]]]
                 error = _failure(bop, [b.value for b in bop.inputs], e)
@@ -337,14 +303,14 @@ class StepCompiler:
         self.pending = False
         self.again = False     # main: this signature has run once op by op (it compiles after its second run)
         self.routines: dict[int, tuple] = {}
-        self.externals: dict[int, _Inputs] = {}
+        self.externals: dict[int, Inputs] = {}
 
     def start(self, net) -> bool:
         if not self.enabled:
             return False
         entry = self.externals.get(id(net))
         if entry is None or entry.net is not net:
-            entry = self.externals[id(net)] = _Inputs(net)
+            entry = self.externals[id(net)] = Inputs(net)
         sig = entry.signature()
         if sig is not None and sig == self.signature and not self.pending:
             if self.program is None:
@@ -358,16 +324,14 @@ class StepCompiler:
     def interpret(self, net, steps: int = 1) -> None:
         """Run the net (the first timestep of a run, a plain net's run) op by op when start() said no, and
         compile from the arrays each op saw and made (once per signature). A plain net compiles on its second
-        run of a signature (a net run once, as run_net_once and RunOperatorOnce do, never pays for it), and
-        never when it has an op with no compiled form. steps: the timesteps of the run (1 for a plain net)."""
+        run of a signature (a net run once, as run_net_once and RunOperatorOnce do, never pays for it); its ops
+        without a form of their own run by their `results` form. steps: the timesteps of the run (1 for a plain net)."""
         due = self.pending and self.enabled and (self.again or not self.main)
         trace = [] if due else None
         net.run_ops(trace)
         if not self.pending:
             return
-        if self.main and not all(has_form(bop) for bop in net.ops):
-            self.enabled = False
-        elif trace is None:
+        if trace is None:
             self.again = True
         else:
             self.pending = False

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .program import external_blobs
+from .inputs import external_blobs
 
 
 def timesteps(T: int) -> np.ndarray:

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import warnings
 
+import numpy as np
+
 from ..core import backend
 from ..core.errors import (
     OpAt, ArgumentError, ArityError, DTypeError, MissingBlobError, OpError, ResourceError, StepnetError,
     StepnetWarning, did_you_mean)
 from ..core.int8 import Int8Tensor
+from ..core.limits import over_limit
 from .registry import ANY_INPLACE, KNOWN_HINTS, REQUIRED, read_arg
 
 
@@ -90,6 +93,36 @@ def check_inplace(schema, opdef, label: str) -> None:
             if inp == out and (i, o) not in allowed:
                 raise ArgumentError(f"{opdef.type} cannot write output {o} in place over input {i} "
                                     f"({out!r}); give the output another name", at=label)
+
+
+def store_results(bop, values, result, limit: int) -> None:
+    """A kernel's result (not None) into the op's output blobs, as every runner stores it: one value for one
+    output, else a tuple or list of values (None: an output the kernel left as it was)."""
+    outs = bop.outputs
+    if len(outs) == 1 and type(result) is not tuple and type(result) is not list:
+        store(outs[0], result, limit, bop.label)
+        return
+    if type(result) is not tuple and type(result) is not list:   # rows would be spread over outputs
+        raise failure(bop, values, TypeError(
+            f"the kernel returned one {type(result).__name__} for {len(outs)} outputs"))
+    for blob, value in zip(outs, result):
+        if value is not None:
+            store(blob, value, limit, bop.label)
+
+
+def store(blob, value, limit: int, label) -> None:
+    """An op's result into its output blob: plain arrays as they are, write-through for views (Blob.set); an
+    array over the blob limit is refused, whatever op made it (the backstop of the checks before kernels);
+    numpy/Python scalars become 0-d arrays."""
+    if type(value) is not np.ndarray and isinstance(value, (np.generic, int, float, bool)):
+        value = np.asarray(value)
+    nbytes = getattr(value, "nbytes", 0)
+    if type(nbytes) is int and nbytes > limit:
+        raise over_limit(blob.name, value.shape, value.dtype, nbytes, limit, label)
+    if blob.view:
+        blob.set(value)
+    else:
+        blob.value = value
 
 
 def failure(bop, values, e: Exception) -> StepnetError:

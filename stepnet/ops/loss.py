@@ -32,6 +32,8 @@ def check_label_values(xp, labels, n_classes: int, dont_care: bool = False) -> N
     flat = labels.reshape(-1)
     if not flat.size:
         return
+    if not dont_care and flat.dtype.kind == "i" and int(flat.view(f"u{flat.dtype.itemsize}").max()) < n_classes:
+        return     # (one pass: seen unsigned, a negative label is above every class count)
     bad = (flat < 0) | (flat >= n_classes)
     if dont_care:
         bad = bad & (flat != DONT_CARE)
@@ -108,18 +110,32 @@ def _label_xent_gradient(g):
 
 
 @op("LabelCrossEntropy", inputs=2, outputs=1, inplace=(), shape=_xent_shape(False),
-    gradient=_label_xent_gradient)
+    gradient=_label_xent_gradient, shapes_from_inputs=True)
 def label_cross_entropy(xp, X, label):
     """Y[i] = -log(max(X[i, label[i]], 1e-20)) for probabilities X (N x D, or 1-D for one row) and int32
     labels of shape (N,) or (N, 1)."""
     n, d = _xent_dims(X, label, False)
     labels = label.reshape(n)
     check_label_values(xp, labels, d)
-    picked = xp.take_along_axis(X.reshape(n, d), labels.reshape(n, 1), axis=1).reshape(n)
-    return -xp.log(xp.maximum(picked, X.dtype.type(LOG_THRESHOLD)))
+    return xent_values(xp, X.reshape(n, d)[xp.arange(n), labels])
 
 
-@op("LabelCrossEntropyGradient", inputs=3, outputs=1, inplace=(), shape=_xent_grad_shape(False))
+def xent_values(xp, picked, out=None):
+    """-log(max(p, 1e-20)) of the probabilities picked by the labels (into `out` when given): the arithmetic of
+    LabelCrossEntropy, its compiled form's too."""
+    t = xp.maximum(picked, picked.dtype.type(LOG_THRESHOLD), out=out)
+    xp.log(t, out=t)
+    return xp.negative(t, out=t)
+
+
+def xent_gradient_values(xp, dY, picked):
+    """-dY / max(p, 1e-20) at the labels' entries: LabelCrossEntropyGradient's arithmetic, its compiled
+    form's too."""
+    return -dY.reshape(picked.shape).astype(picked.dtype) / xp.maximum(picked, picked.dtype.type(LOG_THRESHOLD))
+
+
+@op("LabelCrossEntropyGradient", inputs=3, outputs=1, inplace=(), shape=_xent_grad_shape(False),
+    shapes_from_inputs=True)
 def label_cross_entropy_gradient(xp, X, label, dY):
     """dX is zero except dX[i, label[i]] = -dY[i] / max(X[i, label[i]], 1e-20): Caffe2's kernel writes only the
     label entries, so X elsewhere (even NaN) never reaches dX."""
@@ -128,9 +144,8 @@ def label_cross_entropy_gradient(xp, X, label, dY):
     labels = label.reshape(n)
     check_label_values(xp, labels, d)
     rows = xp.arange(n)
-    picked = X.reshape(n, d)[rows, labels]
     dX = xp.zeros((n, d), X.dtype)
-    dX[rows, labels] = -dY.reshape(n).astype(X.dtype) / xp.maximum(picked, X.dtype.type(LOG_THRESHOLD))
+    dX[rows, labels] = xent_gradient_values(xp, dY, X.reshape(n, d)[rows, labels])
     return dX.reshape(X.shape)
 
 
@@ -179,15 +194,22 @@ def _averaged_shape(specs):
     return [out_spec((), specs[0].dtype)]
 
 
-@op("AveragedLoss", inputs=1, outputs=1, inplace=(), shape=_averaged_shape, gradient=_averaged_loss_gradient)
+@op("AveragedLoss", inputs=1, outputs=1, inplace=(), shape=_averaged_shape, gradient=_averaged_loss_gradient,
+    shapes_from_inputs=True)
 def averaged_loss(xp, X):
     """The mean of all elements as a 0-D tensor (0 for an empty X, as stepnet's SumElements average=1 gives;
     Caffe2 divided by zero there)."""
     check_float(X=X)
-    total = X.reshape(-1).sum(dtype=X.dtype, keepdims=True)
+    return mean_into(xp, X, None).reshape(())
+
+
+def mean_into(xp, X, out):
+    """The mean of X's elements as a 1-element array (into `out` when given; 0 for an empty X): AveragedLoss's
+    arithmetic, its compiled form's too."""
+    total = xp.sum(X.reshape(-1), dtype=X.dtype, keepdims=True, out=out)
     if X.size:
-        total = total * (X.dtype.type(1) / X.dtype.type(X.size))
-    return total.reshape(())
+        xp.multiply(total, X.dtype.type(1) / X.dtype.type(X.size), out=total)
+    return total
 
 
 def _averaged_grad_shape(specs):
@@ -196,10 +218,15 @@ def _averaged_grad_shape(specs):
     return [like(specs[0])]
 
 
-@op("AveragedLossGradient", inputs=2, outputs=1, inplace=(), shape=_averaged_grad_shape)
+@op("AveragedLossGradient", inputs=2, outputs=1, inplace=(), shape=_averaged_grad_shape, shapes_from_inputs=True)
 def averaged_loss_gradient(xp, X, dLoss):
     """(X, dLoss) -> dX with every element dLoss / numel(X)."""
     check_float(X=X)
     check_one_element(dLoss, "dLoss")
-    scale = X.dtype.type(1) / X.dtype.type(max(X.size, 1))
-    return xp.broadcast_to((dLoss.reshape(1).astype(X.dtype) * scale).reshape((1,) * X.ndim), X.shape).copy()
+    return xp.broadcast_to(mean_gradient(X, dLoss).reshape((1,) * X.ndim), X.shape).copy()
+
+
+def mean_gradient(X, dLoss):
+    """dLoss / numel(X) as a 1-element array of X's dtype: every element of AveragedLossGradient's dX (its
+    compiled form's too)."""
+    return dLoss.reshape(1).astype(X.dtype) * (X.dtype.type(1) / X.dtype.type(max(X.size, 1)))

@@ -178,8 +178,13 @@ def _lr_shape(specs, **args):
 
 
 @op("LearningRate", inputs=1, outputs=1, inplace=(), host_inputs=[0], args=LR_ARGS, gradient=NO_GRADIENT,
-    shape=_lr_shape)
+    shape=_lr_shape, shapes_from_inputs=True)
 def learning_rate(xp, iteration, **args):
     """lr = base_lr · f(iter) as a 0-D float32 tensor; see the module docstring for the policies."""
-    f = schedule(args)
-    return xp.asarray(np.float32(args["base_lr"] * f(iteration_value(iteration, "LearningRate"))))
+    return xp.asarray(rate(schedule(args), args["base_lr"], iteration))
+
+
+def rate(f: Callable[[int], float], base_lr: float, iteration) -> np.float32:
+    """base_lr · f(iter) as float32 for the iteration counter's value: LearningRate's arithmetic, its compiled
+    form's too."""
+    return np.float32(base_lr * f(iteration_value(iteration, "LearningRate")))

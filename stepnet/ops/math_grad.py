@@ -117,7 +117,7 @@ def _fused_softmax_gradient(regular):
 
 
 @op("SoftmaxGradient", inputs=2, args={"axis": 1}, inplace=(), shape=_softmax_gradient_shape,
-    fused=_fused_softmax_gradient)
+    fused=_fused_softmax_gradient, shapes_from_inputs=True)
 def softmax_gradient(xp, Y, dY, axis=1):
     """(Y, dY) -> dX = Y ⊙ (dY − Σ_row dY ⊙ Y), rows of the 2-D view at axis (Y is Softmax's output)."""
     _check_softmax_grad(Y, dY, axis)

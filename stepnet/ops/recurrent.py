@@ -252,7 +252,7 @@ def _recurrent_network_gradient(g):
 @op("RecurrentNetwork", inputs=(1, None), outputs=(2, None), context=True, args=RNN_ARGS,
     gradient=_recurrent_network_gradient,
     doc="Runs step_net once per timestep over link/alias windows of larger tensors (Caffe2's RNN op).",
-    writes_unnamed=True)
+    writes_unnamed=True, shapes_from_inputs=True)
 def recurrent_network(ctx, xp, *inputs, **args):
     fwd = ctx.state.get("forward")
     if fwd is None:

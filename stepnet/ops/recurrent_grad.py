@@ -175,7 +175,7 @@ def _input_gradient_home(steps, links, input_grad: str, backward) -> str | None:
 
 @op("RecurrentNetworkGradient", inputs=(1, None), outputs=(1, None), context=True, args=RNN_ARGS,
     doc="Backpropagation through time for RecurrentNetwork, running backward_step_net from T-1 to 0.",
-    writes_unnamed=True)
+    writes_unnamed=True, shapes_from_inputs=True)
 def recurrent_network_gradient(ctx, xp, *inputs, **args):
     bwd = ctx.state.get("backward")
     if bwd is None:

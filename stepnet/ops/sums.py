@@ -41,7 +41,7 @@ def _sum(xp, op_type, inputs, allowed):
     return out
 
 
-def _writable_alone(x0, rest) -> bool:
+def writable_alone(x0, rest) -> bool:
     """Whether input 0 may be updated in place: writeable and not also one of the other inputs."""
     if not getattr(getattr(x0, "flags", None), "writeable", True):
         return False
@@ -52,7 +52,7 @@ def _writable_alone(x0, rest) -> bool:
 def _sum_into(op_type, allowed):
     def kernel(xp, *inputs):
         """Sum written into input 0 (the op's output is input 0, as Caffe2's in-place Sum does)."""
-        if not _writable_alone(inputs[0], inputs[1:]):
+        if not writable_alone(inputs[0], inputs[1:]):
             return _sum(xp, op_type, inputs, allowed)
         _check_sum(op_type, inputs, allowed)
         out = inputs[0]
@@ -125,14 +125,26 @@ def _weighted_sum_gradient(g):
 def _weighted_sum_into(xp, *inputs, grad_on_w=False):
     """WeightedSum written into X0 (output 0 is input 0, e.g. the SGD update param += lr·grad)."""
     X0 = inputs[0]
-    if not _writable_alone(X0, inputs[2::2]) or X0.ndim == 0:
+    if not writable_alone(X0, inputs[2::2]) or X0.ndim == 0:
         return weighted_sum(xp, *inputs, grad_on_w=grad_on_w)
     _check_weighted_sum(inputs)
+    return weighted_sum_in_place(xp, X0, inputs)
+
+
+def weighted_sum_in_place(xp, X0, inputs, scratch=None):
+    """X0 ← w0·X0 + Σ w_i·X_i over inputs (X0, w0, X1, w1, ...), in X0 (w0 = 1 leaves X0 as it is first):
+    WeightedSum's arithmetic written into X0, its compiled form's too. scratch: an array of X0's shape and
+    dtype for the products (new ones when None); the same roundings either way."""
     w0 = inputs[1].reshape(()).astype(X0.dtype)
     if float(w0) != 1.0:
         X0 *= w0
     for k in range(2, len(inputs), 2):
-        X0 += inputs[k].reshape(X0.shape) * xp.asarray(inputs[k + 1]).reshape(()).astype(X0.dtype)
+        w = xp.asarray(inputs[k + 1]).reshape(()).astype(X0.dtype)
+        if scratch is None:
+            X0 += inputs[k].reshape(X0.shape) * w
+        else:
+            xp.multiply(inputs[k].reshape(X0.shape), w, out=scratch)
+            X0 += scratch
     return X0
 
 

@@ -177,7 +177,7 @@ def iter_op(ctx, xp, *counter):
 
 
 @op("AtomicIter", inputs=2, enforce_inplace=[(1, 0)], context=True, devices="any", gradient=NO_GRADIENT,
-    shape=_counter_shape(1))
+    shape=_counter_shape(1), shapes_from_inputs=True)
 def atomic_iter(ctx, xp, mutex, counter):
     """Iter holding `mutex` (made by CreateMutex) while it increments, for concurrent (Hogwild) nets. The
     counter is read and written back under the lock (the run loop reads inputs before the call and stores

@@ -10,11 +10,12 @@ import numpy as np
 
 from ..core import backend
 from ..core.errors import DeviceError, MissingBlobError, NetError, OpError, did_you_mean
-from ..core.limits import check_blob, check_specs, over_limit
+from ..core.limits import check_blob, check_specs
 from ..core.spec import TensorSpec
 from ..graph.view import Graph
 from ..io.validate import MAX_DEPTH, NET_IN_ARG, too_deep_text
-from ..ops.binding import check_arity, check_inplace, describe, device_option, failure, op_label, parse_args
+from ..ops.binding import (
+    check_arity, check_inplace, describe, device_option, failure, op_label, parse_args, store_results)
 from ..ops.registry import REGISTRY
 from ..compiled.program import StepCompiler
 from .steps import StepLoop
@@ -231,12 +232,13 @@ class Net:
         elif not (compiler.start(self) and compiler.run(self)):
             compiler.interpret(self)
 
-    def run_ops(self, trace: list | None = None) -> None:
+    def run_ops(self, trace: list | None = None, start: int = 0) -> None:
         """The flat loop: per bound op, read its input blobs, call it, store its results. trace: a list to get
         each op's (input values, output values) as the op saw and left them (what a compiled program is built
-        from: a blob written again later holds another op's value at the end)."""
+        from: a blob written again later holds another op's value at the end). start: the first op to run (the
+        rest of a run its compiled routine began)."""
         check, check_nan, limit = self.mixed_devices, self.check_nan, self.workspace.limits.max_blob_bytes
-        for bop in self.ops:
+        for bop in (self.ops if not start else self.ops[start:]):
             values = [b.value for b in bop.inputs]
             if check:
                 _place(bop, values)
@@ -253,19 +255,11 @@ class Net:
                 raise error from e
             if result is not None:
                 outs = bop.outputs
-                if len(outs) == 1 and type(result) is not tuple and type(result) is not list:
-                    blob = outs[0]
-                    if type(result) is np.ndarray and not blob.view and result.nbytes <= limit:
-                        blob.value = result          # the common case of _store, inline
-                    else:
-                        _store(blob, result, limit, bop)
+                if (type(result) is np.ndarray and len(outs) == 1 and not outs[0].view
+                        and result.nbytes <= limit):
+                    outs[0].value = result          # the common case of store_results, inline
                 else:
-                    if type(result) is not tuple and type(result) is not list:   # rows would be spread over outputs
-                        raise failure(bop, values, TypeError(
-                            f"the kernel returned one {type(result).__name__} for {len(outs)} outputs"))
-                    for blob, value in zip(outs, result):
-                        if value is not None:
-                            _store(blob, value, limit, bop)
+                    store_results(bop, values, result, limit)
             if check_nan:
                 _check_finite(bop)
             if trace is not None:
@@ -298,28 +292,8 @@ def _checked(call, check):
     def checked(*values):
         check(*values)
         return call(*values)
+    checked.call = call      # (the plain call, as Specialized keeps it: compiled forms read its arguments)
     return checked
-
-
-def _store(blob, value, limit: int, bop) -> None:
-    """An op's result into its output blob: plain arrays as they are, write-through for views (Blob.set); an
-    array over the blob limit is refused, whatever op made it (the backstop of the checks before kernels)."""
-    if type(value) is not np.ndarray:
-        value = _as_value(value)
-    nbytes = getattr(value, "nbytes", 0)
-    if type(nbytes) is int and nbytes > limit:
-        raise over_limit(blob.name, value.shape, value.dtype, nbytes, limit, bop.label)
-    if blob.view:
-        blob.set(value)
-    else:
-        blob.value = value
-
-
-def _as_value(value):
-    """Arrays and strings are stored as they are; numpy/Python scalars become 0-d arrays."""
-    if isinstance(value, (np.generic, int, float, bool)):
-        return np.asarray(value)
-    return value
 
 
 def _place(bop, values: list) -> None:

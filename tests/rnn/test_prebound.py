@@ -81,6 +81,9 @@ def test_bindings_hold_no_tensor_of_the_main_net():
     main net's FC writes into it; the output gradient the main net makes anew each run is released after the
     run that read it."""
     ws, net = run_model(build_cell("lstm"), feeds_of(4), runs=1, fused_cells=False)   # (steps bound in this run)
+    for _ in range(2):
+        net.run()                  # (the main net compiled: its FC's buffer from the third run on)
+    assert net.compiler.program is not None
     grad = weakref.ref(ws.find("LSTM/hidden_state_all_grad").value)
     ids = [id(ws.find("LSTM/i2h").value)]
     for _ in range(3):

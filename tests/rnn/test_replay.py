@@ -124,7 +124,7 @@ def test_a_step_net_that_writes_its_timestep_gets_fresh_timesteps_each_run():
 
 def test_a_replayed_training_step_keeps_no_earlier_runs_arrays_alive():
     """A replayed run does not check its step net's input signature; what an earlier check saw (the input
-    projection of the first run, a view of it) must not be kept alive by it (compiled.program._Inputs holds
+    projection of the first run, a view of it) must not be kept alive by it (compiled.inputs.Inputs holds
     weak references): after later runs, the first run's array is freed."""
     import gc
     import weakref
