@@ -26,6 +26,7 @@ are not supported (an unknown policy is an ArgumentError naming the known ones).
 """
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import numpy as np
@@ -56,12 +57,12 @@ def iteration_value(it, op_type: str, static: bool = False) -> int | None:
     if it.dtype is not None and it.dtype != np.int64:
         raise DTypeError(f"{op_type}: the iteration counter must be an int64 tensor, got {it.dtype}; create "
                          "it with ConstantFill(..., dtype=INT64 (10)) or Cast(to=10)")
-    if int(np.prod(it.shape, dtype=np.int64)) < 1:
+    if math.prod(it.shape) < 1:
         raise ShapeError(f"{op_type}: the iteration counter is empty (shape {tuple(it.shape)}); it must hold "
                          "one int64 element")
     if static:
         return None
-    return int(np.asarray(backend.to_host(it)).reshape(-1)[0])
+    return int((it if type(it) is np.ndarray else np.asarray(backend.to_host(it))).reshape(-1)[0])
 
 
 def _pow(base: float, exponent: float) -> float:

@@ -131,14 +131,17 @@ def check_counter(counter, name: str) -> None:
                          f"{tuple(counter.shape)}")
 
 
+_INT64_MAX = int(np.iinfo(np.int64).max)
+
+
 def next_iter(counter, name: str):
     """counter + 1 as a fresh host int64 tensor of the same shape, with Caffe2's checks."""
     check_counter(counter, name)
-    host = np.asarray(backend.to_host(counter))
+    host = counter if type(counter) is np.ndarray else np.asarray(backend.to_host(counter))
     value = int(host.reshape(-1)[0])
     if value < 0:
         raise OpError(f"the iteration counter {name!r} is negative ({value})")
-    if value >= np.iinfo(np.int64).max:
+    if value >= _INT64_MAX:
         raise OpError(f"the iteration counter {name!r} would overflow int64")
     return np.full(host.shape, value + 1, dtype=np.int64)
 
