@@ -256,15 +256,21 @@ def results(bop, limit: int, outs) -> Fast:
 def recurrent_network(bop, ins, outs):
     """RecurrentNetwork in a plain net: the op itself without the executor's dispatch (its replay of a
     compiled run, or the full run), setting its output blobs (aliases of the states) as it does interpreted.
-    Only where its last run ran its step net compiled."""
+    Only where its last run ran its step net compiled. The replay skips its own signature check while the run it
+    replays is the one this form last left (same signature as the program's); one kept by a run op by op in
+    between is checked."""
     ctx = bop.plain.args[0]
     fwd = ctx.state.get("forward")
     if fwd is None or not fwd.rerunnable:
         return None
 
+    mine = [None]     # the kept run this form last left: its signature is the program's
+
     def run(ins, blobs):
-        if not fwd.rerun(ins):   # (its own signature check: a run op by op in between may have kept another)
+        kept = fwd.kept    # (a run op by op in between, Unsettled, may have kept another: checked then)
+        if not fwd.rerun(ins, checked=kept is not None and kept is mine[0]):
             fwd.run(ctx, np, ins)
+        mine[0] = fwd.kept
     return Fast(run, blobs=True)
 
 

@@ -230,6 +230,11 @@ class _Forward:
     def rerunnable(self) -> bool:
         return self.loop.replay is not None
 
+    @property
+    def kept(self):
+        """The run a rerun replays (a new object whenever a run keeps another), or None."""
+        return self.loop.replay
+
 
 def _recurrent_network_gradient(g):
     """RecurrentNetworkGradient([GO(i) for i in outputs_with_grads] + inputs + outputs) ->
