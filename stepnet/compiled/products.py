@@ -26,6 +26,9 @@ def fc(bop, ins, outs, parts=None, steps: int = 8):
         return None
     m, k, n = sizes
     dtype, xs, ys = ins[0].dtype, (m, k), (m, n)
+    one_hot = m >= ONE_HOT_ROWS and k <= m      # (rows a char-rnn's one-hot input has: gathered, as the kernel does)
+    if parts is None and one_hot:
+        parts = "kernel"      # (only an X that is not one-hot takes the product: not worth a trial of its size)
     if parts is None:
         candidates = fc_forms(m, k, n, dtype)
         parts = fastest(m, k, n, dtype, candidates, steps)
@@ -35,7 +38,7 @@ def fc(bop, ins, outs, parts=None, steps: int = 8):
             "kernel", "w first") else blocks_form(m, k, n, dtype, parts)
     biased = form.biased
     begin = None if form.begin is None else (1, form.begin)
-    if m >= ONE_HOT_ROWS and k <= m:      # one-hot rows (a char-rnn's input) gathered, as the FC kernel does
+    if one_hot:
         def run(ins, outs):
             x, w, b = ins
             x2, out = shaped(x, xs), shaped(outs[0], ys)

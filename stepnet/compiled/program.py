@@ -35,6 +35,7 @@ way (Unsettled) the rest of that run goes op by op, as the interpreted net would
 from __future__ import annotations
 
 import sys
+import types
 
 import numpy as np
 
@@ -167,8 +168,17 @@ class Program:
 
     def _buffer(self, net, blob, shape, dtype):
         """A new buffer for the blob; for a blob of the workspace the steps share (a backward-only temporary),
-        the one every step workspace's routine writes (each step binds its arrays: compiled.prebound)."""
-        if self.main or net.workspace.local_blob(blob.name) is blob:
+        the one every step workspace's routine writes (each step binds its arrays: compiled.prebound). A plain
+        net's blob keeps the array its op made in the run the program was built from where it fits (its own
+        memory, C-contiguous, writeable): no second copy of it while the first is still held (_checkout
+        replaces it at the first run if anything besides the blob holds it)."""
+        if self.main:
+            cur = blob.value
+            if (type(cur) is np.ndarray and not blob.view and cur.shape == shape and cur.dtype == dtype
+                    and cur.base is None and cur.flags.c_contiguous and cur.flags.writeable):
+                return cur
+            return np.empty(shape, dtype)
+        if net.workspace.local_blob(blob.name) is blob:
             return np.empty(shape, dtype)
         found = self.shared.get(id(blob))
         if found is None or found[0] is not blob:
@@ -269,14 +279,16 @@ def _checkout(buffers):
         buf = held[i]
         return refs(buf) - (blob.value is buf)
 
-    alone = [others(i, blob) for i, (blob, _, _) in enumerate(buffers)]   # just allocated: no other holder
+    held.append(np.empty(0))              # a buffer nothing else holds, counted the same way
+    alone = others(len(held) - 1, types.SimpleNamespace(value=held[-1]))
+    held.pop()
 
     def checkout() -> bool:
         i = 0
         for blob, shape, dtype in buffers:
             if blob.view:
                 return False
-            if others(i, blob) > alone[i]:
+            if others(i, blob) > alone:
                 held[i] = np.empty(shape, dtype)
             blob.value = held[i]
             i += 1

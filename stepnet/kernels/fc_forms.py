@@ -55,7 +55,7 @@ def transposed_copy(a, out):
 def kernel_form(m: int, k: int, n: int, dtype) -> Form:
     """fc_into itself (the interpreted kernel's computation), one-hot gather aside. One row is never blocked
     (block_rows): its product is product_into's one GEMM, called straight (a sampled character's FCs)."""
-    scratch, ws = np.empty((m, n), dtype), (n, k)
+    scratch, ws = [], (n, k)       # (the product's output: made at its first use, as fusing with a Sum needs)
     into = product_into if m > 1 else (lambda xp, x2, wt, out: xp.matmul(x2, wt, out=out))
 
     def biased(x2, w, b, out):
@@ -63,7 +63,9 @@ def kernel_form(m: int, k: int, n: int, dtype) -> Form:
         out += b
 
     def product(x2, w):
-        return into(np, x2, _matrix(w, ws).T, scratch)
+        if not scratch:
+            scratch.append(np.empty((m, n), dtype))
+        return into(np, x2, _matrix(w, ws).T, scratch[0])
     return Form(biased, product)
 
 
@@ -218,12 +220,18 @@ def gradient_fastest(m: int, k: int, n: int, dtype, candidates: dict | None = No
 
 
 # ------------------------------------------------------------------------------------------- choosing
+TRIAL_BYTES = 48 << 20    # the most memory a trial of the product forms may take (its transient peak)
+
+
 def _choose(m: int, k: int, n: int, dtype, candidates: dict | None, make, case, steps: int):
-    """'kernel' for one row or under 2^16 multiply-adds; else the quickest of the candidates (make(m, k, n,
-    dtype) when None) whose results on case's random data are the kernel's bits."""
+    """'kernel' for one row, under 2^16 multiply-adds, or where the trial's arrays (random X and W, the kernel's
+    result, each candidate's output and scratch) would pass TRIAL_BYTES; else the quickest of the candidates
+    (make(m, k, n, dtype) when None) whose results on case's random data are the kernel's bits."""
     if m < 2 or m * k * n < 1 << 16:
         return "kernel"
     candidates = make(m, k, n, dtype) if candidates is None else candidates
+    if (m * k + n * k + m * n * (2 + len(candidates))) * np.dtype(dtype).itemsize > TRIAL_BYTES:
+        return "kernel"
     call, w2, want = case(m, k, n, dtype, 0)
     fine = _exact(candidates, call, w2, want)
     call, w2, _ = case(m, k, n, dtype, 1)

@@ -123,6 +123,29 @@ def test_a_faster_fc_form_with_other_sums_is_not_chosen():
     assert fastest(m, k, n, F, {"kernel": kernel, 2: wrong}) == "kernel"
 
 
+def test_a_trial_over_the_memory_budget_keeps_the_kernels_computation(monkeypatch):
+    """A trial makes random X and W, the kernel's result and each candidate's output: over TRIAL_BYTES (a
+    main net's FC over all timesteps, 100 MiB and more at T=400) no trial runs, and the kernel's computation
+    stays, even against a faster form with its bits."""
+    import time
+
+    from stepnet.kernels import fc_forms
+    from stepnet.kernels.fc_forms import Form, fastest, kernel_form
+
+    m, k, n = 32, 128, 512
+    real = kernel_form(m, k, n, F)
+
+    def slow(x2, w, b, out):
+        time.sleep(0.002)
+        real.biased(x2, w, b, out)
+    candidates = {"kernel": Form(slow, real.product), 4: Form(real.biased, real.product)}
+    need = (m * k + n * k + m * n * 4) * 4           # (two candidates: X, W, result and two outputs)
+    monkeypatch.setattr(fc_forms, "TRIAL_BYTES", need)
+    assert fastest(m, k, n, F, candidates) == 4
+    monkeypatch.setattr(fc_forms, "TRIAL_BYTES", need - 1)
+    assert fastest(m, k, n, F, candidates) == "kernel"
+
+
 def grad_error_bound(dy, w):
     """What float32 can get wrong in dY·W summed in any order (as fc_error_bound, without a bias)."""
     return (dy.shape[1] + 1) * np.finfo(F).eps * (np.abs(dy.astype(np.float64)) @ np.abs(w.astype(np.float64)))
