@@ -11,52 +11,54 @@ from ..ops.fill import _constant_plan
 from ..ops.loss import check_label_values, mean_gradient, mean_into, xent_gradient_values, xent_values
 from ..ops.lr import rate, schedule
 from ..ops.sums import weighted_sum_in_place, writable_alone
-from .cell_forms import FLOATS, Fast, Unsettled, bound_args, shaped
+from .cell_forms import FLOATS, Fast, Unsettled, bound_args
 
 
-def _label_rows(X, label, out_shape) -> tuple | None:
-    """(n, d) of probabilities X (N x D...) with int32 labels of shape (n,) or (n, 1), or None."""
-    if X.dtype not in FLOATS or X.ndim < 2 or not X.size or label.dtype != np.int32:
+def _labelled(X, label, out_ok: bool):
+    """picked(ins) -> (the flat indices of the labels' entries, the probabilities there) of N x D... float
+    probabilities X and int32 labels of shape (N,) or (N, 1), the labels' range checked every call (arrays made
+    once, rewritten each call); None for other inputs or out_ok false."""
+    if not out_ok or X.dtype not in FLOATS or X.ndim < 2 or not X.size or label.dtype != np.int32:
         return None
     n, d = X.shape[0], X.size // X.shape[0]
-    return (n, d) if label.shape in ((n,), (n, 1)) and out_shape is not None else None
+    if label.shape not in ((n,), (n, 1)):
+        return None
+    starts, at, values = np.arange(n) * d, np.empty(n, np.intp), np.empty(n, X.dtype)
+
+    def picked(ins):
+        labels = ins[1].reshape(n)
+        check_label_values(np, labels, d)
+        np.add(starts, labels, out=at)
+        np.take(ins[0].reshape(-1), at, out=values)
+        return at, values
+    return picked
 
 
 def label_cross_entropy(bop, ins, outs):
-    """LabelCrossEntropy of N x D probabilities: the labels' entries gathered (flat indices, into a buffer),
-    ops.loss.xent_values into the output; the labels' range checked every call."""
+    """LabelCrossEntropy: the labels' entries gathered, ops.loss.xent_values into the output."""
     X, label = ins
-    rows = _label_rows(X, label, outs[0].shape if outs[0].shape == (X.shape[0],) else None)
-    if rows is None or outs[0].dtype != X.dtype:
+    picked = _labelled(X, label, outs[0].shape == (X.shape[0],) and outs[0].dtype == X.dtype)
+    if picked is None:
         return None
-    n, d = rows
-    starts, at, picked = np.arange(n) * d, np.empty(n, np.intp), np.empty(n, X.dtype)
 
     def run(ins, outs):
-        labels = ins[1].reshape(n)
-        check_label_values(np, labels, d)
-        np.take(ins[0].reshape(-1), np.add(starts, labels, out=at), out=picked)
-        xent_values(np, picked, out=outs[0])
+        xent_values(np, picked(ins)[1], out=outs[0])
     return Fast(run)
 
 
 def label_cross_entropy_gradient(bop, ins, outs):
     """LabelCrossEntropyGradient: the output zeroed, ops.loss.xent_gradient_values at the labels' entries."""
     X, label, dY = ins
-    rows = _label_rows(X, label, outs[0].shape if outs[0].shape == X.shape else None)
-    if rows is None or outs[0].dtype != X.dtype or dY.dtype != X.dtype or dY.shape != (X.shape[0],):
+    picked = _labelled(X, label, outs[0].shape == X.shape and outs[0].dtype == X.dtype == dY.dtype
+                       and dY.shape == (X.shape[0],))
+    if picked is None:
         return None
-    n, d = rows
-    starts, at, picked = np.arange(n) * d, np.empty(n, np.intp), np.empty(n, X.dtype)
 
     def run(ins, outs):
-        labels = ins[1].reshape(n)
-        check_label_values(np, labels, d)
-        np.add(starts, labels, out=at)
-        np.take(ins[0].reshape(-1), at, out=picked)
-        out = shaped(outs[0], (n * d,))
+        at, values = picked(ins)
+        out = outs[0].reshape(-1)
         out.fill(0)
-        out[at] = xent_gradient_values(np, ins[2], picked)
+        out[at] = xent_gradient_values(np, ins[2], values)
     return Fast(run)
 
 
