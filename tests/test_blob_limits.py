@@ -300,18 +300,29 @@ def test_a_compiled_net_meets_the_limit_on_a_new_signature():
     assert ws.fetch("y").shape == (10, 10)
 
 
-def test_ops_growing_by_their_values_have_no_compiled_form():
+def test_ops_growing_by_their_values_are_checked_at_every_compiled_call():
     """The compiled runner reuses the sizes of the run it was built from; an op whose sizes follow its values
-    must keep running op by op, where it is checked at every call."""
-    from types import SimpleNamespace
-
-    from stepnet.compiled.forms import has_form
-    from stepnet.ops import REGISTRY
-
-    by_values = [s for s in REGISTRY.schemas() if s.grows == "values"]
-    assert {"OneHot", "Tile", "LengthsTile", "SparseToDense", "ResizeNearest"} <= {s.type for s in by_values}
-    for schema in by_values:
-        assert not has_form(SimpleNamespace(opdef=SimpleNamespace(type=schema.type), schema=schema)), schema.type
+    (OneHot's size input) runs by its kernel in the compiled net, checked at every call: a larger size sends the
+    rest of that run op by op (the right shape downstream), one over the limit is refused before it is made, and
+    the blob of the op after it keeps what the last run left there (as op by op; the compiled run had put its
+    buffer back before the ops ran)."""
+    ws = Workspace(limits=SMALL)
+    ws.feed("idx", np.array([0, 3], np.int64))
+    ws.feed("size", np.array([4], np.int64))
+    net = ws.create_net(NetDef(name="model", op=[make_op("OneHot", ["idx", "size"], ["y"]),
+                                                   make_op("Sigmoid", ["y"], ["z"])]))
+    for _ in range(3):
+        net.run()
+    assert net.compiler.program is not None
+    ws.feed("size", np.array([8], np.int64))
+    net.run()
+    want = np.zeros((2, 8), f32)
+    want[0, 0] = want[1, 3] = 1
+    np.testing.assert_allclose(ws.fetch("z"), 1 / (1 + np.exp(-want)), rtol=1e-6)
+    ws.feed("size", np.array([MIB], np.int64))        # 2 x 1Mi float32: 8 MiB, over the limit
+    with pytest.raises(ResourceError, match=r"op #0 \(OneHot\): blob 'y' would be \(2, 1048576\) float32"):
+        net.run()
+    assert ws.fetch("z").shape == (2, 8)
 
 
 def test_recurrent_state_tensors_are_held_to_the_limit():

@@ -316,12 +316,6 @@ def _generic_ok(schema) -> bool:
     return schema.shapes_from_inputs and not schema.random and schema.context in (False, "structure")
 
 
-def has_form(bop) -> bool:
-    """Whether the op may have a compiled form (for some arrays)."""
-    t = bop.opdef.type
-    return t in MAKERS or t in FUSED or _generic_ok(bop.schema)
-
-
 def compiled_form(bop, ins, outs, fused: bool = False, main: bool = False, steps: int = 8) -> Fast | None:
     """The op's compiled form for these arrays, or None; with `fused`, its jitted form where it has one. main:
     for a plain net's program (see Maker.main_only; no generic form: the program runs such an op by its

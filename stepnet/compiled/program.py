@@ -198,7 +198,7 @@ class Program:
         timestep only) binds each entry to its arrays once (compiled.prebound); constant: names of blobs whose
         value is the same each run (its timestep)."""
         entries, profiler, starts, ends, buffers, forms = [], net.workspace.profiler, [], [], {}, []
-        for fast, kinds, at in self.ops:
+        for k, (fast, kinds, at) in enumerate(self.ops):
             bops = [net.ops[k] for k in at]
             inputs = tuple(b for bop in bops for b in bop.inputs)
             outputs = tuple(b for bop in bops for b in bop.outputs)
@@ -206,7 +206,7 @@ class Program:
                 if kind == _BUFFER:
                     blob.value = self._buffer(net, blob, shape, dtype)
                     blob.view = False
-                    buffers[id(blob)] = (blob, shape, dtype)
+                    buffers.setdefault(id(blob), (blob, shape, dtype, k))     # (k: the entry that writes it)
             fn = fast.fn if fast.rebind is None else fast.rebind(bops[0])
             if profiler is not None:   # --profile: each compiled op timed as its interpreted op would be
                 fn = profiler.timed(fn, net.name, bops[0].index, bops[0].opdef.type)
@@ -214,7 +214,7 @@ class Program:
             forms.append(fast)
             starts.append(at[0])
             ends.append(at[-1])
-        ops, checkout = net.ops, _checkout(list(buffers.values())) if self.main else None
+        ops, (checkout, restore) = net.ops, _checkout(list(buffers.values())) if self.main else (None, _keep)
         bound = None
         if self.main or profiler is not None or not bind:
             body, at = _straight_line(entries)
@@ -230,13 +230,17 @@ class Program:
             try:
                 body()
             except Unsettled as e:      # (a plain net's op met other values: the rest of this run op by op)
+                restore(len(entries))
                 net.run_ops(start=starts[at[0]] if e.redo else ends[at[0]] + 1)
             except Exception as e:  # noqa: BLE001 - named after the op, as the executor does
+                restore(at[0])          # (the blobs of the ops not run hold what they held, as op by op)
                 bop = ops[starts[at[0]]]
                 error = _failure(bop, [b.value for b in bop.inputs], e)
                 if error is e:
                     raise
                 raise error from e
+            else:
+                restore(len(entries))
             return True
         run.bound = bound     # (its Prebound, for tests and profiles; None: straight-line)
         return run
@@ -263,14 +267,23 @@ def _straight_line(entries) -> tuple:
     return names["body"], at
 
 
-def _checkout(buffers):
-    """checkout() -> bool of a plain net's buffers, before each run: every buffer blob gets its buffer back
-    (a value fed in between is replaced, as the op would replace it), or a new one when something besides the
-    blob holds the buffer (a reference the user kept, another blob it was given to), so no value an earlier
-    run made changes under its holder. False, changing nothing the net reads, when a buffer blob has been
-    made a view (interpreted, an op writes through it)."""
-    held = [blob.value for blob, _, _ in buffers]
+def _keep(at: int) -> None:
+    """restore() of a routine without buffers to check out."""
+
+
+def _checkout(buffers) -> tuple:
+    """(checkout, restore) of a plain net's buffers [(blob, shape, dtype, the entry writing it)].
+
+    checkout() -> bool, before each run: every buffer blob gets its buffer back (a value fed in between is
+    replaced, as the op would replace it), or a new one when something besides the blob holds the buffer (a
+    reference the user kept, another blob it was given to), so no value an earlier run made changes under its
+    holder. False, changing nothing, when a buffer blob has been made a view (interpreted, an op writes through
+    it). restore(at) after the run's entries: the blobs of entries from `at` on get back the values checkout
+    took from them (a run that fails at entry `at` leaves the later ops' blobs as op by op would);
+    restore(number of entries) lets go of them."""
+    held = [blob.value for blob, _, _, _ in buffers]
     refs = sys.getrefcount
+    taken = []         # (entry, blob, the value checkout took from it) in this run
 
     def others(i: int, blob) -> int:
         """References to buffer i besides the blob's, counted the same way each time (the count of a buffer
@@ -283,17 +296,26 @@ def _checkout(buffers):
     alone = others(len(held) - 1, types.SimpleNamespace(value=held[-1]))
     held.pop()
 
+    def restore(at: int) -> None:
+        for k, blob, value in taken:
+            if k >= at:
+                blob.value = value
+        taken.clear()
+
     def checkout() -> bool:
         i = 0
-        for blob, shape, dtype in buffers:
+        for blob, shape, dtype, k in buffers:
             if blob.view:
+                restore(0)
                 return False
             if others(i, blob) > alone:
                 held[i] = np.empty(shape, dtype)
-            blob.value = held[i]
+            if blob.value is not held[i]:
+                taken.append((k, blob, blob.value))
+                blob.value = held[i]
             i += 1
         return True
-    return checkout
+    return checkout, restore
 
 
 class StepCompiler:
