@@ -214,7 +214,8 @@ class Program:
             forms.append(fast)
             starts.append(at[0])
             ends.append(at[-1])
-        ops, (checkout, restore) = net.ops, _checkout(list(buffers.values())) if self.main else (None, _keep)
+        ops, (checkout, restore) = net.ops, _checkout(list(buffers.values())) if self.main else (None, None)
+        n = len(entries)
         bound = None
         if self.main or profiler is not None or not bind:
             body, at = _straight_line(entries)
@@ -230,17 +231,19 @@ class Program:
             try:
                 body()
             except Unsettled as e:      # (a plain net's op met other values: the rest of this run op by op)
-                restore(len(entries))
+                restore(n)
                 net.run_ops(start=starts[at[0]] if e.redo else ends[at[0]] + 1)
             except Exception as e:  # noqa: BLE001 - named after the op, as the executor does
-                restore(at[0])          # (the blobs of the ops not run hold what they held, as op by op)
+                if restore is not None:
+                    restore(at[0])      # (the blobs of the ops not run hold what they held, as op by op)
                 bop = ops[starts[at[0]]]
                 error = _failure(bop, [b.value for b in bop.inputs], e)
                 if error is e:
                     raise
                 raise error from e
             else:
-                restore(len(entries))
+                if restore is not None:
+                    restore(n)          # (lets go of what checkout took)
             return True
         run.bound = bound     # (its Prebound, for tests and profiles; None: straight-line)
         return run
@@ -265,10 +268,6 @@ def _straight_line(entries) -> tuple:
     names["at"] = at
     exec("def body():\n" + "\n".join(lines or ["    pass"]) + "\n", names)   # noqa: S102 - generated names only
     return names["body"], at
-
-
-def _keep(at: int) -> None:
-    """restore() of a routine without buffers to check out."""
 
 
 def _checkout(buffers) -> tuple:

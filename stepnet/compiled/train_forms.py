@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ops.fill import _constant_plan
+from ..ops.fill import constant_plan
 from ..ops.loss import check_label_values, mean_gradient, mean_into, xent_gradient_values, xent_values
 from ..ops.lr import rate, schedule
 from ..ops.sums import weighted_sum_in_place, writable_alone
@@ -112,7 +112,7 @@ def constant_fill(bop, ins, outs):
     args = bound_args(bop)
     if args["input_as_shape"] or outs[0].dtype == object:
         return None
-    _, shape, value = _constant_plan(ins, **args)
+    _, shape, value = constant_plan(ins, **args)
     if tuple(shape) != outs[0].shape:
         return None
 

@@ -247,6 +247,8 @@ def device_of(value) -> Device | None:
 
 def to_host(value):
     """A numpy array of any device's array (identity for host arrays and non-arrays)."""
+    if type(value) is np.ndarray:      # (a host array, the common case: no backend lookup)
+        return value
     b = backend_of(value)
     return value if b is None else b.to_host(value)
 

@@ -193,7 +193,7 @@ def constant_dtype(value, dtype) -> int:
     return dtype
 
 
-def _constant_plan(inputs, shape, extra_shape, input_as_shape, value, dtype):
+def constant_plan(inputs, shape, extra_shape, input_as_shape, value, dtype):
     """ConstantFill's checks (inputs: arrays or TensorSpecs): (DataType, output shape, the fill value)."""
     if isinstance(value, list):  # a name-only Argument: an empty list, not a single value
         raise ArgumentError("'value' has no value (an empty list); give a single number")
@@ -205,14 +205,14 @@ def _constant_plan(inputs, shape, extra_shape, input_as_shape, value, dtype):
 
 
 def _constant_fill_shape(specs, **args):
-    dt, out_shape, v = _constant_plan(specs, **args)
+    dt, out_shape, v = constant_plan(specs, **args)
     dtype = np.dtype(object) if dt == DataType.STRING else np.dtype(NUMPY_OF[dt])
     small = dt != DataType.STRING and _known(out_shape) and math.prod(out_shape) <= SMALL_VALUE
     return [fill_spec(out_shape, dtype, np.full(out_shape, v, dtype=dtype) if small else None)]
 
 
 def _constant_alloc(*inputs, shape, extra_shape, input_as_shape, value, dtype):
-    dt, out_shape, _ = _constant_plan(inputs, shape, extra_shape, input_as_shape, value, dtype)
+    dt, out_shape, _ = constant_plan(inputs, shape, extra_shape, input_as_shape, value, dtype)
     return [(0, out_shape, NUMPY_OF[dt])]
 
 
@@ -222,7 +222,7 @@ def _constant_alloc(*inputs, shape, extra_shape, input_as_shape, value, dtype):
     alloc=_constant_alloc)
 def constant_fill(xp, *inputs, shape, extra_shape, input_as_shape, value, dtype):
     """Y filled with `value`, of `dtype` (default: FLOAT, or INT64 when `value` is an integer argument)."""
-    dt, out_shape, v = _constant_plan(inputs, shape, extra_shape, input_as_shape, value, dtype)
+    dt, out_shape, v = constant_plan(inputs, shape, extra_shape, input_as_shape, value, dtype)
     if dt == DataType.STRING:
         out = np.empty(out_shape, dtype=object)
         out[...] = v

@@ -62,7 +62,7 @@ def iteration_value(it, op_type: str, static: bool = False) -> int | None:
                          "one int64 element")
     if static:
         return None
-    return int((it if type(it) is np.ndarray else np.asarray(backend.to_host(it))).reshape(-1)[0])
+    return int(np.asarray(backend.to_host(it)).reshape(-1)[0])
 
 
 def _pow(base: float, exponent: float) -> float:

@@ -137,7 +137,7 @@ _INT64_MAX = int(np.iinfo(np.int64).max)
 def next_iter(counter, name: str):
     """counter + 1 as a fresh host int64 tensor of the same shape, with Caffe2's checks."""
     check_counter(counter, name)
-    host = counter if type(counter) is np.ndarray else np.asarray(backend.to_host(counter))
+    host = np.asarray(backend.to_host(counter))
     value = int(host.reshape(-1)[0])
     if value < 0:
         raise OpError(f"the iteration counter {name!r} is negative ({value})")
