@@ -1,22 +1,26 @@
-"""Caffe2's generic communication operators as its Gloo engine runs them (caffe2/operators/communicator_op.cc,
-caffe2/contrib/gloo/*_ops.h): CreateCommonWorld, CloneCommonWorld, DestroyCommonWorld, Broadcast, Allreduce,
-Allgather and Barrier, mapped onto the same MPI transport as the MPI ops, so files written for either run.
+"""Caffe2's generic communication operators (caffe2/operators/communicator_op.cc) as its Gloo and MPI engines
+run them (caffe2/contrib/gloo/*_ops.h, caffe2/mpi/mpi_ops.h): CreateCommonWorld, CloneCommonWorld,
+DestroyCommonWorld, Broadcast, Allreduce, Allgather and Barrier (Gloo's), Reduce, SendTensor and ReceiveTensor
+(registered only under engine MPI in Caffe2: the MPI ops' kernels, stepnet.ops.mpi, under the generic schemas),
+mapped onto the same MPI transport as the MPI ops, so files written for any of them run.
 
 Gloo's rendezvous (store handler, transport, interface, timeout) is MPI's here: those arguments are accepted and
 ignored, and the rank is this process's MPI rank. `size`, when given, must be the job's number of processes.
 Several tensors in one Broadcast / Allreduce / Allgather act as Gloo's several local buffers: Allreduce sums them
 all, on every rank, into each; Broadcast copies root's first one into every one; Allgather returns a flat vector
-of every rank's tensors in rank order. `engine` (GLOO) selects nothing.
+of every rank's tensors in rank order. `engine` (GLOO, MPI) selects nothing: the ops read Caffe2's schema for
+their type, as Caffe2 checks an op against it whatever its engine (so an Allreduce with engine MPI must still run
+in place). Gloo's ReduceScatter (halving-doubling with per-rank receive counts) is not here.
 """
 from __future__ import annotations
 
 import math
 
 from ..distributed import world as process
-from ..distributed.collectives import Call, CommonWorld
+from ..distributed.collectives import ANY, Call, CommonWorld
 from ..core.errors import ArgumentError, ArityError, CollectiveError, DTypeError, ShapeError
 from .base import like, out_spec
-from .mpi import comm_shape, common_world
+from .mpi import comm_shape, common_world, like_input, mpi_receive_tensor, mpi_reduce, mpi_send_tensor, receive_shape
 from .registry import SHOULD_NOT_DO_GRADIENT, op
 
 MAX_BUFFERS = 256
@@ -126,3 +130,30 @@ def allgather(ctx, xp, comm, *xs, status_blob):
 def barrier(ctx, xp, comm, *, status_blob):
     """Wait until every rank of the common world reaches its Barrier."""
     common_world(ctx, comm).barrier(Call(ctx.opdef.type, ctx.opdef.input[0]))
+
+
+# ----------------------------------------------------------------------------- the MPI engine's generic types
+@op("Reduce", inputs=2, outputs=1, inplace=(), context=True, devices="any", args={"root": 0},
+    gradient=SHOULD_NOT_DO_GRADIENT, shape=like_input(1))
+def reduce_to_root(ctx, xp, comm, x, *, root):
+    """Y = the sum of X over every rank, on rank root (the other ranks: a copy of their own X, where Caffe2
+    leaves Y unset); MPIReduce's kernel."""
+    return mpi_reduce(ctx, xp, comm, x, root=root)
+
+
+@op("SendTensor", inputs=(2, 4), outputs=0, inplace=(), context=True, host_inputs=(2, 3),
+    args={"dst": ANY, "tag": ANY, "raw_buffer": False}, gradient=SHOULD_NOT_DO_GRADIENT)
+def send_tensor(ctx, xp, comm, x, *dst_tag, dst, tag, raw_buffer):
+    """Send X's bytes to rank dst with tag (arguments, or int inputs 2 and 3, which win); raw_buffer must be set.
+    MPISendTensor's kernel."""
+    return mpi_send_tensor(ctx, xp, comm, x, *dst_tag, dst=dst, tag=tag, raw_buffer=raw_buffer)
+
+
+@op("ReceiveTensor", inputs=(2, 4), outputs=3, inplace=[(2, 1), (3, 2)], enforce_inplace=[(1, 0)], context=True,
+    host_inputs=(2, 3), args={"src": ANY, "tag": ANY, "raw_buffer": False}, gradient=SHOULD_NOT_DO_GRADIENT,
+    shape=receive_shape)
+def receive_tensor(ctx, xp, comm, y, *src_tag, src, tag, raw_buffer):
+    """Receive into Y (in place: input 1 gives the shape and type) from rank src with tag (arguments, or int
+    inputs 2 and 3, which may be outputs 1 and 2 in place; default: any sender, any tag); also the int32 source
+    rank and tag. MPIReceiveTensor's kernel."""
+    return mpi_receive_tensor(ctx, xp, comm, y, *src_tag, src=src, tag=tag, raw_buffer=raw_buffer)

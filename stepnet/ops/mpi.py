@@ -31,7 +31,7 @@ def like_input(i: int):
     return shape
 
 
-def _receive_shape(specs, **_):
+def receive_shape(specs, **_):
     return [like(specs[1]), out_spec((), np.int32), out_spec((), np.int32)]
 
 
@@ -143,7 +143,7 @@ def mpi_send_tensor(ctx, xp, comm, x, *dst_tag, dst, tag, raw_buffer):
 
 
 @op("MPIReceiveTensor", inputs=(2, 4), outputs=3, inplace=(), context=True, host_inputs=(2, 3),
-    args={"src": ANY, "tag": ANY, "raw_buffer": False}, gradient=SHOULD_NOT_DO_GRADIENT, shape=_receive_shape)
+    args={"src": ANY, "tag": ANY, "raw_buffer": False}, gradient=SHOULD_NOT_DO_GRADIENT, shape=receive_shape)
 def mpi_receive_tensor(ctx, xp, comm, like_x, *src_tag, src, tag, raw_buffer):
     """Receive a tensor shaped and typed like input 1 from rank src with tag (arguments or int inputs 2 and 3;
     default: any sender, any tag) into Y; also the int32 source rank and tag. Caffe2 receives into Y's existing

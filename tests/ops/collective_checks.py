@@ -86,7 +86,8 @@ def check_mpi_ops(rank: int, size: int, device: str = "cpu") -> int:
 
 
 def check_gloo_ops(rank: int, size: int, device: str = "cpu") -> int:
-    """Allreduce, Broadcast and Allgather over two local tensors of one size and two shapes; Barrier."""
+    """Allreduce, Broadcast and Allgather over two local tensors of one size and two shapes, Reduce from every
+    root; Barrier."""
     ws, n = workspace(device), 0
     for dtype in (np.float32, np.int64, np.float16):
         what = f"{np.dtype(dtype)} on {device}, rank {rank} of {size}"
@@ -100,6 +101,8 @@ def check_gloo_ops(rank: int, size: int, device: str = "cpu") -> int:
             got = run(ws, "Broadcast", {"a": a, "b": b}, ["a", "b"], device, root=root)
             close(got[0], data(root, (3, 4), dtype), dtype, f"Broadcast root {root} " + what)
             close(got[1], data(root, (3, 4), dtype).reshape(12), dtype, f"Broadcast root {root}, second, " + what)
+            got = run(ws, "Reduce", {"a": a}, ["r"], device, root=root)[0]
+            close(got, total(size, (3, 4), dtype) if rank == root else a, dtype, f"Reduce root {root} " + what)
         got = run(ws, "Allgather", {"a": a, "b": b}, ["g"], device)[0]
         want = np.concatenate([np.concatenate([data(r, (3, 4), dtype).reshape(-1), data(r, (12,), dtype, 1)])
                                for r in range(size)])
@@ -118,22 +121,31 @@ def check_strings(rank: int, size: int) -> None:
     assert got.tolist() == [w for r in range(size) for w in (f"rank{r}", "x" * r)], got
 
 
-def check_send_receive(rank: int, size: int, device: str = "cpu") -> None:
+def check_send_receive(rank: int, size: int, device: str = "cpu", generic: bool = False) -> None:
     """A ring: every rank sends to the next one and receives from the previous one, by arguments and by the
-    int inputs, and the receive reports the sender and the tag."""
+    int inputs, and the receive reports the sender and the tag. generic: SendTensor / ReceiveTensor (the MPI
+    engine's, under the generic schema: Y received in place, the int inputs src and tag overwritten in place,
+    as Caffe2's mpi_test writes them) instead of MPISendTensor / MPIReceiveTensor."""
     ws = workspace(device)
+    send, receive = ("SendTensor", "ReceiveTensor") if generic else ("MPISendTensor", "MPIReceiveTensor")
+    y = "y" if generic else "like"
     nxt, prev = (rank + 1) % size, (rank - 1) % size
     x = data(rank, (2, 3), np.float32)
-    run(ws, "MPISendTensor", {"x": x}, [], device, dst=nxt, tag=7, raw_buffer=1)
-    got, src, tag = run(ws, "MPIReceiveTensor", {"like": np.zeros((2, 3), np.float32)}, ["y", "src", "tag"], device,
+    run(ws, send, {"x": x}, [], device, dst=nxt, tag=7, raw_buffer=1)
+    got, src, tag = run(ws, receive, {y: np.zeros((2, 3), np.float32)}, ["y", "src", "tag"], device,
                         src=prev, tag=7, raw_buffer=1)
-    close(got, data(prev, (2, 3), np.float32), np.float32, "MPIReceiveTensor")
+    close(got, data(prev, (2, 3), np.float32), np.float32, receive)
     assert (int(src), int(tag)) == (prev, 7) and src.dtype == np.int32
     ints = {"dst": np.array([nxt], np.int32), "tg": np.array([3], np.int32)}
-    run(ws, "MPISendTensor", {"x": x.astype(np.int64), **ints}, [], device, raw_buffer=1)
-    got, src, tag = run(ws, "MPIReceiveTensor", {"like": np.zeros((2, 3), np.int64)}, ["y", "src", "tag"], device,
-                        raw_buffer=1)   # any sender, any tag
-    close(got, data(prev, (2, 3), np.float32).astype(np.int64), np.int64, "MPIReceiveTensor, any source")
+    run(ws, send, {"x": x.astype(np.int64), **ints}, [], device, raw_buffer=1)
+    if generic:     # the sender and tag given as inputs, and written back over them
+        peer = {"src": np.array([prev], np.int32), "tag": np.array([3], np.int32)}
+        got, src, tag = run(ws, receive, {y: np.zeros((2, 3), np.int64), **peer}, ["y", "src", "tag"], device,
+                            src=size + 5, tag=99, raw_buffer=1)    # (the inputs win over the arguments)
+    else:
+        got, src, tag = run(ws, receive, {y: np.zeros((2, 3), np.int64)}, ["y", "src", "tag"], device,
+                            raw_buffer=1)   # any sender, any tag
+    close(got, data(prev, (2, 3), np.float32).astype(np.int64), np.int64, f"{receive}, second message")
     assert (int(src), int(tag)) == (prev, 3)
 
 
@@ -142,5 +154,6 @@ def check_all(rank: int, size: int) -> int:
     for device in ("cpu", "emulated"):
         count += check_mpi_ops(rank, size, device) + check_gloo_ops(rank, size, device)
         check_send_receive(rank, size, device)
+        check_send_receive(rank, size, device, generic=True)
     check_strings(rank, size)
     return count

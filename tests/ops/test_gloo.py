@@ -13,6 +13,7 @@ from stepnet.testing import DEVICES, make_op
 
 GLOO_OPS = ("CreateCommonWorld", "CloneCommonWorld", "DestroyCommonWorld", "Broadcast", "Allreduce", "Allgather",
             "Barrier")
+MPI_ENGINE_OPS = ("Reduce", "SendTensor", "ReceiveTensor")     # generic types Caffe2 registers under MPI only
 
 # What data_parallel_model writes for rendezvous={'engine': 'GLOO', 'num_shards': 1, 'shard_id': 0, ...}.
 DPM_NET = """
@@ -57,8 +58,11 @@ def test_records_follow_caffe2():
         assert {(1, 0), (2, 1), (9, 8)} <= r(op_type).enforce_inplace
     assert r("DestroyCommonWorld").enforce_inplace == {(0, 0)}
     assert (r("CreateCommonWorld").inputs, r("Barrier").outputs, r("Allgather").outputs) == ((0, 1), (0, 0), (1, 1))
-    assert all(r(t).gradient == SHOULD_NOT_DO_GRADIENT for t in GLOO_OPS)
-    assert all(r(t).devices == "any" for t in GLOO_OPS)
+    assert all(r(t).gradient == SHOULD_NOT_DO_GRADIENT for t in GLOO_OPS + MPI_ENGINE_OPS)
+    assert all(r(t).devices == "any" for t in GLOO_OPS + ("Reduce",))
+    # Reduce: 2 in, 1 out; SendTensor: 2 or 4 in, none out; ReceiveTensor: Y in place by force, src and tag may be
+    assert (r("Reduce").inputs, r("Reduce").outputs, r("SendTensor").outputs) == ((2, 2), (1, 1), (0, 0))
+    assert r("ReceiveTensor").enforce_inplace == {(1, 0)} and r("ReceiveTensor").allow_inplace == {(2, 1), (3, 2)}
 
 
 def test_create_common_world_checks_its_size():
@@ -91,3 +95,20 @@ def test_destroy_accepts_an_empty_blob():
     ws = Workspace()
     ws.create_blob("cw")
     ws.run_operator_once(make_op("DestroyCommonWorld", ["cw"], ["cw"]))
+
+
+def test_mpi_engine_ops_take_caffe2s_generic_schemas():
+    """Caffe2 checks an op against the schema of its type whatever its engine: a ReceiveTensor into another blob
+    than its Y input, or an Allreduce with engine MPI writing another blob, are refused as Caffe2 refuses them;
+    SendTensor without raw_buffer too (Caffe2's MPI op enforces it)."""
+    ws = workspace()
+    ws.feed("y", np.zeros(3, np.float32))
+    with pytest.raises(ArgumentError, match=r"ReceiveTensor must write input 1 \('y'\) in place, but output 0 is 'z'"):
+        ws.run_operator_once(make_op("ReceiveTensor", ["comm", "y"], ["z", "src", "tag"], engine="MPI",
+                                     raw_buffer=1))
+    with pytest.raises(ArgumentError, match="Allreduce must write input 1 .'y'. in place, but output 0 is 'y_reduced'"):
+        ws.run_operator_once(make_op("Allreduce", ["comm", "y"], ["y_reduced"], engine="MPI"))
+    with pytest.raises(ArgumentError, match="SendTensor: raw_buffer=0 is not supported"):
+        ws.run_operator_once(make_op("SendTensor", ["comm", "y"], [], engine="MPI", dst=0, tag=0))
+    with pytest.raises(ArityError):
+        ws.run_operator_once(make_op("SendTensor", ["comm", "y", "y"], [], engine="MPI", raw_buffer=1))

@@ -25,8 +25,9 @@ def test_collectives_match_numpy_references_alone(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_send_then_receive_alone(device):
-    check_send_receive(0, 1, device)
+@pytest.mark.parametrize("generic", [False, True], ids=["MPI names", "generic names"])
+def test_send_then_receive_alone(device, generic):
+    check_send_receive(0, 1, device, generic)
 
 
 def test_string_tensors_are_broadcast_and_gathered():
