@@ -261,7 +261,7 @@ def recurrent_network(bop, ins, outs):
     between is checked."""
     ctx = bop.plain.args[0]
     fwd = ctx.state.get("forward")
-    if fwd is None or not fwd.rerunnable:
+    if fwd is None or fwd.kept is None:
         return None
 
     mine = [None]     # the kept run this form last left: its signature is the program's

@@ -30,18 +30,18 @@ class Replay:
         self.timesteps = fixed   # each timestep's [t], kept when no step op writes the timestep blob
 
     @classmethod
-    def of(cls, compiler, steps, inputs, known, states, aliases, scratch) -> "Replay | None":
+    def of(cls, compiler, steps, inputs, known, states, aliases, scratch, writes_timestep: bool) -> "Replay | None":
         """known: the op's input blobs and the state blobs. covered: whether every blob the step net reads
         before writing it is one of those or the timestep, so that the op's signature and the state arrays
         decide the step net's: then a rerun skips the compiler's own signature check (StepCompiler.start)
-        and only begins its program."""
+        and only begins its program. writes_timestep: a step op writes the timestep blob (then each rerun
+        puts [t] there again)."""
         if any(type(x) is not np.ndarray for x in inputs) or not steps:
             return None
         known = {id(b) for b in (*known, *(blob for blob, _ in steps))}
         covered = all(id(b) in known for _, bound in steps for b in external_blobs(bound))
-        written = {id(b) for _, bound in steps for bop in bound.ops for b in bop.outputs}
         T = len(steps)
-        whole = timesteps(T) if not any(id(blob) in written for blob, _ in steps) else None
+        whole = None if writes_timestep else timesteps(T)
         fixed = None if whole is None else tuple(whole[t:t + 1] for t in range(T))
         return cls(tuple((x.shape, x.dtype) for x in inputs), tuple(states), scratch, tuple(steps), tuple(aliases),
                    compiler, T, covered, fixed)

@@ -31,6 +31,7 @@ class StepLoop:
         # loop puts [t] before every timestep
         writers = [op for op in net.op if timestep in op.output]
         in_place = all(timestep in op.input for op in writers)
+        self.writes_timestep = bool(writers)
         self.compiler = StepCompiler(compile and in_place, constant=frozenset(() if writers else (timestep,)))
         self.replay: Replay | None = None
         self.steps: list = []        # (timestep blob, bound net) of the last run, in the order its timesteps ran
@@ -68,8 +69,8 @@ class StepLoop:
     def keep(self, inputs, known, states, aliases, scratch) -> None:
         """After a forward run: keep it for rerun when every timestep ran compiled (Replay.of says what the
         arguments are); otherwise forget any earlier one."""
-        self.replay = Replay.of(self.compiler, self.steps, inputs, known, states, aliases, scratch) \
-            if self.compiled else None
+        self.replay = Replay.of(self.compiler, self.steps, inputs, known, states, aliases, scratch,
+                                self.writes_timestep) if self.compiled else None
 
     def rerun(self, inputs, checked: bool = False) -> bool:
         """Run the kept run again for these inputs; False, having changed nothing, when none applies."""
