@@ -95,8 +95,13 @@ def _init_state(ws, name: str, init, T: int, N: int, where):
         raise ShapeError(f"initial value of recurrent state {name!r} {tuple(init.shape)} has batch size "
                          f"{init.shape[-2]} but the input sequence has N = {N}")
     blob = ws.create_blob(name)
-    _sized(blob, (T + L, N, D), init, ws.limits.max_blob_bytes, where)
-    blob.value[:L] = init.reshape((L, N, D)) if init.ndim >= 2 else init.reshape(1, 1, D)
+    shape = (T + L, N, D)
+    state = blob.value
+    if state is None or tuple(state.shape) != shape or state.dtype != init.dtype or type(state) is not type(init):
+        check_blob(ws.limits.max_blob_bytes, name, shape, init.dtype, where)
+        state = blob.value = _empty_like(init, shape)
+    state[:L] = init.reshape((L, N, D)) if init.ndim >= 2 else init.reshape(1, 1, D)
+    blob.view = False
 
 
 def _empty_like(like, shape):
