@@ -34,11 +34,12 @@ import numpy as np
 from char_rnn import GAMMA, add_head, fed_workspace, make_data
 from results import write_section
 
+from stepnet.cli.run import FUSED_CELLS
+
 HEADER = "## Speed targets (issue #28)"
 TORCH_CELLS = {"lstm": ("LSTM", "LSTMCell"), "gru": ("GRU", "GRUCell"), "rnn": ("RNN", "RNNCell")}
 # issue #28: at or below nn.LSTM/GRU/RNN, onnxruntime's RNN node and the numpy sampling loop; the native CNN
 # path at least at torch's level (the numpy BPTT and the cell loops are reported without a target)
-FUSED_CELLS = {"auto": None, "on": True, "off": False}    # --fused-cells -> Workspace(fused_cells=...)
 
 
 def add_fused_cells(p) -> None:

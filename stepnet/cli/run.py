@@ -31,8 +31,11 @@ from .onnx import add_parser as add_onnx_parser, run_in_onnxruntime
 from ..runtime.workspace import DEFAULT_THREADS, Workspace
 from ..kernels import jit
 
+FUSED_CELLS = {"auto": None, "on": True, "off": False}    # --fused-cells -> Workspace(fused_cells=...)
+
+
 def _fused_cells(text: str) -> str:
-    if text not in ("auto", "on", "off"):
+    if text not in FUSED_CELLS:
         raise argparse.ArgumentTypeError(f"--fused-cells is auto, on or off, got {text!r}")
     if text == "on" and not jit.installed():
         raise argparse.ArgumentTypeError(f"--fused-cells on needs numba: {install_hint('fast')}")
@@ -57,7 +60,7 @@ def cmd_run(a) -> int:
     profiler = Profiler() if a.profile or _has_prof_dag(model, predict_def) else None
     ws = Workspace(seed=a.seed, gpu=a.device, strict=a.strict, check_nan=a.check_nan, limits=limits_of(a),
                    profiler=profiler, threads=a.threads,
-                   fused_cells={"auto": None, "on": True, "off": False}[a.fused_cells])
+                   fused_cells=FUSED_CELLS[a.fused_cells])
     monitor = Monitor(show=not a.quiet, metrics=MetricsWriter(a.metrics) if a.metrics else None)
     if profiler is not None and not a.quiet:
         print("stepnet: profiling: every op is timed, step-net ops at every timestep, and fused LSTM/GRU cells run "
