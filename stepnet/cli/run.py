@@ -282,9 +282,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write every scalar the plan reports (its Print ops: losses, accuracies) as rows "
                         "iteration,name,value, flushed as they come; draw them with stepnet plot")
     r.add_argument("--fused-cells", type=_fused_cells, default="auto", metavar="auto|on|off",
-                   help="LSTM/GRU cells, Softmax, FC of one row and the one-hot FC gradient as numba passes (the "
-                        "fast extra; auto: when numba is installed) or in numpy (off: the reference arithmetic; "
-                        "results agree within float32 rounding)")
+                   help="LSTM/GRU cells, Softmax, Sigmoid, FC of one row and the one-hot FC gradient as numba "
+                        "passes (the fast extra; auto: when numba is installed) or in numpy (off: the reference "
+                        "arithmetic; results agree within float32 rounding)")
     r.add_argument("--threads", type=_threads, default=DEFAULT_THREADS, metavar="N",
                    help=f"BLAS threads while nets run (default {DEFAULT_THREADS}: on a shared 2-CPU machine two "
                         "threads made a char-rnn step up to 2.2x slower; 0 leaves BLAS as it is)")

@@ -1,6 +1,6 @@
 """The compiled forms of the ops whose jitted arithmetic a workspace chose (Workspace.fused_cells; numba, the
 `fast` extra): the cell ops (stepnet.kernels.lstm / .gru jit_step, the calls their interpreted fused kernels
-make), Softmax's row kernel and FC of one row, writing into the program's buffers."""
+make), Softmax's row kernel, Sigmoid's pass and FC of one row, writing into the program's buffers."""
 from __future__ import annotations
 
 import math
@@ -45,6 +45,20 @@ def softmax(bop, ins, outs):
     return Fast(run)
 
 
+def sigmoid(bop, ins, outs):
+    """Sigmoid's jitted pass straight into its output (the fused interpreted kernel's bits), float32; its
+    scratch made once."""
+    k, x = jit.load(), ins[0]
+    if k is None or x.dtype != F32 or outs[0].dtype != F32 or outs[0].size != x.size:
+        return None
+    n, kernel = x.size, k.sigmoid
+    y, bits = np.empty(n, F32), np.empty(n, np.int32)
+
+    def run(ins, outs):
+        kernel(np.ascontiguousarray(ins[0]).reshape(n), shaped(outs[0], (n,)), y, bits)
+    return Fast(run)
+
+
 FUSED = {
     "LSTMUnit": _fused_form(lstm_cell.jit_step, lstm_params, 3, False),
     "rnn_internal_lstm_unit": _fused_form(lstm_cell.jit_step, lstm_params, 3, True),
@@ -53,5 +67,5 @@ FUSED = {
                                                    reads_first=True),
     "GRUUnit": _fused_form(gru_cell.jit_step, gru_params, 2),
     "GRUUnitGradient": _fused_form(gru_cell.jit_grad_step, gru_grad_params, 2),
-    "Softmax": softmax, "FC": fc_row,
+    "Softmax": softmax, "FC": fc_row, "Sigmoid": sigmoid,
 }

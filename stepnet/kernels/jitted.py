@@ -1,6 +1,6 @@
 """numba's fused kernels (the `fast` extra), float32 only: one pass over the batch rows per LSTM/GRU step op,
-and the row kernels of Softmax and its gradient, the one-hot FC weight gradient (add_rows) and the step FC's
-bias + Sum (bias_sum). Imported only through stepnet.kernels.jit.load(), so stepnet runs without numba.
+the row kernels of Softmax and its gradient, Sigmoid's pass, the one-hot FC weight gradient (add_rows) and the
+step FC's bias + Sum (bias_sum). Imported only through stepnet.kernels.jit.load(), so stepnet runs without numba.
 
 Each kernel computes a row into scratch it allocated itself, then copies the scratch into its outputs. Written
 straight into the outputs, LLVM guards the vectorized loop with run-time overlap checks between the arrays,
@@ -174,15 +174,50 @@ def add_rows(g, idx, k):
 
 
 _SIGN = np.int32(0x7FFFFFFF)
+_TWO_M64 = float32(5.421010862427522e-20)     # 2^−64
+
+
+@njit(inline="always", **_JIT)
+def _exp_parts(z):
+    """exp(z) for z ≤ 0 (or NaN) as (y, bits): Cephes' expf, a Cody–Waite reduction z = n·ln2 + r and a
+    degree-7 polynomial y in r (within 3e-7 relative of exp), with bits those of the float 2^(n+64), so that
+    exp(z) = (y · 2^(n+64)) · 2^−64 rounds once into the subnormals below 2^−126; z < −104 gives 0. The bits go
+    through an int32 array viewed as float32 (a vectorizable reinterpretation)."""
+    z = float32(-104.0) if z < float32(-104.0) else z          # a NaN stays NaN
+    fx = np.floor(z * float32(1.44269504088896341) + float32(0.5))
+    r = z - fx * float32(0.693359375) - fx * float32(-2.12194440e-4)
+    p = float32(1.9875691500e-4)
+    p = p * r + float32(1.3981999507e-3)
+    p = p * r + float32(8.3334519073e-3)
+    p = p * r + float32(4.1665795894e-2)
+    p = p * r + float32(1.6666665459e-1)
+    p = p * r + float32(5.0000001201e-1)
+    return p * (r * r) + r + float32(1.0), ((np.int32(fx) if fx == fx else np.int32(0)) + np.int32(191)) << 23
+
+
+@njit(**_JIT)
+def sigmoid(x, out, y, bits):
+    """out = 1 / (1 + exp(−x)) elementwise over flat float32 arrays, as numpy's kernel defines it: e = exp(−|x|)
+    (_exp_parts), then 1/(1 + e) for x ≥ 0 and e/(1 + e) for x < 0, never an overflow; within 4e-7 relative of
+    the exact value wherever it is a normal float. y (float32) and bits (int32): scratch of x's size. The first
+    pass keeps x's sign in y's (the polynomial is positive), so the second reads scratch alone: out may be x."""
+    n = x.size
+    for j in range(n):
+        v = x[j]
+        p, bits[j] = _exp_parts(-abs(v))
+        y[j] = -p if v < float32(0) else p
+    scale = bits.view(np.float32)
+    for j in range(n):
+        p = y[j]
+        e = (abs(p) * scale[j]) * _TWO_M64
+        out[j] = (e if p < float32(0) else float32(1)) / (float32(1) + e)
 
 
 @njit(**_JIT)
 def softmax_rows(x, out):
     """out[i] = softmax of row i of x (m × k, float32, C-contiguous). The row max is found on
     the float bits mapped to monotone int32 (a vectorizable integer max; any NaN in a row makes the row's sum
-    and so the whole row NaN, as numpy's does). exp(z) for z = x − max ≤ 0 is Cephes' expf: Cody–Waite reduction
-    z = n·ln2 + r, a degree-7 polynomial in r (within 3e-7 relative of exp), times 2^n built from bits as
-    2^(n+64)·2^−64 so that results below 2^−126 round once into the subnormals; z < −104 gives 0."""
+    and so the whole row NaN, as numpy's does); exp(z) for z = x − max ≤ 0 is _exp_parts'."""
     m, k = x.shape
     xi = x.view(np.int32)
     y = np.empty(k, np.float32)
@@ -196,21 +231,10 @@ def softmax_rows(x, out):
         bits[k] = best ^ ((best >> 31) & _SIGN)
         mx = scale[k]
         for j in range(k):
-            z = x[i, j] - mx
-            z = float32(-104.0) if z < float32(-104.0) else z          # a NaN stays NaN
-            fx = np.floor(z * float32(1.44269504088896341) + float32(0.5))
-            r = z - fx * float32(0.693359375) - fx * float32(-2.12194440e-4)
-            p = float32(1.9875691500e-4)
-            p = p * r + float32(1.3981999507e-3)
-            p = p * r + float32(8.3334519073e-3)
-            p = p * r + float32(4.1665795894e-2)
-            p = p * r + float32(1.6666665459e-1)
-            p = p * r + float32(5.0000001201e-1)
-            y[j] = p * (r * r) + r + float32(1.0)
-            bits[j] = ((np.int32(fx) if fx == fx else np.int32(0)) + np.int32(191)) << 23   # 2^(n+64)
+            y[j], bits[j] = _exp_parts(x[i, j] - mx)
         s = float32(0.0)
         for j in range(k):
-            e = (y[j] * scale[j]) * float32(5.421010862427522e-20)                       # · 2^−64
+            e = (y[j] * scale[j]) * _TWO_M64
             y[j] = e
             s += e
         for j in range(k):

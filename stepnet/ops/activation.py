@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.errors import ArgumentError, DTypeError, ShapeError
+from ..kernels import jit
 from ..kernels.activations import sigmoid
 from .base import check_float, fold, like, not_in_place, out_spec, single_gradient
 from .registry import SHOULD_NOT_DO_GRADIENT, Arg, op
@@ -26,6 +27,21 @@ NUMERIC_KINDS = "fiu"
 def _sigmoid(xp, x):
     """1 / (1 + exp(-x)), stable for any x (kernels.activations.sigmoid, the one formula)."""
     return sigmoid(xp, x)
+
+
+def _fused_sigmoid(regular):
+    """Sigmoid's fused_kernel (Workspace.fused_cells): numba's one pass (kernels/jitted.py sigmoid, within 4e-7
+    relative of the exact value) for float32 host arrays, the regular kernel for anything else."""
+    def kernel(xp, x):
+        compiled = jit.load() if type(x) is np.ndarray and x.dtype == jit.F32 else None
+        if compiled is None:
+            return regular(xp, x)
+        n, out = x.size, np.empty(x.shape, jit.F32)
+        compiled.sigmoid(np.ascontiguousarray(x).reshape(-1), out.reshape(-1), np.empty(n, jit.F32),
+                         np.empty(n, np.int32))
+        return out
+    kernel.__doc__ = "Sigmoid in one fused float32 pass (Workspace.fused_cells)."
+    return kernel
 
 
 # --------------------------------------------------------------------------------------------- gradients
@@ -71,7 +87,7 @@ _GRADIENTS = {
 
 
 # --------------------------------------------------------------------------------------------- unary
-def _unary(type_, fn, inplace=((0, 0),), kinds=FLOAT_KINDS, doc=""):
+def _unary(type_, fn, inplace=((0, 0),), kinds=FLOAT_KINDS, doc="", fused=None):
     def kernel(xp, x):
         check_float(type_, kinds=kinds, X=x)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
@@ -83,7 +99,7 @@ def _unary(type_, fn, inplace=((0, 0),), kinds=FLOAT_KINDS, doc=""):
 
     kernel.__name__ = kernel.__qualname__ = type_.lower()
     op(type_, inputs=1, outputs=1, inplace=inplace, shape=shape, gradient=_GRADIENTS[type_], doc=doc,
-       shapes_from_inputs=True,
+       shapes_from_inputs=True, fused=fused,
        aliases=_ALIASES.get(type_, ()))(kernel)
 
 
@@ -112,8 +128,9 @@ _UNARY = {
     "Negative": (lambda xp, x: xp.negative(x), (0, 0), NUMERIC_KINDS, "-x."),
     "Sign": (lambda xp, x: xp.sign(x), _NONE, NUMERIC_KINDS, "-1, 0 or 1 by the sign of x, in x's dtype."),
 }
+_FUSED = {"Sigmoid": _fused_sigmoid}     # numba's variant a workspace may choose (Workspace.fused_cells)
 for _name, (_fn, _pair, _kinds, _doc) in _UNARY.items():
-    _unary(_name, _fn, [_pair] if _pair else (), _kinds, f"Elementwise {_name}: {_doc}")
+    _unary(_name, _fn, [_pair] if _pair else (), _kinds, f"Elementwise {_name}: {_doc}", _FUSED.get(_name))
 
 
 # --------------------------------------------------------------------------------------------- with arguments

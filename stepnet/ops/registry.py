@@ -134,7 +134,7 @@ class Registry:
         shape and dtype of every input) with that call's inputs and the arguments, does every check that depends
         only on them and returns fast(*inputs), the kernel without those checks for inputs of that signature
         (None: use the kernel). fused(kernel) -> the kernel with numba's fused arithmetic (LSTM/GRU cells,
-        Softmax, FC of one row, the one-hot FC gradient), which the executor binds on the CPU in a workspace
+        Softmax, Sigmoid, FC of one row, the one-hot FC gradient), which the executor binds on the CPU in a workspace
         whose fused_cells is on (stepnet.kernels.jit); a `specialize` attribute on it is its own specialization.
         alloc (for ops whose output sizes a file dictates, such as fills) is called with the kernel's inputs and
         arguments before the kernel and returns (output index, shape, dtype) of each array the kernel will
