@@ -52,13 +52,14 @@ def gather_fc(X2, Wt, b, out=None) -> np.ndarray | None:
     return table.take(idx, axis=0, out=out, mode="clip")   # (idx are in range; "raise" would buffer out)
 
 
-def scatter_weight_grad(X2, G, kernels) -> np.ndarray | None:
+def scatter_weight_grad(X2, G, kernels, transpose: bool = False) -> np.ndarray | None:
     """X2ᵀ·G (K×N) for one-hot rows of X2 as a per-column sum of G's rows, by the numba kernel module's
-    `add_rows`; None where X2 is not one-hot, the dtypes are not float32 or the sum is not finite."""
+    `add_rows` (transpose: its transpose Gᵀ·X2, N×K, FC's weight layout, written so by the kernel); None where
+    X2 is not one-hot, the dtypes are not float32 or the sum is not finite."""
     if kernels is None or not X2.dtype == G.dtype == np.float32 or not G.flags.c_contiguous:
         return None
     idx = one_hot_columns(X2)
     if idx is None:
         return None
-    out = kernels.add_rows(G, idx, X2.shape[1])
+    out = kernels.add_rows(G, idx, X2.shape[1], transpose)
     return out if np.isfinite(out).all() else None

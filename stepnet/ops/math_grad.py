@@ -58,9 +58,9 @@ def _one_hot_fc_gradient(regular, op_type, transposed):
         M, K, N = fc_grad_dims(op_type, X, W, dY, axis, axis_w, transposed)
         if xp is np and type(dY) is np.ndarray and M:
             G = dY.reshape(M, N)
-            dWt = scatter_weight_grad(X.reshape(M, K), G, jit.load())
-            if dWt is not None:
-                dW, W2 = (dWt, W.reshape(K, N).T) if transposed else (dWt.T.copy(), W.reshape(N, K))
+            dW = scatter_weight_grad(X.reshape(M, K), G, jit.load(), transpose=not transposed)   # W's layout
+            if dW is not None:
+                W2 = W.reshape(K, N).T if transposed else W.reshape(N, K)
                 return dW.reshape(W.shape), G.sum(axis=0), input_gradient_into(np, G, W2).reshape(X.shape)
         return regular(xp, X, W, dY, axis=axis, axis_w=axis_w, float16_compute=float16_compute)
     kernel.__doc__ = f"{op_type} with the one-hot weight gradient as a scatter-add (Workspace.fused_cells)."

@@ -143,6 +143,22 @@ def test_gradient_against_the_reference(fused, op_type):
 
 
 @needs_numba
+@pytest.mark.parametrize("n", [1, 31, 100, 512])
+def test_the_weight_layout_holds_the_same_sums(n):
+    """FCGradient's dW (N × K, written through add_rows' tiled transpose, tiles of 32 columns with a partial
+    last one) is, bit for bit, the transpose of FCTransposedGradient's (K × N, the sums as accumulated)."""
+    rng = np.random.default_rng(n)
+    X, _ = one_hot(rng, 200, 65)
+    dY = rng.standard_normal((200, n)).astype(F)
+    ws = Workspace(fused_cells=True)
+    dW = run_op("FCGradient", [X, rng.standard_normal((n, 65)).astype(F), dY], 3, ws=ws)[0]
+    dWt = run_op("FCTransposedGradient", [X, rng.standard_normal((65, n)).astype(F), dY], 3, ws=ws)[0]
+    assert dW.shape == (n, 65) and dW.flags.c_contiguous
+    np.testing.assert_array_equal(dW, dWt.T)
+    np.testing.assert_allclose(dW, _grad_reference(X, dY, False), rtol=2e-5, atol=2e-5)
+
+
+@needs_numba
 @pytest.mark.parametrize("bad", [np.inf, np.nan])
 def test_a_non_finite_gradient_spreads_as_in_the_gemm(bad):
     rng = np.random.default_rng(7)
@@ -163,7 +179,8 @@ def test_a_broken_scatter_is_caught(monkeypatch):
     X, _ = one_hot(rng, 100, 10)
     W, dY = rng.standard_normal((6, 10)).astype(F), rng.standard_normal((100, 6)).astype(F)
     real = fused.load()
-    broken = type("Broken", (), {"add_rows": staticmethod(lambda g, idx, k: real.add_rows(g[::-1].copy(), idx, k))})
+    broken = type("Broken", (), {"add_rows": staticmethod(
+        lambda g, idx, k, transpose: real.add_rows(g[::-1].copy(), idx, k, transpose))})
     monkeypatch.setattr(fused, "load", lambda: broken)
     dW = run_op("FCGradient", [X, W, dY], 3, ws=Workspace(fused_cells=True))[0]
     with pytest.raises(AssertionError):
