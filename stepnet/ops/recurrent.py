@@ -21,11 +21,14 @@ from .registry import NO_GRADIENT, Arg, op
 
 
 class StepWorkspaces:
-    """The `step_workspaces` blob: per-timestep workspaces and the workspace of blobs shared by all steps."""
+    """The `step_workspaces` blob: per-timestep workspaces and the workspace of blobs shared by all steps.
+    `own`: the per-step blobs stepnet adds that Caffe2's step net has not (the saved LSTM activations), which
+    RecurrentNetworkBlobFetcher leaves out."""
 
     def __init__(self, shared):
         self.shared = shared
         self.steps: list = []
+        self.own: frozenset = frozenset()
 
     def step(self, t: int):
         while len(self.steps) <= t:
@@ -169,6 +172,7 @@ class _Forward:
         links += [s.link for s in self.saved_steps]
         rec = Recurrence(self.timestep, tuple(links), tuple(self.recompute),
                          owned=(*self.states, *(s.link.external for s in self.saved_steps)))
+        self.own = frozenset(s.link.internal for s in self.saved_steps)
         nets = run(FORWARD, StepNets(a["step_net"], backward), rec)
         self.shared = [*self.recompute, *shared_scratch(nets, rec)]
         self.num_workspaces = max(1, a["num_workspaces"])
@@ -188,6 +192,7 @@ class _Forward:
         scratch = scratch_blob.value
         if not isinstance(scratch, StepWorkspaces):
             scratch = scratch_blob.value = StepWorkspaces(ws.child())
+        scratch.own = self.own
         for name in self.shared:
             scratch.shared.create_local_blob(name)
         for saved in self.saved_steps:
@@ -265,7 +270,8 @@ def recurrent_network(ctx, xp, *inputs, **args):
 @op("RecurrentNetworkBlobFetcher", inputs=1, outputs=1, context=True, args={"prefix": "rnn"},
     gradient=NO_GRADIENT, writes_unnamed=True)
 def blob_fetcher(ctx, xp, scratch, *, prefix):
-    """Copy every step workspace's local blobs into this workspace as <prefix>_<blob><t>; output their names."""
+    """Copy every step workspace's local blobs (those of Caffe2's step net: not the activations stepnet saves
+    for the gradient) into this workspace as <prefix>_<blob><t>; output their names."""
     if not isinstance(scratch, StepWorkspaces):
         raise ArgumentError(f"input {ctx.opdef.input[0]!r} is not the step_workspaces output of a "
                             "RecurrentNetwork op")
@@ -273,7 +279,7 @@ def blob_fetcher(ctx, xp, scratch, *, prefix):
     for i, step_ws in enumerate(scratch.steps):
         for name in step_ws.local_blobs():
             value = step_ws.find(name).value
-            if value is None or isinstance(value, StepWorkspaces):
+            if value is None or isinstance(value, StepWorkspaces) or name in scratch.own:
                 continue
             new = f"{prefix}_{name}{i}"
             ctx.workspace.create_blob(new).value = np.array(value, copy=True) if hasattr(value, "shape") else value

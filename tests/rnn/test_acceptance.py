@@ -141,6 +141,31 @@ def test_one_created_net_with_changing_T_matches_fresh_runs(layers):
         assert ws.fetch(outs[0]).shape == (T, N, H)
 
 
+@pytest.mark.parametrize("forward_only", [False, True])
+def test_the_blob_fetcher_copies_what_caffe2s_step_net_makes(forward_only):
+    """RecurrentNetworkBlobFetcher copies each step workspace's blobs of the step net (here, with the gradient op
+    run, the states, the timestep and the previous states), and not the LSTM activations stepnet keeps in them
+    for the gradient (no blob of Caffe2's step net); each copy holds that step's value."""
+    T, N, H = 3, 2, 3
+    m, outs, _ = lstm_model(H, forward_only=forward_only)
+    ws = Workspace()
+    ws.run_net_once(m.init_net.proto())
+    for k, v in lstm_feeds(T, N, H, 4).items():
+        ws.feed(k, v)
+    ws.run_net_once(m.net.proto())
+    steps = ws.get_blob("LSTM/step_workspaces").value.steps
+    assert any("LSTM/gates_t_rnn_activations" in s.local_blobs() for s in steps) == (not forward_only)
+    names = list(retrieve_step_blobs(ws, m.net, "f"))
+    assert not any("_rnn_activations" in n for n in names)
+    k = len(steps)          # (forward only: Caffe2's num_workspaces = 2 workspaces in turn)
+    for t in range(k):
+        assert {f"f_LSTM/hidden_t_prev{t}", f"f_LSTM/cell_state{t}", f"f_timestep{t}"} <= set(names)
+        # the hidden state of the step that ran last in workspace t
+        last = max(s for s in range(T) if s % k == t) if forward_only else t
+        np.testing.assert_array_equal(ws.fetch(f"f_LSTM/hidden_t_prev{t}"), ws.fetch(outs[0])[last - 1:last]
+                                      if last else ws.fetch("h0"))
+
+
 def test_recompute_on_and_off_give_the_same_results():
     T, N, H = 5, 3, 4
     feeds = lstm_feeds(T, N, H, 9)
