@@ -282,7 +282,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write every scalar the plan reports (its Print ops: losses, accuracies) as rows "
                         "iteration,name,value, flushed as they come; draw them with stepnet plot")
     r.add_argument("--fused-cells", type=_fused_cells, default="auto", metavar="auto|on|off",
-                   help="LSTM/GRU cells, Softmax, Sigmoid, FC of one row and the one-hot FC gradient as numba "
+                   help="LSTM/GRU cells, Softmax, Sigmoid, FC of one row, the one-hot FC gradient and Adam as numba "
                         "passes (the fast extra; auto: when numba is installed) or in numpy (off: the reference "
                         "arithmetic; results agree within float32 rounding)")
     r.add_argument("--threads", type=_threads, default=DEFAULT_THREADS, metavar="N",

@@ -39,7 +39,7 @@ import types
 
 import numpy as np
 
-from ..ops.binding import failure as _failure
+from ..ops.binding import failure as _failure, writes_over_inputs
 from .forms import Unsettled, compiled_form, results, sets_blobs
 from .inputs import Inputs, external_blobs
 from .prebound import Prebound
@@ -57,7 +57,8 @@ def _writes_in_place(bop, blob) -> bool:
     """Whether the interpreted op writes this input's array in place too (so an outer blob may be written)."""
     schema = bop.schema
     pairs = {(i, o) for i, b in enumerate(bop.inputs) for o, c in enumerate(bop.outputs) if b is blob and c is blob}
-    return bool(pairs & set(schema.enforce_inplace)) or ((0, 0) in pairs and schema.inplace_kernel is not None)
+    return bool(pairs & set(schema.enforce_inplace)) or bool(
+        pairs and schema.inplace_kernel is not None and writes_over_inputs(schema, bop.opdef))
 
 
 def _kinds(net, bop, ins, outs, views, buffers, main: tuple | None = None, overlap: bool = False) -> list | None:

@@ -1,8 +1,9 @@
 """numba's jitted kernels (kernels/jitted.py, the `fast` extra): whether they are installed, loading them once,
 and the helpers every runner uses to call them. A workspace picks them (`Workspace(fused_cells=)`; None, the
-default: whenever numba is installed) for the LSTM/GRU cells, Softmax and its gradient, Sigmoid, FC of one row
-and the one-hot FC weight gradient, interpreted and compiled alike, so a net gives the same bits whichever way
-its timesteps run. They agree with the numpy arithmetic within float32 rounding; fused_cells=False keeps numpy."""
+default: whenever numba is installed) for the LSTM/GRU cells, Softmax and its gradient, Sigmoid, FC of one row,
+the one-hot FC weight gradient and Adam, interpreted and compiled alike, so a net gives the same bits whichever
+way its timesteps run. They agree with the numpy arithmetic within float32 rounding (Adam's bit for bit);
+fused_cells=False keeps numpy."""
 from __future__ import annotations
 
 import functools

@@ -95,6 +95,14 @@ def check_inplace(schema, opdef, label: str) -> None:
                                     f"({out!r}); give the output another name", at=label)
 
 
+def writes_over_inputs(schema, opdef) -> bool:
+    """Whether every output of the op is an input its record lets it be written over (its in-place pairs): the
+    op then takes its record's inplace_kernel, which may update those arrays in place."""
+    pairs, ins = schema.allow_inplace, opdef.input
+    return bool(opdef.output) and pairs != ANY_INPLACE and all(
+        any(o == k and i < len(ins) and ins[i] == name for i, o in pairs) for k, name in enumerate(opdef.output))
+
+
 def store_results(bop, values, result, limit: int) -> None:
     """A kernel's result (not None) into the op's output blobs, as every runner stores it: one value for one
     output, else a tuple or list of values (None: an output the kernel left as it was)."""

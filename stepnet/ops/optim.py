@@ -17,6 +17,7 @@ import numpy as np
 
 from ..core import backend
 from ..core.errors import ArgumentError, DTypeError, ShapeError
+from ..kernels import jit
 from .base import check_float, check_int_dtype, like, out_spec, size_of
 from .lr import iteration_value
 from .registry import SHOULD_NOT_DO_GRADIENT, op
@@ -160,21 +161,30 @@ ADAM_ARGS = {"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-5}
 
 def adam_step(xp, w, g, m1, m2, lr, corr, beta1, beta2, epsilon):
     """(new param, new m1, new m2, effective grad) of one Adam step; corr from adam_correction."""
+    w, m1, m2 = w.copy(), m1.copy(), m2.copy()
+    return w, m1, m2, adam_step_into(xp, w, g, m1, m2, lr, corr, beta1, beta2, epsilon)
+
+
+def adam_step_into(xp, w, g, m1, m2, lr, corr, beta1, beta2, epsilon):
+    """One Adam step written into w, m1 and m2 (arrays of one shape, none sharing memory with another or with
+    g); returns the effective gradient corr·m1/(√m2 + ε). Each operation is rounded in the parameter's dtype,
+    in this order (kernels/jitted.py adam does the same operations: the same bits)."""
     dt = w.dtype
     b1, b2, one = const(dt, beta1), const(dt, beta2), const(dt, 1)
-    # In-place updates of the fresh arrays made here: the same arithmetic with fewer temporaries.
-    m1_new = m1 * b1
-    m1_new += g * (one - b1)
-    m2_new = g * g
-    m2_new *= one - b2
-    m2_new += m2 * b2
-    step = xp.sqrt(m2_new)
+    t = g * (one - b1)
+    m1 *= b1
+    m1 += t
+    xp.multiply(g, g, out=t)
+    t *= one - b2
+    m2 *= b2
+    m2 += t
+    step = xp.sqrt(m2)
     step += const(dt, epsilon)
-    xp.divide(m1_new, step, out=step)
+    xp.divide(m1, step, out=step)
     step *= const(dt, corr)
-    w_new = step * lr
-    w_new += w
-    return w_new, m1_new, m2_new, step
+    xp.multiply(step, lr, out=t)
+    w += t
+    return step
 
 
 def _check_adam(param, m1, m2, grad, lr, iteration) -> None:
@@ -189,18 +199,60 @@ def _adam_shape(specs, **_):
     return [like(specs[0]), like(specs[1]), like(specs[2]), like(specs[3])]
 
 
+def _apart(*arrays) -> bool:
+    """Whether these host arrays may be written in place: each writeable and C-contiguous (its flat view is
+    itself), no two sharing memory."""
+    if not all(type(a) is np.ndarray and a.flags.writeable and a.flags.c_contiguous for a in arrays):
+        return False
+    return not any(np.may_share_memory(a, b) for i, a in enumerate(arrays) for b in arrays[i + 1:])
+
+
+def _adam(xp, param, m1, m2, grad, lr, iteration, beta1, beta2, epsilon, in_place=False, fused=False):
+    """Adam's step into param, m1 and m2 themselves when in_place and they may be written there (the results
+    are then those three arrays), else into copies (the four outputs); by numba's one pass when fused and the
+    arrays are float32 host arrays (the same bits as numpy's operations)."""
+    _check_adam(param, m1, m2, grad, lr, iteration)
+    corr = adam_correction(beta1, beta2, iteration_value(iteration, "Adam"))
+    rate = scalar(xp, lr, param.dtype)
+    own = in_place and _apart(param, m1, m2, grad)
+    w, a, b = (param, m1, m2) if own else (param.copy(), m1.copy(), m2.copy())
+    wf, af, bf, g = (x.reshape(-1) for x in (w, a, b, grad))     # (views of w, a, b: C-contiguous)
+    compiled = jit.load() if fused and type(g) is np.ndarray and param.dtype == jit.F32 else None
+    if compiled is None:
+        eg = adam_step_into(xp, wf, g, af, bf, rate, corr, beta1, beta2, epsilon)
+    else:
+        eg, f32 = np.empty(0 if own else g.size, jit.F32), np.float32
+        compiled.adam(wf, np.ascontiguousarray(g), af, bf, rate[()], f32(corr), f32(beta1), f32(beta2),
+                      f32(epsilon), eg, not own)
+    return (w, a, b) if own else arrays(xp, w, a, b, eg.reshape(grad.shape))
+
+
+def _adam_in_place(fused: bool):
+    def kernel(xp, param, m1, m2, grad, lr, iteration, *, beta1, beta2, epsilon):
+        """Adam written into param, m1 and m2 (the op's outputs are those inputs, as Caffe2's optimizer
+        builders make it), where they may be written (else into new arrays, as the kernel)."""
+        return _adam(xp, param, m1, m2, grad, lr, iteration, beta1, beta2, epsilon, in_place=True, fused=fused)
+    return kernel
+
+
+def _fused_adam(regular):
+    """Adam's fused_kernel (Workspace.fused_cells): numba's one pass over float32 host arrays (kernels/jitted.py
+    adam, numpy's roundings: the same bits); its `inplace` writes into the inputs as Adam's inplace_kernel."""
+    def kernel(xp, param, m1, m2, grad, lr, iteration, *, beta1, beta2, epsilon):
+        return _adam(xp, param, m1, m2, grad, lr, iteration, beta1, beta2, epsilon, fused=True)
+    kernel.__doc__ = "Adam in one fused float32 pass (Workspace.fused_cells)."
+    kernel.inplace = _adam_in_place(fused=True)
+    return kernel
+
+
 @op("Adam", inputs=6, outputs=(3, 4), inplace=[(0, 0), (1, 1), (2, 2)], host_inputs=[5], args=ADAM_ARGS,
-    gradient=SHOULD_NOT_DO_GRADIENT, shape=_adam_shape)
+    gradient=SHOULD_NOT_DO_GRADIENT, shape=_adam_shape, inplace_kernel=_adam_in_place(fused=False),
+    fused=_fused_adam)
 def adam(xp, param, m1, m2, grad, lr, iteration, *, beta1, beta2, epsilon):
     """(param, m1, m2, grad, lr, iter) -> (param, m1, m2[, effective grad]): t = iter + 1,
     c = √(1−β2^t)/(1−β1^t), m1' = β1·m1 + (1−β1)·g, m2' = β2·m2 + (1−β2)·g², param' = param +
     lr·c·m1'/(√m2' + ε) (lr negative). The optional output is c·m1'/(√m2' + ε), shaped like grad."""
-    _check_adam(param, m1, m2, grad, lr, iteration)
-    corr = adam_correction(beta1, beta2, iteration_value(iteration, "Adam"))
-    shape = param.shape
-    w, a, b, eg = adam_step(xp, param, grad.reshape(shape), m1.reshape(shape), m2.reshape(shape),
-                            scalar(xp, lr, param.dtype), corr, beta1, beta2, epsilon)
-    return arrays(xp, w, a.reshape(m1.shape), b.reshape(m2.shape), eg.reshape(grad.shape))
+    return _adam(xp, param, m1, m2, grad, lr, iteration, beta1, beta2, epsilon)
 
 
 # --------------------------------------------------------------------------------------------- RmsProp

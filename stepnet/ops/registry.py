@@ -78,7 +78,8 @@ class OpSchema:
     devices: str = "same"                     # "any": inputs may live on another device (copy ops)
     host_inputs: frozenset = frozenset()      # inputs Caffe2 keeps on the CPU even for GPU ops (shapes, sizes)
     gpu_kernel: Callable | None = None
-    inplace_kernel: Callable | None = None    # used when output 0 is input 0: may update that array in place
+    inplace_kernel: Callable | None = None    # used when every output is an input it may be written over
+                                              # (its in-place pairs): may update those arrays in place
     gradient: Any = None                      # a maker function, one of the no-gradient kinds, or None
     shape: Callable | None = None
     alloc: Callable | None = None             # alloc(*inputs, **args) -> [(output, shape, dtype)] it will allocate
@@ -134,8 +135,9 @@ class Registry:
         shape and dtype of every input) with that call's inputs and the arguments, does every check that depends
         only on them and returns fast(*inputs), the kernel without those checks for inputs of that signature
         (None: use the kernel). fused(kernel) -> the kernel with numba's fused arithmetic (LSTM/GRU cells,
-        Softmax, Sigmoid, FC of one row, the one-hot FC gradient), which the executor binds on the CPU in a workspace
-        whose fused_cells is on (stepnet.kernels.jit); a `specialize` attribute on it is its own specialization.
+        Softmax, Sigmoid, FC of one row, the one-hot FC gradient, Adam), which the executor binds on the CPU in a
+        workspace whose fused_cells is on (stepnet.kernels.jit); a `specialize` attribute on it is its own
+        specialization, an `inplace` one its own inplace_kernel.
         alloc (for ops whose output sizes a file dictates, such as fills) is called with the kernel's inputs and
         arguments before the kernel and returns (output index, shape, dtype) of each array the kernel will
         allocate; the executor refuses any over the workspace's Limits.max_blob_bytes. shapes_from_inputs: the

@@ -15,7 +15,8 @@ from ..core.spec import TensorSpec
 from ..graph.view import Graph
 from ..io.validate import MAX_DEPTH, NET_IN_ARG, too_deep_text
 from ..ops.binding import (
-    check_arity, check_inplace, describe, device_option, failure, op_label, parse_args, store_results)
+    check_arity, check_inplace, describe, device_option, failure, op_label, parse_args, store_results,
+    writes_over_inputs)
 from ..ops.registry import REGISTRY
 from ..compiled.program import StepCompiler
 from .steps import StepLoop
@@ -186,8 +187,9 @@ class Net:
         kernel = schema.gpu_kernel if (schema.gpu_kernel and not device.is_cpu) else schema.kernel
         if schema.fused_kernel is not None and device.is_cpu:
             kernel = schema.fused_kernel if ws.jit_kernels() else kernel
-        if schema.inplace_kernel and opdef.input and opdef.output and opdef.output[0] == opdef.input[0]:
-            kernel = schema.inplace_kernel  # Caffe2 writes such an op's result into input 0's buffer
+        if schema.inplace_kernel and writes_over_inputs(schema, opdef):
+            # Caffe2 writes such an op's results into those inputs' buffers (a fused kernel may carry its own)
+            kernel = getattr(kernel, "inplace", None) or schema.inplace_kernel
         if schema.random:
             args["rng"] = (np.random.default_rng(do.random_seed)
                            if do is not None and do.HasField("random_seed") else ws.rng)

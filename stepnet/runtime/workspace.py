@@ -66,9 +66,9 @@ class Workspace:
     what its models may read, write and allocate (default Limits(): paths under the working directory of now,
     blobs up to a quarter of the memory); child workspaces inherit their parent's. compile_steps=False runs
     RecurrentNetwork step nets, and plain nets run many times, op by op (the reference path); fused_cells=False
-    keeps the LSTM/GRU cells, Softmax, Sigmoid, FC of one row and the one-hot FC weight gradient in numpy, True asks for
-    their numba forms (the `fast` extra), None (default) uses them when numba is installed. threads: BLAS threads
-    while its top-level nets and plans run (None: DEFAULT_THREADS, 1; 0: BLAS as the process has it)."""
+    keeps the LSTM/GRU cells, Softmax, Sigmoid, FC of one row, the one-hot FC weight gradient and Adam in numpy,
+    True asks for their numba forms (the `fast` extra), None (default) uses them when numba is installed. threads:
+    BLAS threads while its top-level nets and plans run (None: DEFAULT_THREADS, 1; 0: BLAS as the process has it)."""
 
     def __init__(self, parent: "Workspace | None" = None, *, seed: int | None = None, gpu: str | None = None,
                  strict: bool | None = None, check_nan: bool | None = None, limits: Limits | None = None,
@@ -89,7 +89,7 @@ class Workspace:
         # step nets and plain nets run many times run compiled (stepnet.compiled) unless False (op by op: the reference)
         self.compile_steps = (bool(compile_steps) if compile_steps is not None
                               else (True if root else parent.compile_steps))
-        # numba's fused kernels (cells, Softmax, Sigmoid, one-row FC, one-hot FC gradient; the fast extra);
+        # numba's fused kernels (cells, Softmax, Sigmoid, one-row FC, one-hot FC gradient, Adam; the fast extra);
         # None: if installed
         if fused_cells and not jit.installed():
             raise ValueError(f"fused_cells=True needs numba: {install_hint('fast')}")
