@@ -7,8 +7,12 @@ input gradient dgates·W_hh (B×4H · 4H×H) once per timestep, and the weight g
 once; the floor is their sum, each the median of --rounds timings in one process, both libraries alternating.
 'step ÷ floor' says how close each framework's training step comes to its own library's floor.
 
+With --forward, the predict net instead (targets.py's forward row): the floor is the T forward products alone,
+beside stepnet's whole predict net and onnxruntime's on stepnet's export of it (one ONNX LSTM node): where
+onnxruntime's whole forward takes less than numpy's products alone, no design calling numpy's BLAS reaches it.
+
     python benchmarks/gemm_floor.py [--batch 1 8 32 128] [--hidden 128 512 1024] [--steps 25] [--threads 1]
-        [--rounds 15] [--write]
+        [--rounds 15] [--forward] [--write]
 """
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ import time
 import numpy as np
 
 HEADER = "## GEMM floor of the LSTM training step (issue #28)"
+FORWARD_HEADER = "## GEMM floor of the LSTM forward (issue #28)"
 
 
 def timed(fn, rounds: int) -> float:
@@ -95,6 +100,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=25)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--rounds", type=int, default=15)
+    p.add_argument("--forward", action="store_true", help="the predict net against onnxruntime (see above)")
     p.add_argument("--write", action="store_true")
     args = p.parse_args()
     from threadpoolctl import threadpool_info, threadpool_limits
@@ -103,18 +109,23 @@ def main() -> None:
     import torch
     torch.set_num_threads(args.threads)
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from targets import stepnet_net, torch_train
+    from targets import onnx_forward_stepnet, stepnet_net, torch_train
 
     blas = "; ".join(f"{i.get('internal_api')} {i.get('version')} {i.get('architecture', '')}"
                      for i in threadpool_info() if i.get("user_api") == "blas")
     T, V = args.steps, 65
-    table = ["| B | H | numpy floor ms | torch floor ms | stepnet step ms | torch step ms | stepnet ÷ floor | "
-             "torch ÷ floor | stepnet ÷ torch |", "|---|---|---|---|---|---|---|---|---|"]
+    what, peer = ("forward", "onnxruntime") if args.forward else ("step", "torch")
+    table = [f"| B | H | numpy floor ms | torch floor ms | stepnet {what} ms | {peer} {what} ms | stepnet ÷ numpy "
+             f"floor | {peer} ÷ numpy floor | stepnet ÷ {peer} |", "|---|---|---|---|---|---|---|---|---|"]
     for H in args.hidden:
         for B in args.batch:
-            floors = [products(lib, B, H, T) for lib in ("numpy", "torch")]
-            step_s = stepnet_net("lstm", H, T, B, V, train=True)[1].run
-            step_t = torch_train("lstm", H, T, B, V, loop=False)
+            floors = [products(lib, B, H, T)[:1 if args.forward else 3] for lib in ("numpy", "torch")]
+            if args.forward:
+                ws, net, _ = stepnet_net("lstm", H, T, B, V, train=False)
+                step_s, step_t = net.run, onnx_forward_stepnet(ws, net, args.threads)[0]
+            else:
+                step_s = stepnet_net("lstm", H, T, B, V, train=True)[1].run
+                step_t = torch_train("lstm", H, T, B, V, loop=False)
             entries = [*floors, step_s, step_t]      # a floor: its parts' ways, timed each round, the fastest summed
             times = [[] for _ in entries]
             for entry in entries:
@@ -127,26 +138,31 @@ def main() -> None:
                     times[i].append(sum(min(timed(fn, 1) for fn in part) for part in entry)
                                     if isinstance(entry, list) else timed(entry, 1))
             fn_, ft, ss, st = (statistics.median(t) for t in times)
-            line = (f"| {B} | {H} | {fn_:.2f} | {ft:.2f} | {ss:.2f} | {st:.2f} | {ss / fn_:.2f} | {st / ft:.2f} | "
-                    f"{ss / st:.2f} |")
+            line = (f"| {B} | {H} | {fn_:.2f} | {ft:.2f} | {ss:.2f} | {st:.2f} | {ss / fn_:.2f} | "
+                    f"{st / (fn_ if args.forward else ft):.2f} | {ss / st:.2f} |")
             print(line, flush=True)
             table.append(line)
     command = " ".join(["python", "benchmarks/gemm_floor.py", *sys.argv[1:]])
+    header = FORWARD_HEADER if args.forward else HEADER
+    described = (f"char-rnn LSTM predict net (T={T}, V={V}: the LSTM, the output FC, Softmax) against onnxruntime "
+                 f"({args.threads} intra-op thread) on stepnet's export of it (one ONNX LSTM node); floors: the T "
+                 f"forward products h·W_hhᵀ alone" if args.forward else
+                 f"char-rnn LSTM training step, T={T}, V={V}, SGD (targets.py's models); floors: the recurrent "
+                 f"products alone (T forward and T input-gradient GEMMs, one weight-gradient GEMM)")
     text = "\n".join([
-        HEADER, "",
+        header, "",
         f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; machine: {platform.machine()}, "
         f"{os.cpu_count()} CPUs, Python {platform.python_version()}, numpy {np.__version__} ({blas}), torch "
         f"{torch.__version__}; {args.threads} thread(s) for both",
         f"- command: `{command}`",
-        f"- char-rnn LSTM training step, T={T}, V={V}, SGD (targets.py's models); floors: the recurrent products "
-        f"alone (T forward and T input-gradient GEMMs, one weight-gradient GEMM) with each library, numpy's in "
-        f"the fastest of its ways per part each round (one GEMM as written, W·Xᵀ, X·Wᵀ from a contiguous Wᵀ, "
-        f"blocks for OpenBLAS's small-matrix kernel); every column the median of {args.rounds} rounds, the four "
+        f"- {described} with each library, numpy's in the fastest of its ways per part each round (one GEMM as "
+        f"written, W·Xᵀ, X·Wᵀ from a contiguous Wᵀ, blocks for OpenBLAS's small-matrix kernel); every column "
+        f"the median of {args.rounds} rounds, the four "
         f"alternating in one process", "", *table, ""])
     print(text)
     if args.write:
         from results import write_section
-        write_section(text, HEADER + "\n")
+        write_section(text, header + "\n")
 
 
 if __name__ == "__main__":
