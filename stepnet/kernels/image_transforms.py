@@ -182,7 +182,7 @@ def color_jitter(img: np.ndarray, saturation: float, brightness: float, contrast
 def color_lighting(img: np.ndarray, std: float, rng) -> None:
     """AlexNet's PCA lighting noise on a float32 H×W×3 BGR image, in place: alphas ~ N(0, std); the RGB shift
     Σ_j eigvec[i][j]·eigval[j]·alpha[j] added to channel R, G, B (stored B, G, R)."""
-    alphas = rng.normal(0.0, std, 3).astype(np.float32)
+    alphas = rng.normal(0.0, abs(std), 3).astype(np.float32)   # (abs: -0.0 as 0, which numpy refuses)
     delta_rgb = LIGHTING_EIGVECS @ (LIGHTING_EIGVALS * alphas)
     img += delta_rgb[::-1]
 

@@ -273,7 +273,7 @@ def cached_noise(ws, size: int, std: float, rng):
         raise ArgumentError(f"noise_std is the noise's standard deviation and must be >= 0, got {std}")
     blob = ws.create_blob(NOISE_BLOB)
     if blob.value is None:
-        blob.set(rng.normal(0.0, std, size).astype(np.float32))
+        blob.set(rng.normal(0.0, abs(std), size).astype(np.float32))   # (abs: -0.0 as 0, which numpy refuses)
     noise = np.asarray(backend.to_host(blob.value), dtype=np.float32).reshape(-1)
     if noise.size < size:
         raise ShapeError(f"the cached noise blob {NOISE_BLOB} holds {noise.size} values, fewer than "

@@ -81,6 +81,9 @@ def config(n_outputs: int, a: dict) -> dict:
     if len(sizes) != n_outputs - 2 or min(sizes, default=1) < 0:
         raise ArgumentError(f"output_sizes must give a size >= 0 for each of the {n_outputs - 2} additional "
                             f"outputs, got {list(a['output_sizes'])}")
+    if a["color_lighting"] and a["color_lighting_std"] < 0:
+        raise ArgumentError(f"color_lighting_std is the lighting noise's standard deviation and must be >= 0, got "
+                            f"{a['color_lighting_std']}")
     if a["scale_jitter_type"] not in (0, 1):
         raise ArgumentError(f"scale_jitter_type must be 0 (none) or 1 (Inception-style), got {a['scale_jitter_type']}")
     out_dtype = cast_dtype(a["output_type"], "output_type")

@@ -150,7 +150,7 @@ def msra_shape(inputs, shape, extra_shape, input_as_shape, **_) -> tuple:
 def gaussian_fill(xp, *inputs, shape, extra_shape, input_as_shape, mean, std, rng):
     """float32 samples of N(mean, std^2)."""
     out_shape = gaussian_shape(inputs, shape, extra_shape, input_as_shape, std)
-    return _random(xp, rng.normal(mean, std, size=out_shape), np.float32)
+    return _random(xp, rng.normal(mean, abs(std), size=out_shape), np.float32)   # (abs: -0.0 as 0, which numpy refuses)
 
 
 @op("XavierFill", inputs=(0, 1), inplace=[(0, 0)], devices="any", random=True, gradient=NO_GRADIENT,

@@ -178,6 +178,8 @@ def test_stylizer_noise_is_drawn_once_and_scaled_by_noise_std():
     assert abs(noise.std() - 5.0) < 0.25 and abs(noise.mean()) < 0.25
     quiet = run_op("PackedInt8BGRANHWCToNCHWCStylizerPreprocess", [x, MEAN], 1, noise_std=0.0)
     np.testing.assert_array_equal(quiet, np.broadcast_to(-MEAN.reshape(1, 3, 1, 1), quiet.shape))
+    minus_zero = run_op("PackedInt8BGRANHWCToNCHWCStylizerPreprocess", [x, MEAN], 1, noise_std=-0.0)   # as 0
+    np.testing.assert_array_equal(minus_zero, quiet)
     with pytest.raises(ArgumentError, match="noise_std .* must be >= 0, got -1.0"):   # (fuzz seed 953 case 6294)
         run_op("PackedInt8BGRANHWCToNCHWCStylizerPreprocess", [x, MEAN], 1, noise_std=-1.0)
 

@@ -187,6 +187,8 @@ def test_jitter_and_lighting_change_training_images_only():
     lit, _ = run_input(recs, batch_size=1, scale=5, crop=5, color_lighting=1, color_lighting_std=1.0)
     shift = lit[0] - rgb[:, :, ::-1]
     assert np.allclose(shift, shift[0, 0], atol=1e-4) and np.abs(shift[0, 0]).max() > 0   # one shift per channel
+    unlit, _ = run_input(recs, batch_size=1, scale=5, crop=5, color_lighting=1, color_lighting_std=-0.0)
+    assert np.array_equal(unlit[0], plain[0])     # std -0.0 is 0: no shift (numpy's sampler refuses its sign)
 
 
 def test_label_types():
@@ -242,7 +244,8 @@ def test_bad_records_and_arguments_are_one_line_errors(tmp_path):
                       (dict(ok, minsize=4), "one and only one of scale and minsize"),
                       (dict(ok, crop=5), "must be no smaller than crop 5"),
                       (dict(ok, mean_per_channel=[1.0, 2.0]), "1 or 3 values"),
-                      (dict(ok, label_type=1), "label_type 1 needs num_labels > 0")):
+                      (dict(ok, label_type=1), "label_type 1 needs num_labels > 0"),
+                      (dict(ok, color_lighting=1, color_lighting_std=-0.5), "color_lighting_std .* must be >= 0")):
         with pytest.raises(ArgumentError, match=msg):
             run_input([record(rgb, np.array([0], np.int32))], **args)
 
