@@ -169,6 +169,14 @@ def test_without_dot_writes_dot_text_and_says_how(tmp_path, monkeypatch, capsys)
     assert not out.exists() and out.with_suffix(".dot").exists()
     assert line.count("\n") == 1 and f"dot -Tsvg {out.with_suffix('.dot')} -o {out}" in line
     assert out.with_suffix(".dot").read_text().startswith("digraph stepnet {")
+    # a file already where the dot text would go, which the request did not name, stays (hostile campaign
+    # seed 20 case 1681 wrote there): one error line saying how to replace it
+    mine = tmp_path / "mine.svg"
+    mine.with_suffix(".dot").write_text("my own graph")
+    assert main(["draw", str(ROOT / "models/xor/predict_net.pbtxt"), "-o", str(mine)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"is there already: pass -o {mine.with_suffix('.dot')} to replace it" in err
+    assert mine.with_suffix(".dot").read_text() == "my own graph" and not mine.exists()
 
 
 def test_bad_requests_are_one_line(tmp_path, capsys):

@@ -96,6 +96,8 @@ class Case:
                 self.outputs.append(argv[i + 1].split(":")[0] if word == "--save-image" else argv[i + 1])
         if argv[0] == "convert" and len(argv) > 2:
             self.outputs.append(argv[2])
+        if argv[0] == "draw":     # without Graphviz's dot, a picture's dot text goes to OUT with suffix .dot
+            self.outputs += [os.path.splitext(o)[0] + ".dot" for o in self.outputs]
         self.any_path = "--allow-any-path" in argv
         self.overwrite = "--overwrite" in argv or argv[0] != "run"
         root = argv[argv.index("--file-root") + 1] if "--file-root" in argv[:-1] else "."

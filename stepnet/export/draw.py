@@ -310,7 +310,8 @@ class Drawn:
 
 def draw(models: Sequence, out, options: Options | None = None, title: str | None = None) -> Drawn:
     """Draw models into `out` (.svg, .png, .pdf or .dot, by its suffix), atomically. Without Graphviz's dot, an
-    .svg/.png/.pdf request writes the dot text next to it (OUT with suffix .dot) and says how to render it."""
+    .svg/.png/.pdf request writes the dot text next to it (OUT with suffix .dot) and says how to render it; a
+    file already there, which the request did not name, is not replaced (an error says so)."""
     out = Path(out)
     fmt = FORMATS.get(out.suffix.lower())
     if fmt is None:
@@ -323,6 +324,10 @@ def draw(models: Sequence, out, options: Options | None = None, title: str | Non
         return Drawn(out, fmt, f"render it with: dot -Tsvg {_shell(out)} -o {_shell(out.with_suffix('.svg'))}")
     if shutil.which("dot") is None:
         dot_path = out.with_suffix(".dot")
+        if os.path.lexists(dot_path):
+            raise ArgumentError(f"Graphviz's dot is not installed (Debian/Ubuntu: apt-get install graphviz), so {out} "
+                                f"cannot be made, and {dot_path}, where its dot text would go instead, is there "
+                                f"already: pass -o {_shell(dot_path)} to replace it, or move it")
         proto.atomic_write(dot_path, dot_text.encode())
         return Drawn(dot_path, "dot", f"Graphviz's dot is not installed (Debian/Ubuntu: apt-get install graphviz), "
                      f"so {out} was not made; render it with: dot -T{fmt} {_shell(dot_path)} -o {_shell(out)}")
