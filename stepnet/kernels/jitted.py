@@ -1,164 +1,20 @@
-"""numba's fused kernels (the `fast` extra), float32 only: one pass over the batch rows per LSTM/GRU step op,
-the row kernels of Softmax and its gradient, Sigmoid's pass, the one-hot FC weight gradient (add_rows), the
-step FC's bias + Sum (bias_sum) and Adam's update (adam, numpy's roundings exactly). Imported only through
-stepnet.kernels.jit.load(), so stepnet runs without numba.
+"""numba's fused kernels (the `fast` extra), float32 only: the LSTM/GRU cell kernels (kernels/jitted_cells.py,
+re-exported here), the row kernels of Softmax and its gradient, Sigmoid's pass, the one-hot FC weight gradient
+(add_rows), the step FC's bias + Sum (bias_sum), FC of one row and Adam's update (adam, numpy's roundings
+exactly). Imported only through stepnet.kernels.jit.load(), so stepnet runs without numba.
 
-Each kernel computes a row into scratch it allocated itself, then copies the scratch into its outputs. Written
-straight into the outputs, LLVM guards the vectorized loop with run-time overlap checks between the arrays,
-which failed for some placements of the arrays in memory (adjacent state rows, neighbouring buffers) and fell
-back to scalar code: the same kernel took 12 or 57 µs at n=32, d=128 by where numpy had put its arrays. Stores
-into the kernel's own allocation need no check.
-
-tanh is Eigen's float32 rational approximation (a 13th/6th-degree ratio of polynomials in x, clamped at ±7.905:
-under 3e-7 from the exact tanh), written out so that LLVM vectorizes the loops; numba's own tanh is a scalar
-libm call per element. σ(x) = 0.5·tanh(x/2) + 0.5, as the numpy kernels compute it. fastmath without
-'nnan'/'ninf': a NaN or inf in the gates propagates as it does in numpy. Arrays arrive flat (C-contiguous
-views); n rows of d."""
+Kernels that write several outputs compute into scratch they allocated themselves first (jitted_cells says
+why). fastmath without 'nnan'/'ninf': a NaN or inf propagates as it does in numpy. The 2-D kernels index
+x[i, j] by their loop variables; flat arrays are C-contiguous views."""
 from __future__ import annotations
 
 import numpy as np
 from numba import float32, njit
 
-_FLAGS = {"contract", "arcp", "nsz", "reassoc"}
-_JIT = {"fastmath": _FLAGS, "boundscheck": False, "error_model": "numpy", "cache": True}
-_CLAMP = float32(7.90531110763549805)
-
-
-@njit(inline="always", **_JIT)
-def tanh32(x):
-    if x > _CLAMP:
-        x = _CLAMP
-    elif x < -_CLAMP:
-        x = -_CLAMP
-    x2 = x * x
-    p = float32(-2.76076847742355e-16)
-    p = p * x2 + float32(2.00018790482477e-13)
-    p = p * x2 + float32(-8.60467152213735e-11)
-    p = p * x2 + float32(5.12229709037114e-08)
-    p = p * x2 + float32(1.48572235717979e-05)
-    p = p * x2 + float32(6.37261928875436e-04)
-    p = p * x2 + float32(4.89352455891786e-03)
-    q = float32(1.19825839466702e-06)
-    q = q * x2 + float32(1.18534705686654e-04)
-    q = q * x2 + float32(2.26843463243900e-03)
-    q = q * x2 + float32(4.89352518554385e-03)
-    return x * p / q
-
-
-@njit(inline="always", **_JIT)
-def _sigmoid(x, shift):
-    return float32(0.5) * tanh32(x * float32(0.5) + shift) + float32(0.5)
-
-
-@njit(**_JIT)
-def tanh_into(x, out):
-    """out = tanh(x), elementwise (the approximation on its own)."""
-    for k in range(x.size):
-        out[k] = tanh32(x[k])
-
-
-@njit(**_JIT)
-def lstm_forward(gates, c_prev, fbh, h, c, acts, save, n, d):
-    """c = σ(i)·tanh(g) + σ(f + forget_bias)·c_prev, h = σ(o)·tanh(c) from gates (n, 4d) in blocks i, f, o, g
-    (fbh = forget_bias / 2); with save, acts (4 blocks of n·d) = σ(i), σ(f + fb), σ(o), tanh(g)."""
-    zero, nd = float32(0), n * d
-    row = np.empty((7, d), np.float32)
-    for r in range(n):
-        gb, ob = r * 4 * d, r * d
-        for j in range(d):
-            i = _sigmoid(gates[gb + j], zero)
-            f = _sigmoid(gates[gb + d + j], fbh)
-            o = _sigmoid(gates[gb + 2 * d + j], zero)
-            g = tanh32(gates[gb + 3 * d + j])
-            cc = i * g + f * c_prev[ob + j]
-            tc = tanh32(cc)
-            row[0, j], row[1, j], row[2, j], row[3, j], row[4, j] = i, f, o, g, tc
-            row[5, j], row[6, j] = cc, tc * o
-        for j in range(d):
-            c[ob + j] = row[5, j]
-            h[ob + j] = row[6, j]
-        if save:
-            for m in range(4):
-                for j in range(d):
-                    acts[m * nd + ob + j] = row[m, j]
-
-
-@njit(**_JIT)
-def lstm_activations(gates, fbh, acts, n, d):
-    """acts (4 blocks of n·d) from gates (n, 4d): what lstm_forward saves."""
-    zero, nd = float32(0), n * d
-    row = np.empty((4, d), np.float32)
-    for r in range(n):
-        gb, ob = r * 4 * d, r * d
-        for j in range(d):
-            row[0, j] = _sigmoid(gates[gb + j], zero)
-            row[1, j] = _sigmoid(gates[gb + d + j], fbh)
-            row[2, j] = _sigmoid(gates[gb + 2 * d + j], zero)
-            row[3, j] = tanh32(gates[gb + 3 * d + j])
-        for m in range(4):
-            for j in range(d):
-                acts[m * nd + ob + j] = row[m, j]
-
-
-@njit(**_JIT)
-def lstm_backward(acts, c, c_prev, dh, dc, dgates, dh_prev, dc_prev, n, d):
-    """LSTMUnitGradient from the activations and the step's cell state c (tanh(c) recomputed, as the forward
-    computed it): dgates (n, 4d) in blocks i, f, o, g, dc_prev, and dh_prev = 0."""
-    one, nd = float32(1), n * d
-    row = np.empty((5, d), np.float32)
-    for r in range(n):
-        gb, ob = r * 4 * d, r * d
-        for j in range(d):
-            k = ob + j
-            i, f, o, g, tc = acts[k], acts[nd + k], acts[2 * nd + k], acts[3 * nd + k], tanh32(c[k])
-            dct = (one - tc * tc) * o * dh[k] + dc[k]
-            row[0, j] = dct * g * ((one - i) * i)
-            row[1, j] = dct * c_prev[k] * ((one - f) * f)
-            row[2, j] = dh[k] * tc * ((one - o) * o)
-            row[3, j] = (one - g * g) * i * dct
-            row[4, j] = dct * f
-        for m in range(4):
-            for j in range(d):
-                dgates[gb + m * d + j] = row[m, j]
-        for j in range(d):
-            dc_prev[ob + j] = row[4, j]
-            dh_prev[ob + j] = float32(0)
-
-
-@njit(**_JIT)
-def gru_forward(h_prev, gates, h, n, d):
-    """h = (h_prev − tanh(o))·σ(u) + tanh(o) from gates (n, 3d) in blocks r, u, o (GRUUnit; r was used before)."""
-    zero = float32(0)
-    row = np.empty(d, np.float32)
-    for r in range(n):
-        gb, ob = r * 3 * d, r * d
-        for j in range(d):
-            u = _sigmoid(gates[gb + d + j], zero)
-            o = tanh32(gates[gb + 2 * d + j])
-            row[j] = (h_prev[ob + j] - o) * u + o
-        for j in range(d):
-            h[ob + j] = row[j]
-
-
-@njit(**_JIT)
-def gru_backward(h_prev, gates, dh, dh_prev, dgates, n, d):
-    """GRUUnitGradient: dgates (n, 3d) = 0, dh·(h_prev − o)·u·(1 − u), dh·(1 − u)·(1 − o²); dh_prev = dh·u."""
-    zero, one = float32(0), float32(1)
-    row = np.empty((3, d), np.float32)
-    for r in range(n):
-        gb, ob = r * 3 * d, r * d
-        for j in range(d):
-            k = ob + j
-            u = _sigmoid(gates[gb + d + j], zero)
-            o = tanh32(gates[gb + 2 * d + j])
-            row[0, j] = (h_prev[k] - o) * dh[k] * u * (one - u)
-            row[1, j] = (one - o * o) * (one - u) * dh[k]
-            row[2, j] = dh[k] * u
-        for j in range(d):
-            dgates[gb + j] = zero
-            dgates[gb + d + j] = row[0, j]
-            dgates[gb + 2 * d + j] = row[1, j]
-            dh_prev[ob + j] = row[2, j]
+from .jitted_cells import _JIT
+# the cell kernels, re-exported: jit.load()'s module holds every kernel
+from .jitted_cells import (  # noqa: F401
+    gru_backward, gru_forward, lstm_activations, lstm_backward, lstm_forward, tanh_into)
 
 
 @njit(**_JIT)
