@@ -121,6 +121,7 @@ class Program:
         self.begins = tuple(begins)   # [(op index, input index, fn)]: each op's per-run setup (Fast.begin)
         self.main = main              # a plain net's program: its buffers are checked out per run
         self.shared: dict = {}        # id(blob) -> (blob, buffer) of the blobs of the workspace the steps share
+        self.local: dict = {}         # id(blob) -> (blob, buffer) of a step workspace's blobs: its routines share them
         self.codes: dict = {}         # the bound step routines' generated code (compiled.prebound), by source
 
     @classmethod
@@ -168,8 +169,10 @@ class Program:
         return cls(ops, begins, main)
 
     def _buffer(self, net, blob, shape, dtype):
-        """A new buffer for the blob; for a blob of the workspace the steps share (a backward-only temporary),
-        the one every step workspace's routine writes (each step binds its arrays: compiled.prebound). A plain
+        """The blob's buffer, made at its first routine: a step workspace's blob has one for all the routines of
+        its bound net (a forward-only op's few workspaces run one routine per timestep), a blob of the workspace
+        the steps share (a backward-only temporary) one that every step workspace's routine writes (each step
+        binds its arrays: compiled.prebound). A plain
         net's blob keeps the array its op made in the run the program was built from where it fits (its own
         memory, C-contiguous, writeable): no second copy of it while the first is still held (_checkout
         replaces it at the first run if anything besides the blob holds it)."""
@@ -179,11 +182,10 @@ class Program:
                     and cur.base is None and cur.flags.c_contiguous and cur.flags.writeable):
                 return cur
             return np.empty(shape, dtype)
-        if net.workspace.local_blob(blob.name) is blob:
-            return np.empty(shape, dtype)
-        found = self.shared.get(id(blob))
+        kept = self.local if net.workspace.local_blob(blob.name) is blob else self.shared
+        found = kept.get(id(blob))
         if found is None or found[0] is not blob:
-            found = self.shared[id(blob)] = (blob, np.empty(shape, dtype))
+            found = kept[id(blob)] = (blob, np.empty(shape, dtype))
         return found[1]
 
     def begin(self, net) -> None:
@@ -331,7 +333,8 @@ class StepCompiler:
         self.enabled = enabled
         self.main = main
         self.constant = constant     # blobs whose value is the same each run (a step net's timestep)
-        self.bind = not main         # routines bound to their arrays: each step workspace runs one timestep
+        self.bind = not main         # routines bound to their arrays: each runs one timestep of every run
+        self.cycle = False           # step workspaces run several timesteps (forward-only): a routine per timestep
         self.signature = None
         self.program: Program | None = None
         self.pending = False
@@ -373,13 +376,15 @@ class StepCompiler:
             if self.program is not None:
                 self.program.begin(net)
 
-    def routine(self, net):
-        """The routine of this bound net under the current program (made the first time it is asked for)."""
-        key = (id(net), self.bind)
+    def routine(self, net, t: int = 0):
+        """The routine of this bound net for timestep t under the current program (made the first time it is
+        asked for): one per bound net, or with `cycle` one per timestep, each bound to that timestep's arrays
+        (its buffers the net's: Program._buffer)."""
+        key = (id(net), self.bind, t if self.cycle else None)
         entry = self.routines.get(key)
         if entry is None or entry[0] is not net:
             entry = self.routines[key] = (net, self.program.routine(net, self.constant, self.bind))
         return entry[1]
 
-    def run(self, net) -> bool:
-        return self.routine(net)()
+    def run(self, net, t: int = 0) -> bool:
+        return self.routine(net, t)()

@@ -74,7 +74,7 @@ class Replay:
         for _, _, rows, shape, r in self.states:
             rows[...] = inputs[r] if shape is None else inputs[r].reshape(shape)
         if self.routines is None:
-            self.routines = tuple((blob, compiler.routine(bound)) for blob, bound in self.steps)
+            self.routines = tuple((blob, compiler.routine(bound, t)) for t, (blob, bound) in enumerate(self.steps))
         for (blob, routine), timestep in zip(self.routines, steps):
             blob.value = timestep
             routine()

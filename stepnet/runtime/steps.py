@@ -41,7 +41,7 @@ class StepLoop:
         """Run the step net for each t of `order` (ascending or descending), bound in workspaces[t], with [t] in
         its timestep blob."""
         compiler, fast, first, steps = self.compiler, False, True, []
-        compiler.bind = len(workspaces) == len({id(w) for w in workspaces})   # (a forward-only op cycles through a few)
+        compiler.cycle = len(workspaces) != len({id(w) for w in workspaces})   # (a forward-only op cycles through a few)
         values = timesteps(len(workspaces))
         net, local, strict, level = self.net, self.local, self.strict, self.level
         for t in order:
@@ -56,12 +56,12 @@ class StepLoop:
             if first:
                 first, fast = False, compiler.start(bound)
                 if fast:
-                    compiler.run(bound)
+                    compiler.run(bound, t)
                 else:
                     compiler.interpret(bound, len(workspaces))   # op by op, and compiled from it when due
                     fast = compiler.program is not None
             elif fast:
-                compiler.run(bound)
+                compiler.run(bound, t)
             else:
                 bound.run()
         self.steps, self.compiled = steps, fast

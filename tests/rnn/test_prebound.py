@@ -69,11 +69,39 @@ def test_every_lstm_step_entry_is_bound_by_its_form(monkeypatch):
     assert again == []
 
 
-def test_a_forward_only_op_cycling_through_its_workspaces_is_not_bound():
-    """A forward-only op runs every timestep in one of a few step workspaces: its routines stay straight-line
-    (a binding is one timestep's arrays)."""
-    _, net = run_both(lambda m: lstm(m, "X", "seq", ["h0", "c0"], D, H, forward_only=True), feeds_of(3), runs=3)
-    assert [run.bound for run in routines(net)] == [None] * len(routines(net))
+@pytest.mark.parametrize("fused", CELLS)
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_a_forward_only_op_binds_one_routine_per_timestep(cell, fused):
+    """A forward-only op runs its timesteps in a few step workspaces, in turn: each timestep gets a routine of
+    its own, bound to that timestep's arrays (a binding is one timestep's link rows), the routines of one
+    workspace writing the same buffers; bit for bit the op-by-op path while new sequences, states and weights
+    are fed between runs (its main net compiled from the third run, so later runs replay)."""
+    def build(m):
+        if cell == "lstm":
+            lstm(m, "X", "seq", ["h0", "c0"], D, H, forward_only=True)
+        else:
+            gru(m, "X", "seq", ["h0"], D, H, forward_only=True)
+
+    def change(ws, r):
+        fresh = feeds_of(10 + r)
+        for name in ("X", "h0", "c0"):
+            ws.feed(name, fresh[name])
+        if r == 4:
+            for name in ws.blobs():
+                if name.endswith("_t_w"):
+                    ws.feed(name, ws.fetch(name) * F(0.9))
+    _, net = run_both(build, feeds_of(3), runs=6, change=change, fused=fused)
+    compiler = compilers(net)["RecurrentNetwork"]
+    assert compiler.cycle
+    keys = list(compiler.routines)
+    steps = feeds_of(3)["X"].shape[0]
+    assert sorted(k[2] for k in keys) == list(range(steps))           # one routine per timestep
+    assert len({k[0] for k in keys}) == 2                               # over the op's two step workspaces
+    assert all(run.bound is not None for _, run in compiler.routines.values())
+    buffers = {}
+    for (net_id, _, _), (step_net, _) in compiler.routines.items():
+        values = tuple(id(b.value) for bop in step_net.ops for b in bop.outputs if b.name.endswith("gates_t"))
+        assert buffers.setdefault(net_id, values) == values            # one set of buffers per workspace
 
 
 def test_bindings_hold_no_tensor_of_the_main_net():
