@@ -41,7 +41,7 @@ class StepLoop:
         """Run the step net for each t of `order` (ascending or descending), bound in workspaces[t], with [t] in
         its timestep blob."""
         compiler, fast, first, steps = self.compiler, False, True, []
-        compiler.cycle = len(workspaces) != len({id(w) for w in workspaces})   # (a forward-only op cycles through a few)
+        compiler.cycle = len(workspaces) != len({id(w) for w in workspaces})   # (forward-only: a few, in turn)
         values = timesteps(len(workspaces))
         net, local, strict, level = self.net, self.local, self.strict, self.level
         for t in order:
