@@ -70,17 +70,22 @@ def test_every_lstm_step_entry_is_bound_by_its_form(monkeypatch):
 
 
 @pytest.mark.parametrize("fused", CELLS)
-@pytest.mark.parametrize("cell", ["lstm", "gru"])
-def test_a_forward_only_op_binds_one_routine_per_timestep(cell, fused):
-    """A forward-only op runs its timesteps in a few step workspaces, in turn: each timestep gets a routine of
-    its own, bound to that timestep's arrays (a binding is one timestep's link rows), the routines of one
-    workspace writing the same buffers; bit for bit the op-by-op path while new sequences, states and weights
-    are fed between runs (its main net compiled from the third run, so later runs replay)."""
+@pytest.mark.parametrize("cell, workspaces", [("lstm", 2), ("gru", 2), ("lstm", 1)])
+def test_a_forward_only_op_binds_one_routine_per_timestep(cell, workspaces, fused):
+    """A forward-only op runs its timesteps in a few step workspaces (num_workspaces: Caffe2's default 2, or
+    one for all), in turn: each timestep gets a routine of its own, bound to that timestep's arrays (a binding
+    is one timestep's link rows), the routines of one workspace writing the same buffers; bit for bit the
+    op-by-op path while new sequences, states and weights are fed between runs (its main net compiled from the
+    third run, so later runs replay)."""
     def build(m):
         if cell == "lstm":
             lstm(m, "X", "seq", ["h0", "c0"], D, H, forward_only=True)
         else:
             gru(m, "X", "seq", ["h0"], D, H, forward_only=True)
+        for op in m.net.proto().op:
+            if op.type == "RecurrentNetwork" and workspaces != 2:
+                arg = op.arg.add()
+                arg.name, arg.i = "num_workspaces", workspaces
 
     def change(ws, r):
         fresh = feeds_of(10 + r)
@@ -96,7 +101,7 @@ def test_a_forward_only_op_binds_one_routine_per_timestep(cell, fused):
     keys = list(compiler.routines)
     steps = feeds_of(3)["X"].shape[0]
     assert sorted(k[2] for k in keys) == list(range(steps))           # one routine per timestep
-    assert len({k[0] for k in keys}) == 2                               # over the op's two step workspaces
+    assert len({k[0] for k in keys}) == workspaces                      # over the op's step workspaces
     assert all(run.bound is not None for _, run in compiler.routines.values())
     buffers = {}
     for (net_id, _, _), (step_net, _) in compiler.routines.items():
