@@ -120,8 +120,7 @@ class Program:
         self.ops = ops   # [(Fast, [(kind, shape, dtype) per output], (op index, ...))]: in the order they run
         self.begins = tuple(begins)   # [(op index, input index, fn)]: each op's per-run setup (Fast.begin)
         self.main = main              # a plain net's program: its buffers are checked out per run
-        self.shared: dict = {}        # id(blob) -> (blob, buffer) of the blobs of the workspace the steps share
-        self.local: dict = {}         # id(blob) -> (blob, buffer) of a step workspace's blobs: its routines share them
+        self.buffers: dict = {}       # id(blob) -> (blob, buffer) of a step net's buffer blobs (Program._buffer)
         self.codes: dict = {}         # the bound step routines' generated code (compiled.prebound), by source
 
     @classmethod
@@ -169,23 +168,22 @@ class Program:
         return cls(ops, begins, main)
 
     def _buffer(self, net, blob, shape, dtype):
-        """The blob's buffer, made at its first routine: a step workspace's blob has one for all the routines of
-        its bound net (a forward-only op's few workspaces run one routine per timestep), a blob of the workspace
-        the steps share (a backward-only temporary) one that every step workspace's routine writes (each step
-        binds its arrays: compiled.prebound). A plain
-        net's blob keeps the array its op made in the run the program was built from where it fits (its own
-        memory, C-contiguous, writeable): no second copy of it while the first is still held (_checkout
-        replaces it at the first run if anything besides the blob holds it)."""
+        """The blob's buffer. A step net's blob has one, made at its first routine, that every routine writing
+        the blob shares: all the routines of its bound net (a forward-only op's few workspaces run one routine per
+        timestep) and, for a blob of the workspace the steps share (a backward-only temporary), every step
+        workspace's (each step binds its arrays: compiled.prebound). A plain net's blob keeps the array its op
+        made in the run the program was built from where it fits (its own memory, C-contiguous, writeable): no
+        second copy of it while the first is still held (_checkout replaces it at the first run if anything
+        besides the blob holds it)."""
         if self.main:
             cur = blob.value
             if (type(cur) is np.ndarray and not blob.view and cur.shape == shape and cur.dtype == dtype
                     and cur.base is None and cur.flags.c_contiguous and cur.flags.writeable):
                 return cur
             return np.empty(shape, dtype)
-        kept = self.local if net.workspace.local_blob(blob.name) is blob else self.shared
-        found = kept.get(id(blob))
+        found = self.buffers.get(id(blob))
         if found is None or found[0] is not blob:
-            found = kept[id(blob)] = (blob, np.empty(shape, dtype))
+            found = self.buffers[id(blob)] = (blob, np.empty(shape, dtype))
         return found[1]
 
     def begin(self, net) -> None:
@@ -380,7 +378,7 @@ class StepCompiler:
         """The routine of this bound net for timestep t under the current program (made the first time it is
         asked for): one per bound net, or with `cycle` one per timestep, each bound to that timestep's arrays
         (its buffers the net's: Program._buffer)."""
-        key = (id(net), self.bind, t if self.cycle else None)
+        key = (id(net), t if self.cycle else None)
         entry = self.routines.get(key)
         if entry is None or entry[0] is not net:
             entry = self.routines[key] = (net, self.program.routine(net, self.constant, self.bind))

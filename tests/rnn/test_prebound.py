@@ -100,11 +100,11 @@ def test_a_forward_only_op_binds_one_routine_per_timestep(cell, workspaces, fuse
     assert compiler.cycle
     keys = list(compiler.routines)
     steps = feeds_of(3)["X"].shape[0]
-    assert sorted(k[2] for k in keys) == list(range(steps))           # one routine per timestep
+    assert sorted(k[1] for k in keys) == list(range(steps))           # one routine per timestep
     assert len({k[0] for k in keys}) == workspaces                      # over the op's step workspaces
     assert all(run.bound is not None for _, run in compiler.routines.values())
     buffers = {}
-    for (net_id, _, _), (step_net, _) in compiler.routines.items():
+    for (net_id, _), (step_net, _) in compiler.routines.items():
         values = tuple(id(b.value) for bop in step_net.ops for b in bop.outputs if b.name.endswith("gates_t"))
         assert buffers.setdefault(net_id, values) == values            # one set of buffers per workspace
 
