@@ -20,6 +20,7 @@ from ..core.int8 import Int8Tensor
 from ..core.extras import install_hint
 from ..core.version import VERSION
 from .metrics import MetricsWriter
+from ..passes.unread import drop_unread_gradients
 from ..runtime.plan import training_loops
 from ..runtime.profile import Profiler
 from .progress import Monitor
@@ -96,6 +97,8 @@ def _run(a, ws, model, predict_def, monitor: Monitor, profiler: Profiler | None)
     if is_plan:
         if a.predict_net:
             raise ArgumentError(f"{a.model} is a PlanDef; give a second file only after an init NetDef")
+        if not a.checkpoint:      # (a checkpoint saves every blob: then every value is computed)
+            model, _ = drop_unread_gradients(model, keep=a.fetch)
         if a.load:
             checkpoints.load(ws, a.load)
         for name, value in feeds.items():
@@ -123,6 +126,8 @@ def _run(a, ws, model, predict_def, monitor: Monitor, profiler: Profiler | None)
             ws.run_net_once(init)
         else:
             init, predict = None, model
+        if not a.checkpoint:
+            predict, _ = drop_unread_gradients(predict, keep=[*a.fetch, *predict.external_output])
         if a.load:
             checkpoints.load(ws, a.load)
         for name, value in feeds.items():

@@ -36,33 +36,41 @@ def fc_grad_dims(op_type, X, W, dY, axis, axis_w, transposed) -> tuple[int, int,
     return M, K, N
 
 
-def _fc_gradient(xp, op_type, X, W, dY, axis, axis_w, transposed):
+def _fc_gradient(xp, op_type, X, W, dY, axis, axis_w, transposed, input_gradient=True):
+    """(dW, db, dX); (dW, db) without input_gradient (Caffe2 computes dX only for an op with 3 outputs)."""
     M, K, N = fc_grad_dims(op_type, X, W, dY, axis, axis_w, transposed)
     dY = xp.asarray(dY)  # a 1-element gradient may sit on the host
     if X.size == 0:  # Caffe2 zero-fills dW and db; dX is empty then anyway
-        return xp.zeros(W.shape, W.dtype), xp.zeros((N,), dY.dtype), xp.zeros(X.shape, X.dtype)
+        return (xp.zeros(W.shape, W.dtype), xp.zeros((N,), dY.dtype), xp.zeros(X.shape, X.dtype))[
+            :3 if input_gradient else 2]
     X2, G = X.reshape(M, K), dY.reshape(M, N)
     if transposed:      # W is K x N: Y = X·W
         W2 = W.reshape(K, N)
-        dW, dX = xp.matmul(X2.T, G), xp.matmul(G, W2.T)
+        dW = xp.matmul(X2.T, G)
+        dX = xp.matmul(G, W2.T) if input_gradient else None
     else:               # W is N x K: Y = X·Wᵀ
         W2 = W.reshape(N, K)
-        dW, dX = xp.matmul(G.T, X2), input_gradient_into(xp, G, W2)
+        dW = xp.matmul(G.T, X2)
+        dX = input_gradient_into(xp, G, W2) if input_gradient else None
+    if dX is None:
+        return dW.reshape(W.shape), G.sum(axis=0)
     return dW.reshape(W.shape), G.sum(axis=0), dX.reshape(X.shape)
 
 
 def _one_hot_fc_gradient(regular, op_type, transposed):
     """FCGradient's fused_kernel: regular, but the weight gradient of one-hot rows of X as a scatter-add
     (stepnet.kernels.onehot; numba's, with Workspace.fused_cells)."""
-    def kernel(xp, X, W, dY, axis=1, axis_w=1, float16_compute=False):
+    def kernel(ctx, xp, X, W, dY, axis=1, axis_w=1, float16_compute=False):
         M, K, N = fc_grad_dims(op_type, X, W, dY, axis, axis_w, transposed)
         if xp is np and type(dY) is np.ndarray and M:
             G = dY.reshape(M, N)
             dW = scatter_weight_grad(X.reshape(M, K), G, jit.load(), transpose=not transposed)   # W's layout
             if dW is not None:
+                if len(ctx.opdef.output) < 3:
+                    return dW.reshape(W.shape), G.sum(axis=0)
                 W2 = W.reshape(K, N).T if transposed else W.reshape(N, K)
                 return dW.reshape(W.shape), G.sum(axis=0), input_gradient_into(np, G, W2).reshape(X.shape)
-        return regular(xp, X, W, dY, axis=axis, axis_w=axis_w, float16_compute=float16_compute)
+        return regular(ctx, xp, X, W, dY, axis=axis, axis_w=axis_w, float16_compute=float16_compute)
     kernel.__doc__ = f"{op_type} with the one-hot weight gradient as a scatter-add (Workspace.fused_cells)."
     return kernel
 
@@ -75,20 +83,22 @@ def _fc_gradient_shape(op_type, transposed):
     return shape
 
 
-@op("FCGradient", inputs=3, outputs=(2, 3), args=_FC_ARGS, inplace=(),
+@op("FCGradient", inputs=3, outputs=(2, 3), args=_FC_ARGS, inplace=(), context="structure",
     shape=_fc_gradient_shape("FCGradient", False),
     fused=lambda k: _one_hot_fc_gradient(k, "FCGradient", False), shapes_from_inputs=True)
-def fc_gradient(xp, X, W, dY, axis=1, axis_w=1, float16_compute=False):
-    """(X, W, dY) -> (dW = dYᵀ·X, db = Σ_rows dY, dX = dY·W) on the 2-D views of FC; dX is optional."""
-    return _fc_gradient(xp, "FCGradient", X, W, dY, axis, axis_w, False)
+def fc_gradient(ctx, xp, X, W, dY, axis=1, axis_w=1, float16_compute=False):
+    """(X, W, dY) -> (dW = dYᵀ·X, db = Σ_rows dY, dX = dY·W) on the 2-D views of FC; dX only when the op has
+    a third output (as in Caffe2: without one, no dX product)."""
+    return _fc_gradient(xp, "FCGradient", X, W, dY, axis, axis_w, False, len(ctx.opdef.output) > 2)
 
 
-@op("FCTransposedGradient", inputs=3, outputs=(2, 3), args=_FC_ARGS, inplace=(),
+@op("FCTransposedGradient", inputs=3, outputs=(2, 3), args=_FC_ARGS, inplace=(), context="structure",
     shape=_fc_gradient_shape("FCTransposedGradient", True),
     fused=lambda k: _one_hot_fc_gradient(k, "FCTransposedGradient", True), shapes_from_inputs=True)
-def fc_transposed_gradient(xp, X, W, dY, axis=1, axis_w=1, float16_compute=False):
-    """(X, W, dY) -> (dW = Xᵀ·dY, db = Σ_rows dY, dX = dY·Wᵀ) for FCTransposed's K x N weight."""
-    return _fc_gradient(xp, "FCTransposedGradient", X, W, dY, axis, axis_w, True)
+def fc_transposed_gradient(ctx, xp, X, W, dY, axis=1, axis_w=1, float16_compute=False):
+    """(X, W, dY) -> (dW = Xᵀ·dY, db = Σ_rows dY, dX = dY·Wᵀ) for FCTransposed's K x N weight (dX as
+    FCGradient's)."""
+    return _fc_gradient(xp, "FCTransposedGradient", X, W, dY, axis, axis_w, True, len(ctx.opdef.output) > 2)
 
 
 # --------------------------------------------------------------------------------------------- Softmax

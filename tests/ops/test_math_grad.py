@@ -304,8 +304,8 @@ def test_check_gradient_and_the_net_check_catch_a_wrong_softmax_gradient(broken)
 def test_check_gradient_catches_a_transposed_fc_weight_gradient(broken):
     from stepnet.ops.math_grad import fc_gradient
 
-    def wrong(xp, X, W, dY, **args):
-        dW, db, dX = fc_gradient(xp, X, W, dY, **args)
+    def wrong(ctx, xp, X, W, dY, **args):
+        dW, db, dX = fc_gradient(ctx, xp, X, W, dY, **args)
         return dW[::-1].copy(), db, dX   # rows of dW in the wrong order
     broken("FCGradient", wrong)
     with pytest.raises(AssertionError, match="gradient of input 1"):
