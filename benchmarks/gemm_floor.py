@@ -115,8 +115,9 @@ def main() -> None:
                      for i in threadpool_info() if i.get("user_api") == "blas")
     T, V = args.steps, 65
     what, peer = ("forward", "onnxruntime") if args.forward else ("step", "torch")
+    own = "numpy" if args.forward else "torch"       # (a training step beside its own library's floor)
     table = [f"| B | H | numpy floor ms | torch floor ms | stepnet {what} ms | {peer} {what} ms | stepnet ÷ numpy "
-             f"floor | {peer} ÷ numpy floor | stepnet ÷ {peer} |", "|---|---|---|---|---|---|---|---|---|"]
+             f"floor | {peer} ÷ {own} floor | stepnet ÷ {peer} |", "|---|---|---|---|---|---|---|---|---|"]
     for H in args.hidden:
         for B in args.batch:
             floors = [products(lib, B, H, T)[:1 if args.forward else 3] for lib in ("numpy", "torch")]
