@@ -4,7 +4,7 @@ import pytest
 
 from stepnet.runtime.workspace import numpy_blas
 from stepnet import NetDef, Workspace
-from stepnet.core.errors import MissingBlobError, NetError
+from stepnet.core.errors import MissingBlobError, NetError, StepnetError
 from stepnet.testing import make_op
 
 
@@ -223,6 +223,30 @@ def test_threads_costs_nothing_when_blas_already_runs_that_many(temporary_op):
         if limit is not None:
             with limit:
                 assert set(blas_counts()) == {1}
+        assert blas_counts() == before
+
+
+def test_a_failing_run_gives_blas_its_count_back(temporary_op):
+    """The hold (kernels.blas.ThreadHold) restores each library's count when the net raises, and a run nested
+    in another's hold finds BLAS held already and takes no hold of its own."""
+    from threadpoolctl import threadpool_limits
+
+    def fail(xp):
+        raise ValueError("deliberate")
+    temporary_op("FailNow", fail, inputs=0, outputs=0)
+    ws = Workspace(threads=1)
+    with threadpool_limits(2, user_api="blas"):
+        before = blas_counts()
+        net = NetDef(name="fails")
+        net.op.add(type="FailNow")
+        with pytest.raises(StepnetError, match="deliberate"):
+            ws.run_net_once(net)
+        assert blas_counts() == before
+        hold = ws.blas_threads()
+        assert (hold is None) == (set(before) == {1})      # (a one-CPU machine's OpenBLAS stays at 1)
+        if hold is not None:
+            with hold:
+                assert set(blas_counts()) == {1} and ws.blas_threads() is None
         assert blas_counts() == before
 
 

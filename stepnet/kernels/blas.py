@@ -34,3 +34,23 @@ def small_matrix_kernels() -> bool:
     libs = numpy_blas().lib_controllers
     return (len(libs) == 1 and libs[0].internal_api == "openblas"
             and str(getattr(libs[0], "architecture", "")).lower() in SMALL_MATRIX_CORES)
+
+
+class ThreadHold:
+    """Holds numpy's BLAS libraries at `threads` while the context lasts and gives each back the count it had
+    (`before`, read by the caller): threadpoolctl's own per-library calls alone, without its
+    ThreadpoolController.limit, which reads every library's description on entry (about 8 µs to enter and
+    leave, where this takes about 2: a top-level net run enters one when BLAS runs another count)."""
+    __slots__ = ("libs", "threads", "before")
+
+    def __init__(self, libs: tuple, threads: int, before: list):
+        self.libs, self.threads, self.before = libs, threads, before
+
+    def __enter__(self) -> "ThreadHold":
+        for lib in self.libs:
+            lib.set_num_threads(self.threads)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for lib, n in zip(self.libs, self.before):
+            lib.set_num_threads(n)

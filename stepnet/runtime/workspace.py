@@ -13,7 +13,7 @@ from ..core.int8 import Int8Tensor
 from ..core.waits import Threads
 from ..core.extras import install_hint
 from ..kernels import jit
-from ..kernels.blas import numpy_blas
+from ..kernels.blas import ThreadHold, numpy_blas
 
 
 class Blob:
@@ -125,20 +125,18 @@ class Workspace:
 
     def blas_threads(self):
         """A context manager holding numpy's BLAS at this workspace's `threads` while a top-level net runs
-        (threadpoolctl; about 8 µs to enter and leave), or None when `threads` is None (BLAS as the process has it)
-        or numpy's BLAS already runs that many threads (asked per call, about 0.3 µs). numpy's BLAS (numpy_blas):
-        other BLAS libraries loaded beside it, such as SciPy's, which numba imports, are not what stepnet's
-        kernels call."""
+        (kernels.blas.ThreadHold: about 2 µs to enter and leave), or None when `threads` is None (BLAS as the
+        process has it) or numpy's BLAS already runs that many threads (asked per call, under 1 µs). numpy's BLAS
+        (numpy_blas): other BLAS libraries loaded beside it, such as SciPy's, which numba imports, are not what
+        stepnet's kernels call."""
         if self.threads is None:
             return None
         if self._blas is None:
-            controller = numpy_blas()
-            libs = tuple(controller.lib_controllers)
+            libs = tuple(numpy_blas().lib_controllers)
 
             def limit():
-                if all(lib.get_num_threads() == self.threads for lib in libs):
-                    return None
-                return controller.limit(limits=self.threads)
+                threads, before = self.threads, [lib.get_num_threads() for lib in libs]
+                return None if all(n == threads for n in before) else ThreadHold(libs, threads, before)
             self._blas = limit
         return self._blas()
 
