@@ -90,6 +90,24 @@ def test_a_read_anywhere_keeps_the_value(where):
     assert ("Copy", ("unread_forward",)) in _ops(alone)          # (not a gradient op: never dropped)
 
 
+def test_a_convolutions_unread_data_gradient_is_dropped_with_or_without_bias():
+    net = parse_text("""
+      name: "n"
+      op { input: "x" input: "w" input: "dy" output: "w_grad" output: "b_grad" output: "x_grad"
+           type: "ConvGradient" is_gradient_op: true arg { name: "kernel" i: 3 } }
+      op { input: "x" input: "v" input: "dz" output: "v_grad" output: "x_grad2" type: "ConvGradient"
+           is_gradient_op: true arg { name: "kernel" i: 3 } arg { name: "no_bias" i: 1 } }
+      op { input: "x" input: "u" input: "de" output: "u_grad" output: "c_grad" type: "ConvGradient"
+           is_gradient_op: true arg { name: "kernel" i: 3 } }
+      op { input: "x" input: "t" input: "df" output: "t_grad" output: "x_grad3" type: "ConvGradient"
+           arg { name: "kernel" i: 3 } arg { name: "no_bias" i: 1 } }
+    """, "net")
+    pruned, n = drop_unread_gradients(net)
+    assert n == 2 and [tuple(op.output) for op in pruned.op] == [
+        ("w_grad", "b_grad"), ("v_grad",), ("u_grad", "c_grad"),     # (the third had no dX: its bias gradient stays)
+        ("t_grad", "x_grad3")]                                      # (not a gradient op: as written)
+
+
 def test_only_pure_gradient_ops_are_dropped():
     net = parse_text("""
       name: "n"

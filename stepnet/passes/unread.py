@@ -4,9 +4,10 @@ Caffe2's backward pass gives every forward input a gradient, a data input too: a
 computes dX = dY·W of its one-hot input (a GEMM as large as the weight gradient's) and a Reshape gradient
 reshapes it, though nothing reads either. Where nothing can observe them (the command line with no
 --checkpoint: only fetched blobs, a plan's own ops and its nets' external outputs see its blobs), this pass
-drops them: a gradient op all of whose outputs nothing reads, and the dX output of an FC gradient (Caffe2
-computes dX only for an op that names it, fc_op.h). What every remaining op computes is unchanged, so
-everything observable (printed losses, saved files, fetched blobs) is the same bits.
+drops them: a gradient op all of whose outputs nothing reads, and the dX output of an FC or Conv gradient
+(Caffe2 computes dX only for an op that names it: a first convolution's data gradient, a one-hot input's).
+What every remaining op computes is unchanged, so everything observable (printed losses, saved files, fetched
+blobs) is the same bits.
 
 A blob counts as read when any op at any nesting level names it as an input, any string argument holds its
 name, a net lists it as an external output, an execution step stops on it, or the caller keeps it. Only a
@@ -23,8 +24,10 @@ from ..graph.view import nested_nets, walk, with_ops
 from ..io.proto import NetDef, OperatorDef, PlanDef
 from ..ops import REGISTRY
 
-# Gradient ops whose last output (dX) Caffe2 computes only when the op names it: the count without it.
-OPTIONAL_INPUT_GRADIENT = {"FCGradient": 2, "FCTransposedGradient": 2}
+# Gradient ops whose last output (dX) Caffe2 computes only when the op names it (fc_op.h, conv_op_impl.h,
+# conv_transpose_op_impl.h): their outputs without it, by whether the op has no bias.
+OPTIONAL_INPUT_GRADIENT = {"FCGradient": (2, 2), "FCTransposedGradient": (2, 2), "ConvGradient": (2, 1),
+                           "ConvTransposeGradient": (2, 1)}
 
 
 def drop_unread_gradients(model: PlanDef | NetDef, keep: Iterable[str] = ()) -> tuple[PlanDef | NetDef, int]:
@@ -55,15 +58,13 @@ def drop_unread_gradients(model: PlanDef | NetDef, keep: Iterable[str] = ()) -> 
         for ops in nets:
             for i in range(len(ops) - 1, -1, -1):
                 op = ops[i]
-                if op is None or not _droppable(op):
+                if op is None or not op.is_gradient_op:
                     continue
-                if op.output and all(unread(n) for n in op.output):
+                if _droppable(op) and op.output and all(unread(n) for n in op.output):
                     reads.subtract(op.input)
                     ops[i], changed = None, True
                     left_out += 1
-                    continue
-                keep_n = OPTIONAL_INPUT_GRADIENT.get(op.type)
-                if keep_n is not None and len(op.output) > keep_n and unread(op.output[-1]):
+                elif len(op.output) == _with_input_gradient(op) and unread(op.output[-1]):
                     ops[i] = _without_last_output(op)
                     left_out += 1
     if not left_out:
@@ -78,9 +79,18 @@ def drop_unread_gradients(model: PlanDef | NetDef, keep: Iterable[str] = ()) -> 
     return out, left_out
 
 
+def _with_input_gradient(op: OperatorDef) -> int | None:
+    """How many outputs an FC or Conv gradient op has with its optional dX (None: another type)."""
+    counts = OPTIONAL_INPUT_GRADIENT.get(op.type)
+    if counts is None:
+        return None
+    no_bias = any(a.name == "no_bias" and a.i for a in op.arg)
+    return counts[1 if no_bias else 0] + 1
+
+
 def _droppable(op: OperatorDef) -> bool:
-    """A top-level gradient op whose record says it computes only its named outputs from its inputs."""
-    if not op.is_gradient_op or op.type not in REGISTRY:
+    """A gradient op whose record says it computes only its named outputs from its inputs."""
+    if op.type not in REGISTRY:
         return False
     schema = REGISTRY.get(op.type)
     return (not schema.random and schema.context in (False, "structure") and not schema.writes_unnamed
