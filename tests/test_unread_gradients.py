@@ -146,3 +146,21 @@ def test_the_command_line_keeps_what_it_saves_or_fetches(tmp_path, capsys, monke
     assert ws.fetch("data_grad").shape == (64, 64)       # --checkpoint saves every blob: all computed
     assert main(["run", "models/digits/train.pbtxt", "-n", "2", "--fetch", "data_grad"]) == 0
     assert "data_grad: shape (64, 64) float32" in capsys.readouterr().out
+
+
+def test_a_chain_read_backwards_is_dropped_whole():
+    """Each op reads the next op's output and nothing reads the first one's: dropping it frees the second, and
+    so on (a worklist, not one sweep per op: a hostile file's long chain stays linear). A read of one blob in
+    the middle keeps the ops that write it and what they read."""
+    for kept in (None, 250):
+        net = NetDef(name="chain")
+        for i in range(500):
+            op = net.op.add(type="Copy", is_gradient_op=True)
+            op.input.append(f"b{i + 1}")
+            op.output.append(f"b{i}")
+        if kept is not None:
+            net.op.add(type="Copy", input=[f"b{kept}"], output=["kept"])   # (not a gradient op)
+        pruned, n = drop_unread_gradients(net)
+        assert n == (500 if kept is None else kept)
+        assert [tuple(op.output) for op in pruned.op] == (
+            [] if kept is None else [(f"b{i}",) for i in range(kept, 500)] + [("kept",)])

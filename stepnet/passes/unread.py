@@ -52,21 +52,29 @@ def drop_unread_gradients(model: PlanDef | NetDef, keep: Iterable[str] = ()) -> 
         return name not in pinned and reads[name] == 0
 
     nets = [list(net.op) for net in networks]
-    left_out, changed = 0, True
-    while changed:          # a dropped op's inputs may be read by nothing else now
-        changed = False
-        for ops in nets:
-            for i in range(len(ops) - 1, -1, -1):
-                op = ops[i]
-                if op is None or not op.is_gradient_op:
-                    continue
-                if _droppable(op) and op.output and all(unread(n) for n in op.output):
-                    reads.subtract(op.input)
-                    ops[i], changed = None, True
-                    left_out += 1
-                elif len(op.output) == _with_input_gradient(op) and unread(op.output[-1]):
-                    ops[i] = _without_last_output(op)
-                    left_out += 1
+    writers: dict[str, list] = {}                # blob -> the top-level gradient ops writing it (net, index)
+    for k, ops in enumerate(nets):
+        for i, op in enumerate(ops):
+            if op.is_gradient_op:
+                for name in op.output:
+                    writers.setdefault(name, []).append((k, i))
+    pending = [(k, i) for k, ops in enumerate(nets) for i, op in enumerate(ops) if op.is_gradient_op]
+    left_out = 0
+    while pending:      # a dropped op's inputs that nothing else reads make their writers candidates again
+        k, i = pending.pop()
+        op = nets[k][i]
+        if op is None:
+            continue
+        if _droppable(op) and op.output and all(unread(n) for n in op.output):
+            nets[k][i] = None
+            left_out += 1
+            for name in op.input:
+                reads[name] -= 1
+                if unread(name):
+                    pending.extend(writers.get(name, ()))
+        elif len(op.output) == _with_input_gradient(op) and unread(op.output[-1]):
+            nets[k][i] = _without_last_output(op)
+            left_out += 1
     if not left_out:
         return model, 0
     new = [with_ops(net, [op for op in ops if op is not None]) for net, ops in zip(networks, nets)]
