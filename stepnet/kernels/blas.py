@@ -39,8 +39,8 @@ def small_matrix_kernels() -> bool:
 class ThreadHold:
     """Holds numpy's BLAS libraries at `threads` while the context lasts and gives each back the count it had
     (`before`, read by the caller): threadpoolctl's own per-library calls alone, without its
-    ThreadpoolController.limit, which reads every library's description on entry (about 8 µs to enter and
-    leave, where this takes about 2: a top-level net run enters one when BLAS runs another count)."""
+    ThreadpoolController.limit, which reads every library's description on entry (about 10 µs to enter and
+    leave, where this takes about 3.5: a top-level net run enters one when BLAS runs another count)."""
     __slots__ = ("libs", "threads", "before")
 
     def __init__(self, libs: tuple, threads: int, before: list):

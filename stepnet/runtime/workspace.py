@@ -125,7 +125,7 @@ class Workspace:
 
     def blas_threads(self):
         """A context manager holding numpy's BLAS at this workspace's `threads` while a top-level net runs
-        (kernels.blas.ThreadHold: about 2 µs to enter and leave), or None when `threads` is None (BLAS as the
+        (kernels.blas.ThreadHold: about 3.5 µs to enter and leave), or None when `threads` is None (BLAS as the
         process has it) or numpy's BLAS already runs that many threads (asked per call, under 1 µs). numpy's BLAS
         (numpy_blas): other BLAS libraries loaded beside it, such as SciPy's, which numba imports, are not what
         stepnet's kernels call."""
