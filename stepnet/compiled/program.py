@@ -192,12 +192,12 @@ class Program:
         for k, index, fn in self.begins:
             fn(net.ops[k].inputs[index].value)
 
-    def routine(self, net, constant: frozenset = frozenset(), bind: bool = True):
+    def routine(self, net, constant: frozenset = frozenset()):
         """The routine of one step workspace's bound net (or of a plain net): its buffers allocated (and bound
         to its blobs) now. run() -> False when it does not apply to this run (a plain net's buffer blob made a
-        view by another net): the net then runs op by op. With `bind`, a step net's routine (run for one
-        timestep only) binds each entry to its arrays once (compiled.prebound); constant: names of blobs whose
-        value is the same each run (its timestep)."""
+        view by another net): the net then runs op by op. A step net's routine (run for one timestep of every
+        run) binds each entry to its arrays once (compiled.prebound); constant: names of blobs whose value is
+        the same each run (its timestep)."""
         entries, profiler, starts, ends, buffers, forms = [], net.workspace.profiler, [], [], {}, []
         for k, (fast, kinds, at) in enumerate(self.ops):
             bops = [net.ops[k] for k in at]
@@ -218,7 +218,7 @@ class Program:
         ops, (checkout, restore) = net.ops, _checkout(list(buffers.values())) if self.main else (None, None)
         n = len(entries)
         bound = None
-        if self.main or profiler is not None or not bind:
+        if self.main or profiler is not None:
             body, at = _straight_line(entries)
         else:
             at = [0]
@@ -331,7 +331,6 @@ class StepCompiler:
         self.enabled = enabled
         self.main = main
         self.constant = constant     # blobs whose value is the same each run (a step net's timestep)
-        self.bind = not main         # routines bound to their arrays: each runs one timestep of every run
         self.cycle = False           # step workspaces run several timesteps (forward-only): a routine per timestep
         self.signature = None
         self.program: Program | None = None
@@ -381,7 +380,7 @@ class StepCompiler:
         key = (id(net), t if self.cycle else None)
         entry = self.routines.get(key)
         if entry is None or entry[0] is not net:
-            entry = self.routines[key] = (net, self.program.routine(net, self.constant, self.bind))
+            entry = self.routines[key] = (net, self.program.routine(net, self.constant))
         return entry[1]
 
     def run(self, net, t: int = 0) -> bool:

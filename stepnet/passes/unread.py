@@ -52,13 +52,11 @@ def drop_unread_gradients(model: PlanDef | NetDef, keep: Iterable[str] = ()) -> 
         return name not in pinned and reads[name] == 0
 
     nets = [list(net.op) for net in networks]
-    writers: dict[str, list] = {}                # blob -> the top-level gradient ops writing it (net, index)
-    for k, ops in enumerate(nets):
-        for i, op in enumerate(ops):
-            if op.is_gradient_op:
-                for name in op.output:
-                    writers.setdefault(name, []).append((k, i))
     pending = [(k, i) for k, ops in enumerate(nets) for i, op in enumerate(ops) if op.is_gradient_op]
+    writers: dict[str, list] = {}                # blob -> the top-level gradient ops writing it (net, index)
+    for k, i in pending:
+        for name in nets[k][i].output:
+            writers.setdefault(name, []).append((k, i))
     left_out = 0
     while pending:      # a dropped op's inputs that nothing else reads make their writers candidates again
         k, i = pending.pop()
