@@ -10,9 +10,11 @@ once; the floor is their sum, each the median of --rounds timings in one process
 With --forward, the predict net instead (targets.py's forward row): the floor is the T forward products alone,
 beside stepnet's whole predict net and onnxruntime's on stepnet's export of it (one ONNX LSTM node): where
 onnxruntime's whole forward takes less than numpy's products alone, no design calling numpy's BLAS reaches it.
+--cell gru: the same for Caffe2's GRU layer (one ONNX GRU node), whose step needs two products one after the
+other: h·[W_r; W_u]ᵀ (2H wide), then (σ(r)·h)·W_oᵀ (H wide).
 
     python benchmarks/gemm_floor.py [--batch 1 8 32 128] [--hidden 128 512 1024] [--steps 25] [--threads 1]
-        [--rounds 15] [--forward] [--write]
+        [--rounds 15] [--forward [--cell lstm|gru]] [--write]
 """
 from __future__ import annotations
 
@@ -40,13 +42,14 @@ def timed(fn, rounds: int) -> float:
     return 1000 * statistics.median(times)
 
 
-def products(lib: str, B: int, H: int, T: int) -> list:
-    """One training step's recurrent products with `lib`'s GEMM (numpy or torch), as three parts (T forward
-    products, T input-gradient products, the weight gradient), each a list of callables computing it in
-    different ways; the floor takes each part's fastest. numpy's ways: one GEMM as written, W·Xᵀ (the other
-    operand order), X·Wᵀ from a contiguous copy of Wᵀ (kept, as a careful user would), and the blocks for
-    OpenBLAS's small-matrix kernel (stepnet.kernels.fc.block_rows, where numpy's BLAS has that kernel and the
-    rule blocks these sizes)."""
+def products(lib: str, B: int, H: int, T: int, widths=(4,)) -> list:
+    """One training step's recurrent products with `lib`'s GEMM (numpy or torch), as parts: T forward products
+    h·Wᵀ (B×H · H×wH) for each gate width w in `widths` (the LSTM's 4; Caffe2's GRU's 2 then 1: its reset and
+    update products, then the output product of the reset hidden state), then T input-gradient products and the
+    weight gradient (of the 4H LSTM). Each part is a list of callables computing it in different ways; the floor
+    takes each part's fastest. numpy's ways: one GEMM as written, W·Xᵀ (the other operand order), X·Wᵀ from a
+    contiguous copy of Wᵀ (kept, as a careful user would), and the blocks for OpenBLAS's small-matrix kernel
+    (stepnet.kernels.fc.block_rows, where numpy's BLAS has that kernel and the rule blocks these sizes)."""
     rng = np.random.default_rng(0)
     h, w = rng.standard_normal((B, H), np.float32), rng.standard_normal((4 * H, H), np.float32)
     dg, hs = rng.standard_normal((B, 4 * H), np.float32), rng.standard_normal((T * B, H), np.float32)
@@ -55,9 +58,8 @@ def products(lib: str, B: int, H: int, T: int) -> list:
         from stepnet.kernels.blas import small_matrix_kernels
         from stepnet.kernels.fc import block_rows
 
-        wt, out_g, out_h, out_w = w.T, np.empty((B, 4 * H), np.float32), np.empty((B, H), np.float32), \
-            np.empty((4 * H, H), np.float32)
-        g_t, h_t = np.empty((4 * H, B), np.float32), np.empty((H, B), np.float32)
+        out_h, out_w = np.empty((B, H), np.float32), np.empty((4 * H, H), np.float32)
+        h_t = np.empty((H, B), np.float32)
 
         def repeat(fn):
             def run():
@@ -70,27 +72,35 @@ def products(lib: str, B: int, H: int, T: int) -> list:
                 for i in range(0, a.shape[0], rows):
                     np.matmul(a[i:i + rows], bt, out=out[i:i + rows])
             return run
-        w_t = np.ascontiguousarray(wt)      # Wᵀ kept contiguous (a row-major product of two contiguous operands)
-        forward = [repeat(lambda: np.matmul(h, wt, out=out_g)), repeat(lambda: np.matmul(w, h.T, out=g_t)),
-                   repeat(lambda: np.matmul(h, w_t, out=out_g))]
+        def forward(n):
+            wn = np.ascontiguousarray(w[:n])
+            wt, w_t = wn.T, np.ascontiguousarray(wn.T)   # Wᵀ kept contiguous (a row-major product of two)
+            out_g, g_t = np.empty((B, n), np.float32), np.empty((n, B), np.float32)
+            ways = [repeat(lambda: np.matmul(h, wt, out=out_g)), repeat(lambda: np.matmul(wn, h.T, out=g_t)),
+                    repeat(lambda: np.matmul(h, w_t, out=out_g))]
+            if small_matrix_kernels() and block_rows(B, H, n):
+                ways.append(repeat(blocks(wn, h.T, g_t, block_rows(B, H, n))))
+            return ways
         backward = [repeat(lambda: np.matmul(dg, w, out=out_h)), repeat(lambda: np.matmul(w.T, dg.T, out=h_t))]
-        if small_matrix_kernels() and block_rows(B, H, 4 * H):
-            forward.append(repeat(blocks(w, h.T, g_t, block_rows(B, H, 4 * H))))
         if small_matrix_kernels() and block_rows(B, 4 * H, H):
             backward.append(repeat(blocks(w.T, dg.T, h_t, block_rows(B, 4 * H, H))))
-        return [forward, backward, [lambda: np.matmul(dgs.T, hs, out=out_w)]]
+        return [*(forward(k * H) for k in widths), backward, [lambda: np.matmul(dgs.T, hs, out=out_w)]]
     import torch
     h, w, dg, hs, dgs = map(torch.from_numpy, (h, w, dg, hs, dgs))
-    out_g, out_h, out_w = torch.empty(B, 4 * H), torch.empty(B, H), torch.empty(4 * H, H)
+    out_h, out_w = torch.empty(B, H), torch.empty(4 * H, H)
 
-    def forward():
-        for _ in range(T):
-            torch.mm(h, w.t(), out=out_g)
+    def forward(n):
+        wn, out_g = w[:n], torch.empty(B, n)
+
+        def run():
+            for _ in range(T):
+                torch.mm(h, wn.t(), out=out_g)
+        return run
 
     def backward():
         for _ in range(T):
             torch.mm(dg, w, out=out_h)
-    return [[forward], [backward], [lambda: torch.mm(dgs.t(), hs, out=out_w)]]
+    return [*([forward(k * H)] for k in widths), [backward], [lambda: torch.mm(dgs.t(), hs, out=out_w)]]
 
 
 def main() -> None:
@@ -101,6 +111,7 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--rounds", type=int, default=15)
     p.add_argument("--forward", action="store_true", help="the predict net against onnxruntime (see above)")
+    p.add_argument("--cell", choices=("lstm", "gru"), default="lstm", help="with --forward: the layer's cell")
     p.add_argument("--write", action="store_true")
     args = p.parse_args()
     from threadpoolctl import threadpool_info, threadpool_limits
@@ -114,15 +125,19 @@ def main() -> None:
     blas = "; ".join(f"{i.get('internal_api')} {i.get('version')} {i.get('architecture', '')}"
                      for i in threadpool_info() if i.get("user_api") == "blas")
     T, V = args.steps, 65
+    if args.cell != "lstm" and not args.forward:
+        p.error("--cell gru is for --forward (the training floor is the LSTM's)")
+    widths = (2, 1) if args.cell == "gru" else (4,)
     what, peer = ("forward", "onnxruntime") if args.forward else ("step", "torch")
     own = "numpy" if args.forward else "torch"       # (a training step beside its own library's floor)
     table = [f"| B | H | numpy floor ms | torch floor ms | stepnet {what} ms | {peer} {what} ms | stepnet ÷ numpy "
              f"floor | {peer} ÷ {own} floor | stepnet ÷ {peer} |", "|---|---|---|---|---|---|---|---|---|"]
     for H in args.hidden:
         for B in args.batch:
-            floors = [products(lib, B, H, T)[:1 if args.forward else 3] for lib in ("numpy", "torch")]
+            floors = [products(lib, B, H, T, widths)[:len(widths) if args.forward else 3]
+                      for lib in ("numpy", "torch")]
             if args.forward:
-                ws, net, _ = stepnet_net("lstm", H, T, B, V, train=False)
+                ws, net, _ = stepnet_net(args.cell, H, T, B, V, train=False)
                 step_s, step_t = net.run, onnx_forward_stepnet(ws, net, args.threads)[0]
             else:
                 step_s = stepnet_net("lstm", H, T, B, V, train=True)[1].run
@@ -144,10 +159,14 @@ def main() -> None:
             print(line, flush=True)
             table.append(line)
     command = " ".join(["python", "benchmarks/gemm_floor.py", *sys.argv[1:]])
-    header = FORWARD_HEADER if args.forward else HEADER
-    described = (f"char-rnn LSTM predict net (T={T}, V={V}: the LSTM, the output FC, Softmax) against onnxruntime "
-                 f"({args.threads} intra-op thread) on stepnet's export of it (one ONNX LSTM node); floors: the T "
-                 f"forward products h·W_hhᵀ alone" if args.forward else
+    cell = args.cell.upper()
+    header = (FORWARD_HEADER if args.cell == "lstm" else FORWARD_HEADER.replace("LSTM", cell)) if args.forward \
+        else HEADER
+    products_of = ("the T forward products h·W_hhᵀ" if args.cell == "lstm" else
+                   "the T reset-and-update products h·[W_r; W_u]ᵀ and the T output products (r·h)·W_oᵀ")
+    described = (f"char-rnn {cell} predict net (T={T}, V={V}: the {cell}, the output FC, Softmax) against "
+                 f"onnxruntime ({args.threads} intra-op thread) on stepnet's export of it (one ONNX {cell} node); "
+                 f"floors: {products_of} alone" if args.forward else
                  f"char-rnn LSTM training step, T={T}, V={V}, SGD (targets.py's models); floors: the recurrent "
                  f"products alone (T forward and T input-gradient GEMMs, one weight-gradient GEMM)")
     text = "\n".join([

@@ -10,8 +10,10 @@ Rows (B=32, T=25, V=65 unless said; one-hot input, SGD):
   train    one char-rnn training step (forward, BPTT, SGD) of LSTM / GRU / basic RNN vs torch nn.LSTM/GRU/RNN,
            vs an nn.LSTMCell/GRUCell/RNNCell loop, and (LSTM) vs the hand-written numpy BPTT (numpy_lstm.py)
   forward  the predict net (RNN over T steps, output FC, Softmax), forward-only, vs onnxruntime running
-           stepnet's own export of that net (`export_onnx`: the LSTM as one ONNX LSTM node), or, where that export
-           has no single RNN node (GRU, basic RNN: a Scan), the same torch module exported to ONNX
+           stepnet's own export of that net (`export_onnx`: the LSTM or GRU layer as one ONNX LSTM / GRU node), or,
+           where that export has no single RNN node (basic RNN: a Scan), the same torch module exported to ONNX;
+           for the GRU also ORT on torch's export without a target (torch's GRU is another cell: the reset gate
+           applied after the output product, linear_before_reset=1, where Caffe2's GRU applies it before)
   sample   sampling at B=1: per character feed the one-hot char and the states, run the T=1 predict net,
            fetch the probabilities and states; vs the same step written in numpy (outputs compared)
   squeeze  SqueezeNet 1.1 forward at 224×224, batch 1 and 8, vs torch (squeezenet.py's models)
@@ -250,6 +252,10 @@ def rows(args):
                 yield ("forward", "onnxruntime", cell, H, net.run, peer,
                        f"ORT on stepnet's export, max |Δp| {own[1]:.0e}" if own
                        else "ORT on torch's export (a single RNN node)")
+                if own and cell == "gru":     # torch's GRU: another cell (linear_before_reset=1), for reference
+                    yield ("forward", "onnxruntime-torch", cell, H, net.run,
+                           onnx_forward(cell, H, T, B, V, args.threads),
+                           "ORT on torch's export: torch's GRU cell (linear_before_reset=1: one 3H product a step)")
     if "sample" in args.rows:
         for H in args.hidden:
             a, b, diff = sampler_pair(H, V, args.chars, args.fused)

@@ -1,5 +1,6 @@
-"""RecurrentNetwork exported as an ONNX Scan: LSTM predict nets in Caffe2's layout (full and short sequences,
-every initial-state rank, forget_bias, drop_states), a 2-layer LSTM, GRUs, BasicRNN's masking ops, windowed links,
+"""RecurrentNetwork exported as an ONNX Scan or one LSTM / GRU node: LSTM predict nets in Caffe2's layout (full
+and short sequences, every initial-state rank, forget_bias, drop_states), a 2-layer LSTM, GRU layers and step nets
+of other shapes, BasicRNN's masking ops, windowed links,
 and a training net whose forward part is exported — each against stepnet (rtol 1e-4)."""
 from __future__ import annotations
 
@@ -94,12 +95,60 @@ def test_two_layer_lstm():
     compare(net_of(m, outs), feeds=feeds_for(SHORT, (H,), ()), params=random_params(m, 2))
 
 
+def gru_net(linear_before_reset=False, drop_states=False, edit=None):
+    """(builder, predict net) of gru_cell's GRU layer; edit(step net) changes its step net in place."""
+    m = ModelBuilder("gru")
+    outs = gru(m, "X", "seq", ("h0",), D, H, scope="GRU", forward_only=True, linear_before_reset=linear_before_reset,
+               drop_states=drop_states)
+    net = net_of(m, outs)
+    if edit is not None:
+        edit(next(a.n for a in net.op[1].arg if a.name == "step_net"))
+    return m, net
+
+
 @pytest.mark.parametrize("linear_before_reset", [False, True])
 @pytest.mark.parametrize("seq", [FULL, SHORT], ids=["full", "short"])
-def test_gru(linear_before_reset, seq):
-    m = ModelBuilder("gru")
-    outs = gru(m, "X", "seq", ("h0",), D, H, scope="GRU", forward_only=True, linear_before_reset=linear_before_reset)
-    compare(net_of(m, outs), feeds=feeds_for(seq, (N, H), ("h0",)), params=random_params(m, 3))
+@pytest.mark.parametrize("rnn", ["auto", "scan"])
+def test_a_gru_layer_becomes_one_onnx_gru_node(linear_before_reset, seq, rnn):
+    m, net = gru_net(linear_before_reset)
+    result, worst = compare(net, feeds=feeds_for(seq, (N, H), ("h0",)), params=random_params(m, 3), rnn=rnn)
+    kinds = [n.op_type for n in result.model.graph.node]
+    assert kinds.count("GRU" if rnn == "auto" else "Scan") == 1 and ("Gemm" in kinds) == (rnn == "scan")
+    if rnn == "auto":
+        gru_node = next(n for n in result.model.graph.node if n.op_type == "GRU")
+        assert {a.name: a.i for a in gru_node.attribute}["linear_before_reset"] == linear_before_reset
+    assert worst < 1e-5
+
+
+def _split_rotated(step):
+    """input_t's blocks read in another order: reset from block 1, update from 2, output from 0."""
+    split = next(op for op in step.op if op.type == "Split")
+    r, u, o = list(split.output)
+    del split.output[:]
+    split.output.extend([o, r, u])
+
+
+def _concat_swapped(step):
+    """GRUUnit's update part made from the gate whose sigmoid resets: another cell, not ONNX's GRU."""
+    concat = next(op for op in step.op if op.type == "Concat")
+    concat.input[0], concat.input[1] = concat.input[1], concat.input[0]
+
+
+def _extra_op(step):
+    """One more op reading the reset gate: the step net is no longer exactly the layer."""
+    step.op.insert(len(step.op) - 1, make_op("Scale", ["GRU/reset_gate_t_sigmoid"], ["GRU/unused"], scale=2.0))
+
+
+@pytest.mark.parametrize("edit, drop_states, kind", [
+    (_split_rotated, False, "GRU"), (_concat_swapped, False, "Scan"), (_extra_op, False, "Scan"),
+    (None, True, "Scan")], ids=["split-rotated", "concat-swapped", "extra-op", "drop-states"])
+@pytest.mark.parametrize("linear_before_reset", [False, True])
+def test_gru_step_nets_of_other_shapes(edit, drop_states, kind, linear_before_reset):
+    """A permutation the GRU node can express is exported as one; anything else keeps the Scan, and both agree
+    with stepnet."""
+    m, net = gru_net(linear_before_reset, drop_states, edit)
+    result, _ = compare(net, feeds=feeds_for(SHORT, (N, H), ("h0",)), params=random_params(m, 3))
+    assert [n.op_type for n in result.model.graph.node].count(kind) == 1
 
 
 @pytest.mark.parametrize("drop_states", [False, True])

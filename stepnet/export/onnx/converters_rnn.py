@@ -19,7 +19,7 @@ from ...io.proto import argument_value
 from ...core.spec import TensorSpec
 from .convert import NetConverter, needs
 from .emit import value_info
-from .rnn_lstm import lstm_op, outer_value, rows_wanted
+from .rnn_nodes import gru_op, lstm_op, outer_value, rows_wanted
 from .table import converts
 
 
@@ -164,7 +164,7 @@ def recurrent_network(c):
         return name
 
     carries0 = _initial_carries(c, r)
-    fast = lstm_op(c, r, carries0)
+    fast = lstm_op(c, r, carries0) or gru_op(c, r, carries0)
     if fast is not None:
         _aliases(c, r, carries0, *fast)
         return
