@@ -265,3 +265,23 @@ def test_the_gradient_seed_is_left_out_with_the_training_part():
     kept, note = forward_part(net)
     assert [o.type for o in kept] == ["ConstantFill", "Add", "Tanh", "AveragedLoss"]
     assert "ConstantFill×1" in note and not any(o.input for o in kept if o.type == "ConstantFill")
+
+
+@pytest.mark.parametrize("layer", ["lstm", "gru"])
+def test_a_layer_step_fc_with_an_unreadable_argument_is_refused_with_its_place(layer):
+    """The layer matchers read the step ops' arguments; one that does not read leaves the op to the Scan's
+    converters, whose error names the net, the step net and the op."""
+    if layer == "gru":
+        m, net = gru_net()
+        init = (N, H), ("h0",)
+    else:
+        m = ModelBuilder("lstm_predict")
+        outs = lstm(m, "X", "seq", ("h0", "c0"), D, H, scope="LSTM", forward_only=True)
+        net, init = net_of(m, [outs[0], outs[1], outs[3]]), ((1, N, H), ("h0", "c0"))
+    step = next(a.n for a in net.op[1].arg if a.name == "step_net")
+    fc = next(op for op in step.op if op.type == "FC")
+    axis = next(a for a in fc.arg if a.name == "axis")
+    axis.ClearField("i")
+    axis.s = b"two"
+    with pytest.raises(Exception, match=r"op #1 \(RecurrentNetwork\), step net .*\(FC\): argument 'axis'"):
+        export_onnx(net, inputs=feeds_for(SHORT, *init), params=random_params(m, 1))

@@ -23,6 +23,7 @@ import warnings
 
 import numpy as np
 
+from ...core.errors import ArgumentError
 from ...ops.binding import parse_args
 from ...ops import REGISTRY
 from .convert import version_before
@@ -73,12 +74,13 @@ def _gru_cell(r):
             src[id(o), k] = made.get(n)
         made.update((n, o) for n in o.output)
     unit, x_t = ops[-1], r.inputs[0].internal
+    if unit.type != "GRUUnit" or len(unit.output) != 1 or len(unit.input) not in (3, 4):
+        return None
     a = _args(unit)
     writes = {lk.internal: s for s, lk in r.writes.items()}
     reads = {lk.internal: lk.external for lk in r.reads if lk.offset == 0 and lk.window == 1}
     h_prev, h_state = unit.input[0], writes.get(unit.output[0])
-    if (unit.type != "GRUUnit" or a["drop_states"] or len(unit.output) != 1
-            or len(unit.input) != 3 + bool(a["sequence_lengths"]) or unit.input[-1] != r.timestep
+    if (a["drop_states"] or len(unit.input) != 3 + bool(a["sequence_lengths"]) or unit.input[-1] != r.timestep
             or h_state is None or reads.get(h_prev) != h_state):
         return None
 
@@ -165,7 +167,7 @@ def _folded_fc(c, name: str):
 def lstm_op(c, r, carries0):
     """(results, rows) as the Scan path makes them (final states in state order, then `_all` rows), computed
     by one ONNX LSTM node; None when the op is not exactly an LSTM layer (the caller builds a Scan)."""
-    cell = _cell(r) if c.conv.state.options.get("rnn", "auto") == "auto" else None
+    cell = _matched(_cell, c, r)
     if cell is None:
         return None
     fc, unit, h_state, c_state = cell
@@ -198,7 +200,7 @@ def lstm_op(c, r, carries0):
 
 def gru_op(c, r, carries0):
     """lstm_op's results computed by one ONNX GRU node; None when the op is not exactly a GRU layer."""
-    cell = _gru_cell(r) if c.conv.state.options.get("rnn", "auto") == "auto" else None
+    cell = _matched(_gru_cell, c, r)
     if cell is None:
         return None
     unit, h_state, parts, fcs, before_reset = cell
@@ -222,6 +224,17 @@ def gru_op(c, r, carries0):
     y, y_h = e.node("GRU", [_sequence(c, r, x), w, rw, e.unsqueeze(e.concat([wb, rb], 0), [0]),
                             _lengths(c, r, seq), h0], n=2, hidden_size=H, linear_before_reset=int(before_reset))
     return _layer_results(c, r, "GRU", seq, y, {h_state: y_h}, h_state)
+
+
+def _matched(match, c, r):
+    """match(r) unless --rnn scan; None where an op's arguments do not read (the Scan's converters then say
+    which, with the op's place)."""
+    if c.conv.state.options.get("rnn", "auto") != "auto":
+        return None
+    try:
+        return match(r)
+    except ArgumentError:
+        return None
 
 
 def _layer_input(c, r, h_state):
