@@ -18,6 +18,7 @@ from .onehot import gather_fc
 
 _SMALL_MN, _SMALL_MNK = 1024, 1 << 19      # within OpenBLAS's small-matrix limits (M·N ≤ 1200, M·N·K ≤ 10⁶)
 _DIRECT_MNK = 3 << 18      # within OpenBLAS's direct SGEMM range (M·N·K up to about 10⁶; measured, with a margin)
+_FEW_ROWS = (8, 64)        # rows of an unblocked X·Wᵀ computed as W·Xᵀ (_blocked)
 
 
 def block_rows(m: int, k: int, n: int) -> int:
@@ -41,12 +42,17 @@ def _blocked(xp, w, x, rhs, m: int, k: int, n: int, small: bool | None) -> int:
     (8 ≤ m, m·k·n ≤ 3·2¹⁸), a contiguous rhs (dY·W) takes one GEMM, and Wᵀ (X·Wᵀ) one block, W·Xᵀ, whose sums
     a compiled step gets from a contiguous Wᵀ copy (blocks_form) about twice as fast as from the small kernel's
     blocks (8×128·128×512: 10 against 19 µs), while the interpreted W·Xᵀ takes 24 µs. (At 4 rows the compiled
-    gain, 11 → 6 µs, costs the interpreted kernel 2×: 10 → 19 µs; not taken.)"""
+    gain, 11 → 6 µs, costs the interpreted kernel 2×: 10 → 19 µs; not taken.)
+    Where the rule does not block a product of 8 to 64 rows with K ≥ 128 (blocks too small or too many), X·Wᵀ
+    is W·Xᵀ too, one block: with few rows OpenBLAS's X·Wᵀ runs its kernel on the short side (W·Xᵀ then the
+    transposed copy, over the kernel's X·Wᵀ: 0.49–0.85 of its time at 16–64 rows for K×N of 128×512, 256×1024,
+    1024×1024, 1024×4096, 2048×512; 0.84–1.18 at 128 rows, where one GEMM stays)."""
     rows = block_rows(m, k, n)      # (first: 0 for one row, the per-character case, at once)
-    if (not rows or xp is not np or w.dtype != np.float32 or x.dtype != np.float32 or not w.flags.c_contiguous
-            or not (small_matrix_kernels() if small is None else small)):
+    whole = not rows and _FEW_ROWS[0] <= m <= _FEW_ROWS[1] and k >= 128 and m * k * n >= 1 << 16
+    if ((not rows and not whole) or xp is not np or w.dtype != np.float32 or x.dtype != np.float32
+            or not w.flags.c_contiguous or not (small_matrix_kernels() if small is None else small)):
         return 0
-    if m >= 8 and m * k * n <= _DIRECT_MNK:
+    if whole or (m >= 8 and m * k * n <= _DIRECT_MNK):
         return 0 if rhs.flags.c_contiguous else n
     return rows
 

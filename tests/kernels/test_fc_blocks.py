@@ -106,3 +106,23 @@ def test_products_in_the_direct_kernels_range_are_whole(m, k, n):
     assert (np.abs(y - (x.astype(np.float64) @ w.astype(np.float64).T + b)) <= sum_bound(x, w.T, b)).all()
     dx = fc.input_gradient_into(np, g, w, small=True)
     assert (np.abs(dx - g.astype(np.float64) @ w.astype(np.float64)) <= sum_bound(g, w)).all()
+
+
+@pytest.mark.parametrize("m, k, n", [(32, 1024, 4096), (16, 2048, 512), (48, 128, 512), (64, 256, 1024)])
+def test_unblocked_products_of_a_few_rows_are_one_w_first_block(m, k, n):
+    """8 to 64 rows whose product the small kernel's rule does not block (and is not tiny) run as W·Xᵀ, one
+    block of all W's rows, transposed into the output; dY·W (contiguous operands) stays one GEMM; 128 rows keep
+    X·Wᵀ. Right against float64 either way."""
+    rng = np.random.default_rng(m + k + n)
+    x, w, b = (rng.standard_normal(s).astype(F) for s in ((m, k), (n, k), (n,)))
+    assert fc.block_rows(m, k, n) == 0
+    assert fc._blocked(np, w, x, w.T, m, k, n, True) == n
+    assert fc._blocked(np, w, x, w.T, m, k, n, False) == 0
+    g = rng.standard_normal((m, n)).astype(F)
+    if fc.block_rows(m, n, k) == 0:
+        assert fc._blocked(np, w, g, w, m, n, k, True) == 0
+    big = np.concatenate([x] * 4)[:128]
+    assert fc.block_rows(128, k, n) == 0 and fc._blocked(np, w, big, w.T, 128, k, n, True) == 0
+    y = fc.fc_into(np, x, w.T, b, small=True)
+    assert y.flags.c_contiguous
+    assert (np.abs(y - (x.astype(np.float64) @ w.astype(np.float64).T + b)) <= sum_bound(x, w.T, b)).all()
