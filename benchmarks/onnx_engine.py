@@ -1,10 +1,11 @@
 """stepnet's engine vs `--engine onnxruntime` (the net exported by stepnet.export.onnx, run in onnxruntime) on
-SqueezeNet 1.1 and on LSTM inference, in one process.
+SqueezeNet 1.1 and on LSTM and GRU inference, in one process.
 
 SqueezeNet is the real Caffe2 predict net (tests/data/caffe2/squeeze_predict_net.pb) on synthesized weights of
 SqueezeNet 1.1's widths; the LSTM is char-rnn's forward net in Caffe2's layout (i2h FC, RecurrentNetwork with
 FC + Sum + LSTMUnit, FC to the vocabulary, Softmax; T=25, B=32, V=65), exported both ways the exporter can: one
-ONNX LSTM node (the default) and a Scan over the converted step net (--rnn scan). Each configuration runs
+ONNX LSTM node (the default) and a Scan over the converted step net (--rnn scan); the GRU the same with
+gru_cell's layer (one ONNX GRU node, or the Scan). Each configuration runs
 --rounds rounds; a round times --reps runs of each engine back to back (the order alternating between rounds)
 and gives the ratio of their medians. The report gives the median of those per-round ratios (with quartiles)
 and the median times. Both engines use --threads threads (BLAS threads for numpy, set before numpy loads, and
@@ -68,22 +69,30 @@ def squeezenet(batch: int):
     return init, net, feeds
 
 
-def char_rnn_forward(H: int, T: int = 25, B: int = 32, V: int = 65):
-    """char-rnn's forward net (Caffe2 layout), its init net and one batch of one-hot input."""
+def char_rnn_forward(H: int, cell: str = "lstm", T: int = 25, B: int = 32, V: int = 65):
+    """char-rnn's forward net (Caffe2 layout) with an LSTM or GRU layer, its init net and one batch of one-hot
+    input."""
     from stepnet.builders.model import ModelBuilder
-    from stepnet.builders.rnn import lstm
+    from stepnet.builders.rnn import gru, lstm
 
     m = ModelBuilder("char_rnn_forward")
-    h_all, h_last, _, c_last = lstm(m, "input_blob", "seq_lengths", ("hidden_init", "cell_init"), V, H,
-                                    scope="LSTM", forward_only=True)
+    if cell == "lstm":
+        h_all, h_last, _, c_last = lstm(m, "input_blob", "seq_lengths", ("hidden_init", "cell_init"), V, H,
+                                        scope="LSTM", forward_only=True)
+        finals = [h_last, c_last]
+    else:
+        h_all, h_last = gru(m, "input_blob", "seq_lengths", ("hidden_init",), V, H, scope="GRU", forward_only=True)
+        finals = [h_last]
     logits = m.fc(h_all, "logits", H, V, axis=2)
     m.net.Softmax(logits, "softmax", axis=2)
     net = m.net.proto()
-    net.external_output.extend(["softmax", h_last, c_last])
+    net.external_output.extend(["softmax", *finals])
     rng = np.random.default_rng(0)
     onehot = np.eye(V, dtype=np.float32)[rng.integers(0, V, (T, B))]
     feeds = {"input_blob": onehot, "seq_lengths": np.full(B, T, np.int32),
-             "hidden_init": np.zeros((1, B, H), np.float32), "cell_init": np.zeros((1, B, H), np.float32)}
+             "hidden_init": np.zeros((1, B, H), np.float32)}
+    if cell == "lstm":
+        feeds["cell_init"] = np.zeros((1, B, H), np.float32)
     return m.init_net.proto(), net, feeds
 
 
@@ -107,7 +116,7 @@ def engines(init, net, feeds, threads: int, rnn: str = "auto"):
     bound.run()
     got = session.run([result.outputs[n] for n in names], feeds)
     diff = max(float(np.abs(g - ws.fetch(n)).max()) for n, g in zip(names, got))
-    kinds = sorted({n.op_type for n in result.model.graph.node} & {"LSTM", "Scan"}) or ["—"]
+    kinds = sorted({n.op_type for n in result.model.graph.node} & {"LSTM", "GRU", "Scan"}) or ["—"]
     return bound.run, (lambda: session.run(None, feeds)), seconds, diff, kinds[0]
 
 
@@ -158,9 +167,10 @@ def main(a) -> None:
 
     configs = [("SqueezeNet 1.1, batch 1", squeezenet(1), "auto"),
                ("SqueezeNet 1.1, batch 8", squeezenet(8), "auto")]
-    for H in a.hidden:
-        data = char_rnn_forward(H)
-        configs += [(f"char-rnn LSTM forward, H={H}", data, "auto"), (f"char-rnn LSTM forward, H={H}", data, "scan")]
+    for cell in ("lstm", "gru"):
+        for H in a.hidden:
+            data, title = char_rnn_forward(H, cell), f"char-rnn {cell.upper()} forward, H={H}"
+            configs += [(title, data, "auto"), (title, data, "scan")]
     load = ", ".join(f"{v:.2f}" for v in os.getloadavg())
     rows = ["| model | ONNX form | stepnet ms | onnxruntime ms | stepnet ÷ onnxruntime: median of per-round "
             "ratios (quartiles) | export s | max abs Δ | load |", "|---|---|---|---|---|---|---|---|"]
@@ -168,7 +178,7 @@ def main(a) -> None:
         run_a, run_b, seconds, diff, kind = engines(init, net, feeds, a.threads, rnn)
         before = wait_for_quiet(a.wait_load, a.max_wait)
         r = rounds(run_a, run_b, a.rounds, a.reps)
-        form = {"—": "—", "LSTM": "LSTM node", "Scan": "Scan"}[kind]
+        form = {"—": "—", "LSTM": "LSTM node", "GRU": "GRU node", "Scan": "Scan"}[kind]
         rows.append(f"| {title} | {form} | {r['stepnet']:.1f} | {r['ort']:.1f} | {r['ratio']:.2f} "
                     f"({r['q1']:.2f}–{r['q3']:.2f}) | {seconds:.2f} | {diff:.1e} | {before:.1f} |")
         print(rows[-1], flush=True)
