@@ -139,6 +139,15 @@ def _extra_op(step):
     step.op.insert(len(step.op) - 1, make_op("Scale", ["GRU/reset_gate_t_sigmoid"], ["GRU/unused"], scale=2.0))
 
 
+def test_a_gru_step_weight_of_another_rank_keeps_the_scan():
+    """A step FC's W of shape H×H×1 (FC's axis_w=1 reads it as H×H) is no GRU node's recurrence weight: Scan."""
+    m, net = gru_net()
+    params = random_params(m, 3)
+    params["GRU/update_gate_t_w"] = params["GRU/update_gate_t_w"].reshape(H, H, 1)
+    result, _ = compare(net, feeds=feeds_for(SHORT, (N, H), ("h0",)), params=params)
+    assert [n.op_type for n in result.model.graph.node].count("Scan") == 1
+
+
 @pytest.mark.parametrize("edit, drop_states, kind", [
     (_split_rotated, False, "GRU"), (_concat_swapped, False, "Scan"), (_extra_op, False, "Scan"),
     (None, True, "Scan")], ids=["split-rotated", "concat-swapped", "extra-op", "drop-states"])
@@ -267,10 +276,11 @@ def test_the_gradient_seed_is_left_out_with_the_training_part():
     assert "ConstantFill×1" in note and not any(o.input for o in kept if o.type == "ConstantFill")
 
 
+@pytest.mark.parametrize("where", ["step", "outer"])
 @pytest.mark.parametrize("layer", ["lstm", "gru"])
-def test_a_layer_step_fc_with_an_unreadable_argument_is_refused_with_its_place(layer):
-    """The layer matchers read the step ops' arguments; one that does not read leaves the op to the Scan's
-    converters, whose error names the net, the step net and the op."""
+def test_a_layer_fc_with_an_unreadable_argument_is_refused_with_its_place(layer, where):
+    """The layer matchers read the FCs' arguments (the step FC's, the outer i2h FC's); one that does not read
+    leaves the op to its own converter, whose error names the net, the step net and the op."""
     if layer == "gru":
         m, net = gru_net()
         init = (N, H), ("h0",)
@@ -279,9 +289,10 @@ def test_a_layer_step_fc_with_an_unreadable_argument_is_refused_with_its_place(l
         outs = lstm(m, "X", "seq", ("h0", "c0"), D, H, scope="LSTM", forward_only=True)
         net, init = net_of(m, [outs[0], outs[1], outs[3]]), ((1, N, H), ("h0", "c0"))
     step = next(a.n for a in net.op[1].arg if a.name == "step_net")
-    fc = next(op for op in step.op if op.type == "FC")
+    fc = next(op for op in step.op if op.type == "FC") if where == "step" else net.op[0]
     axis = next(a for a in fc.arg if a.name == "axis")
     axis.ClearField("i")
     axis.s = b"two"
-    with pytest.raises(Exception, match=r"op #1 \(RecurrentNetwork\), step net .*\(FC\): argument 'axis'"):
+    place = r"op #1 \(RecurrentNetwork\), step net .*\(FC\)" if where == "step" else r"op #0 \(FC\)"
+    with pytest.raises(Exception, match=place + r".*argument 'axis'"):
         export_onnx(net, inputs=feeds_for(SHORT, *init), params=random_params(m, 1))

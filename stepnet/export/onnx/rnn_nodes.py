@@ -159,9 +159,10 @@ def _folded_fc(c, name: str):
     if i is None or key in c.conv.outputs or [k for k in g.consumers.get(key, ()) if k in c.conv.needed] != [c.index]:
         return None
     fc = g.ops[i]
-    if fc.type != "FC" or _args(fc)["axis"] != 2 or _args(fc)["axis_w"] != 1:
-        return None
-    return [c.conv.value((n, v)) for n, v in zip(fc.input, g.in_versions[i])]
+    if fc.type != "FC" or len(fc.input) != 3 or _args(fc)["axis"] != 2 or _args(fc)["axis_w"] != 1:
+        return None      # (an FC whose arguments do not read was refused by its own converter, run before)
+    values = [c.conv.value((n, v)) for n, v in zip(fc.input, g.in_versions[i])]
+    return values if len(_shape(c, values[1])) == 2 else None
 
 
 def lstm_op(c, r, carries0):
@@ -177,6 +178,8 @@ def lstm_op(c, r, carries0):
     e = c.e
     x, wi, bi = outer
     wr, br = (outer_value(c, n) for n in fc.input[1:])
+    if len(_shape(c, wr)) != 2:
+        return None
     H = _rows(c, wr) // 4
     order = e.const(np.concatenate([np.arange(H) + k * H for k in (0, 2, 1, 3)]).astype(np.int64))
 
@@ -210,7 +213,7 @@ def gru_op(c, r, carries0):
     e = c.e
     x, wi, bi = outer
     H = _rows(c, wi) // 3
-    if any(_rows(c, outer_value(c, fc.input[1])) != H for fc in fcs):
+    if any(_shape(c, outer_value(c, fc.input[1])) != (H, H) for fc in fcs):
         return None
     # ONNX's z, r, h are GRUUnit's update and output parts and the reset part, at these blocks of input_t
     order = e.const(np.concatenate([np.arange(H) + parts[k] * H for k in (1, 0, 2)]).astype(np.int64))
@@ -244,10 +247,14 @@ def _layer_input(c, r, h_state):
     return _folded_fc(c, r.inputs[0].external)
 
 
-def _rows(c, v: str) -> int:
-    """The first dimension of an ONNX value (a weight: a graph input or a constant)."""
+def _shape(c, v: str) -> tuple:
+    """The shape of an ONNX value (a weight: a graph input or a constant)."""
     specs = c.conv.state.specs
-    return specs[v].shape[0] if v in specs else c.e.consts[v].shape[0]
+    return tuple(specs[v].shape if v in specs else c.e.consts[v].shape)
+
+
+def _rows(c, v: str) -> int:
+    return _shape(c, v)[0]
 
 
 def _sequence(c, r, x: str) -> str:
