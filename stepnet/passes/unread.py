@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Iterable
 
-from ..graph.view import nested_nets, walk, with_ops
+from ..graph.view import copy_op, nested_nets, walk, with_ops
 from ..io.proto import NetDef, OperatorDef, PlanDef
 from ..ops import REGISTRY
 
@@ -104,8 +104,7 @@ def _droppable(op: OperatorDef) -> bool:
 
 
 def _without_last_output(op: OperatorDef) -> OperatorDef:
-    out = OperatorDef()
-    out.CopyFrom(op)
+    out = copy_op(op)
     del out.output[-1]
     return out
 

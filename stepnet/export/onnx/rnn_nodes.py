@@ -35,6 +35,14 @@ def _args(op) -> dict:
         return parse_args(REGISTRY.get(op.type), op, op.type, strict=False)
 
 
+def _layer_fc(op) -> bool:
+    """Whether op is an FC over a layer's sequence or step rows: FC(X, W, b) with axis=2, axis_w=1."""
+    if op.type != "FC" or len(op.input) != 3:
+        return False
+    a = _args(op)
+    return a["axis"] == 2 and a["axis_w"] == 1
+
+
 def _cell(r):
     """(fc, unit) of a step net that is exactly FC -> Sum(gates, input_t) -> LSTMUnit, else None."""
     ops = list(r.step.op)
@@ -43,7 +51,7 @@ def _cell(r):
     fc, add, unit = ops
     x_t = r.inputs[0].internal
     a = _args(unit)
-    if (a["drop_states"] or _args(fc)["axis"] != 2 or _args(fc)["axis_w"] != 1 or len(unit.output) != 2
+    if (a["drop_states"] or not _layer_fc(fc) or len(unit.output) != 2
             or sorted(add.input) != sorted([fc.output[0], x_t]) or unit.input[2] != add.output[0]
             or fc.input[0] != unit.input[0] or unit.input[-1] != r.timestep or r.inputs[0].window != 1
             or r.inputs[0].offset != 0):
@@ -94,7 +102,7 @@ def _gru_cell(r):
 
     def fc_of(o, k, reads_ok):
         fc = of(o, k, "FC")
-        if fc is None or len(fc.input) != 3 or _args(fc)["axis"] != 2 or _args(fc)["axis_w"] != 1:
+        if fc is None or not _layer_fc(fc):
             return None
         return fc if reads_ok(fc) and src[id(fc), 1] is None and src[id(fc), 2] is None else None
 
@@ -159,7 +167,7 @@ def _folded_fc(c, name: str):
     if i is None or key in c.conv.outputs or [k for k in g.consumers.get(key, ()) if k in c.conv.needed] != [c.index]:
         return None
     fc = g.ops[i]
-    if fc.type != "FC" or len(fc.input) != 3 or _args(fc)["axis"] != 2 or _args(fc)["axis_w"] != 1:
+    if not _layer_fc(fc):
         return None      # (an FC whose arguments do not read was refused by its own converter, run before)
     values = [c.conv.value((n, v)) for n, v in zip(fc.input, g.in_versions[i])]
     return values if len(_shape(c, values[1])) == 2 else None
