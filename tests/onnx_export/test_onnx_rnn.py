@@ -296,3 +296,20 @@ def test_a_layer_fc_with_an_unreadable_argument_is_refused_with_its_place(layer,
     place = r"op #1 \(RecurrentNetwork\), step net .*\(FC\)" if where == "step" else r"op #0 \(FC\)"
     with pytest.raises(Exception, match=place + r".*argument 'axis'"):
         export_onnx(net, inputs=feeds_for(SHORT, *init), params=random_params(m, 1))
+
+
+@pytest.mark.parametrize("layer", ["lstm", "gru"])
+def test_a_layer_step_fc_missing_its_bias_is_refused_with_its_place(layer):
+    """A step FC with two inputs is no layer's: the op goes to the Scan's converters, whose arity error names
+    the net, the step net and the op."""
+    if layer == "gru":
+        m, net = gru_net()
+        init = (N, H), ("h0",)
+    else:
+        m = ModelBuilder("lstm_predict")
+        outs = lstm(m, "X", "seq", ("h0", "c0"), D, H, scope="LSTM", forward_only=True)
+        net, init = net_of(m, [outs[0], outs[1], outs[3]]), ((1, N, H), ("h0", "c0"))
+    step = next(a.n for a in net.op[1].arg if a.name == "step_net")
+    del next(op for op in step.op if op.type == "FC").input[2]
+    with pytest.raises(Exception, match=r"op #1 \(RecurrentNetwork\), step net .*\(FC\): FC takes 3 inputs, got 2"):
+        export_onnx(net, inputs=feeds_for(SHORT, *init), params=random_params(m, 1))
