@@ -26,7 +26,8 @@ class Fast(NamedTuple):
     before each call (read them at call time). None: fn itself is called (compiled.prebound). fresh_inputs:
     inputs never to be held from one call to the next (tensors the op does not own). A form that sets its
     blobs: made_fresh, outputs it points at new views each call; sources, per output the input whose rows it
-    views (None: any)."""
+    views (None: any). begins: more per-run setups, ((op, input index, fn(array)), ...) with op the position in
+    the entry's ops (a form of several ops: compiled.gru_step)."""
     fn: Callable
     blobs: bool = False
     rebind: Callable | None = None
@@ -37,6 +38,7 @@ class Fast(NamedTuple):
     fresh_inputs: tuple = ()
     made_fresh: tuple = ()
     sources: tuple | None = None
+    begins: tuple = ()
 
 
 class Unsettled(Exception):

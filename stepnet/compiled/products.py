@@ -29,13 +29,7 @@ def fc(bop, ins, outs, parts=None, steps: int = 8):
     one_hot = m >= ONE_HOT_ROWS and k <= m      # (rows a char-rnn's one-hot input has: gathered, as the kernel does)
     if parts is None and one_hot:
         parts = "kernel"      # (only an X that is not one-hot takes the product: not worth a trial of its size)
-    if parts is None:
-        candidates = fc_forms(m, k, n, dtype)
-        parts = fastest(m, k, n, dtype, candidates, steps)
-        form = candidates[parts]
-    else:
-        form = {"kernel": kernel_form, "w first": w_first_form}[parts](m, k, n, dtype) if parts in (
-            "kernel", "w first") else blocks_form(m, k, n, dtype, parts)
+    form = _form(m, k, n, dtype, parts, steps)
     biased = form.biased
     begin = None if form.begin is None else (1, form.begin)
     if one_hot:
@@ -54,6 +48,27 @@ def fc(bop, ins, outs, parts=None, steps: int = 8):
         """FC bias + the Sum that reads its output, in one pass (see _with_sum)."""
         return _with_sum(bop, next_bop, ins, outs, ys, form.product)
     return Fast(run, begin=begin, fuse=fuse)
+
+
+def _form(m: int, k: int, n: int, dtype, parts, steps: int):
+    """The fc_forms Form that fc() takes: `parts`, or the fastest giving the kernel's bits (parts None)."""
+    if parts is None:
+        candidates = fc_forms(m, k, n, dtype)
+        return candidates[fastest(m, k, n, dtype, candidates, steps)]
+    if parts in ("kernel", "w first"):
+        return {"kernel": kernel_form, "w first": w_first_form}[parts](m, k, n, dtype)
+    return blocks_form(m, k, n, dtype, parts)
+
+
+def step_product(bop, ins, outs, steps: int = 8):
+    """((M, K, N), the Form fc() takes) of a step FC of two or more float32 rows that is never one-hot gathered
+    (so its kernel's value is the form's product + b: the FC of one row is fc_row's, a one-hot X's the
+    gather's), else None: for a form that adds the bias itself (compiled.gru_step)."""
+    sizes = _fc_sizes(bop, ins, outs)
+    if sizes is None or ins[0].dtype != np.float32 or sizes[0] < 2 or (
+            sizes[0] >= ONE_HOT_ROWS and sizes[1] <= sizes[0]):
+        return None
+    return sizes, _form(*sizes, ins[0].dtype, None, steps)
 
 
 def _fc_sizes(bop, ins, outs) -> tuple | None:

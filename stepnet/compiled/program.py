@@ -39,79 +39,11 @@ import types
 
 import numpy as np
 
-from ..ops.binding import failure as _failure, writes_over_inputs
+from ..ops.binding import failure as _failure
+from .entries import BUFFER, LINKS, fused_group, fused_pair, kinds_of
 from .forms import Unsettled, compiled_form, results, sets_blobs
 from .inputs import Inputs, external_blobs
 from .prebound import Prebound
-
-_BUFFER, _VIEW, _INPLACE, _LINKS = "buffer", "view", "in place", "links"
-
-
-def _owned(ws, blob, main: bool) -> bool:
-    """Whether blob belongs to the step workspace or to the workspace shared by the steps (main: to the net's
-    own workspace)."""
-    return any(w is not None and w.local_blob(blob.name) is blob for w in ((ws,) if main else (ws, ws.parent)))
-
-
-def _writes_in_place(bop, blob) -> bool:
-    """Whether the interpreted op writes this input's array in place too (so an outer blob may be written)."""
-    schema = bop.schema
-    pairs = {(i, o) for i, b in enumerate(bop.inputs) for o, c in enumerate(bop.outputs) if b is blob and c is blob}
-    return bool(pairs & set(schema.enforce_inplace)) or bool(
-        pairs and schema.inplace_kernel is not None and writes_over_inputs(schema, bop.opdef))
-
-
-def _kinds(net, bop, ins, outs, views, buffers, main: tuple | None = None, overlap: bool = False) -> list | None:
-    """What each output of a compiled op is (in place, a view, a buffer; see the module doc), or None when
-    one cannot be written by a compiled routine. main: (ids of the external blobs,) of a plain net; overlap:
-    the form reads its inputs before writing (Fast.reads_first), so a view output may share their memory."""
-    kinds = []
-    for blob, value in zip(bop.outputs, outs):
-        external = main is not None and id(blob) in main[0]
-        if any(blob is b for b in bop.inputs):
-            before = ins[next(k for k, b in enumerate(bop.inputs) if b is blob)]
-            if not (id(blob) in views or (_owned(net.workspace, blob, main is not None) and not external)
-                    or _writes_in_place(bop, blob)) or before.shape != value.shape or before.dtype != value.dtype:
-                return None          # (an op in place that changes the shape or dtype makes a new array)
-            kinds.append((_INPLACE, None, None))
-        elif id(blob) in views:
-            if not blob.view or (not overlap and any(np.may_share_memory(value, x) for x in ins)):
-                return None
-            kinds.append((_VIEW, None, None))
-        elif (_owned(net.workspace, blob, main is not None) and not external and not blob.view
-              and not (main is not None and any(np.may_share_memory(value, x) for x in ins))):
-            # (a plain net's op whose result shares its input's memory, as a view or the array itself, keeps
-            # that sharing interpreted: a buffer would copy it)
-            spec = (value.shape, value.dtype)
-            if buffers.setdefault(id(blob), spec) != spec:
-                return None
-            kinds.append((_BUFFER, *spec))
-        else:
-            return None
-    return kinds
-
-
-def _fused_pair(net, i, fast, views, buffers, main, trace) -> tuple | None:
-    """(the fused form of op i with the Sum j that first reads op i's output, the kinds of the Sum's outputs,
-    j), or None: only where op i's form can fuse, and no op between them touches the FC's output or the Sum's
-    other input or output (so the Sum may run right after op i: the same values). Every output is written."""
-    if fast.fuse is None:
-        return None
-    y = net.ops[i].outputs[0]
-    j = next((k for k in range(i + 1, len(net.ops)) if any(b is y for b in net.ops[k].inputs)), None)
-    if j is None or net.ops[j].opdef.type != "Sum":
-        return None
-    nxt = net.ops[j]
-    touched = {id(b) for b in (*nxt.inputs, *nxt.outputs)}
-    if any(id(b) in touched for k in range(i + 1, j) for b in (*net.ops[k].inputs, *net.ops[k].outputs)):
-        return None
-    ins, outs = trace[j]
-    if not all(type(v) is np.ndarray for v in ins + outs) or compiled_form(nxt, ins, outs) is None:
-        return None
-    kinds = _kinds(net, nxt, ins, outs, views, buffers, main)
-    pair = fast.fuse(nxt, trace[i][0] + ins, outs) if kinds is not None else None
-    return None if pair is None else (pair, kinds, j)
-
 
 class Program:
     """Per op of the step net: its compiled form and what each of its outputs is."""
@@ -129,7 +61,8 @@ class Program:
         that has just run; trace: each op's input and output values then, Net.run_ops), or None when it cannot
         be compiled.
         With the fused kernels on, an FC whose output a Sum reads next takes that Sum into its entry (FC bias +
-        Sum; not under --profile, which times every op)."""
+        Sum), and the GRU step's eleven ops are one entry (compiled.gru_step); not under --profile, which times
+        every op."""
         if net.check_nan or net.mixed_devices:
             return None
         fused, profiled = net.workspace.jit_kernels(), net.workspace.profiler is not None   # --profile: op by op
@@ -138,6 +71,11 @@ class Program:
         limit = net.workspace.limits.max_blob_bytes
         for i, bop in enumerate(net.ops):
             if i in taken:
+                continue
+            group = fused_group(net, i, views, buffers, outer, trace, steps) if fused and not profiled else None
+            if group is not None:      # (the GRU step's eleven ops as one entry: compiled.gru_step)
+                ops.append(group)
+                taken.update(group[2])
                 continue
             ins, outs = trace[i]
             arrays = all(type(v) is np.ndarray for v in ins)
@@ -149,15 +87,15 @@ class Program:
                 return None
             if fast.blobs:
                 if any(id(b) in buffers for b in bop.outputs):
-                    return None      # (a buffer's blob replaced by another op's result: see _kinds's views)
+                    return None      # (a buffer's blob replaced by another op's result: see entries.kinds_of's views)
                 views.update(id(b) for b in bop.outputs)
-                ops.append((fast, [(_LINKS, None, None)] * len(outs), (i,)))
+                ops.append((fast, [(LINKS, None, None)] * len(outs), (i,)))
                 continue
-            kinds = _kinds(net, bop, ins, outs, views, buffers, outer, fast.reads_first)
+            kinds = kinds_of(net, bop, ins, outs, views, buffers, outer, fast.reads_first)
             if kinds is None:
                 return None
             indices = (i,)
-            pair = _fused_pair(net, i, fast, views, buffers, outer, trace) if fused and not profiled else None
+            pair = fused_pair(net, i, fast, views, buffers, outer, trace) if fused and not profiled else None
             if pair is not None:
                 fast, kinds, indices = pair[0]._replace(begin=fast.begin), kinds + pair[1], (i, pair[2])
                 taken.add(pair[2])
@@ -165,6 +103,8 @@ class Program:
         written = {id(b) for bop in net.ops for b in bop.outputs}
         begins = [(at[0], fast.begin[0], fast.begin[1]) for fast, _, at in ops
                   if fast.begin is not None and id(net.ops[at[0]].inputs[fast.begin[0]]) not in written]
+        begins += [(at[j], index, fn) for fast, _, at in ops for j, index, fn in fast.begins
+                   if id(net.ops[at[j]].inputs[index]) not in written]
         return cls(ops, begins, main)
 
     def _buffer(self, net, blob, shape, dtype):
@@ -204,7 +144,7 @@ class Program:
             inputs = tuple(b for bop in bops for b in bop.inputs)
             outputs = tuple(b for bop in bops for b in bop.outputs)
             for blob, (kind, shape, dtype) in zip(outputs, kinds):
-                if kind == _BUFFER:
+                if kind == BUFFER:
                     blob.value = self._buffer(net, blob, shape, dtype)
                     blob.view = False
                     buffers.setdefault(id(blob), (blob, shape, dtype, k))     # (k: the entry that writes it)

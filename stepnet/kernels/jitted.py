@@ -221,3 +221,55 @@ def fc_row_sum(W, x, b, z, y, s):
         zr = z[r]
         y[r] = v
         s[r] = v + zr
+
+
+@njit(**_EXACT)
+def gru_gates(x, pr, pu, br, bu, h, xr, xu, xo, r, u, s, mh, y, bits):
+    """Caffe2's GRU step up to its output product (n × d blocks; x: n × 3d): Split(x) into xr, xu, xo, the
+    reset and update FCs' bias and Sum, r = (pr + br) + xr and u = (pu + bu) + xu (bias_sum_into's additions),
+    s = σ(r) (sigmoid's pass, on scratch y and bits of n·d) and mh = s·h: each value rounded as its op rounds it
+    (no fast-math here; sigmoid keeps its own flags), so the bits are the ops'. pr, pu: the products, arrays of
+    their own. Each loop touches few arrays, indexed by the loop variable alone, so LLVM vectorizes it (one
+    loop over all of them ran scalar: its run-time overlap checks were too many)."""
+    n, d = r.shape
+    for i in range(n):
+        xi = x[i]
+        a, b, c = xi[:d], xi[d:2 * d], xi[2 * d:3 * d]
+        xri, xui, xoi, ri, ui = xr[i], xu[i], xo[i], r[i], u[i]
+        for j in range(d):
+            xri[j] = a[j]
+        for j in range(d):
+            xui[j] = b[j]
+        for j in range(d):
+            xoi[j] = c[j]
+        pri, pui = pr[i], pu[i]
+        for j in range(d):
+            ri[j] = (pri[j] + br[j]) + a[j]
+        for j in range(d):
+            ui[j] = (pui[j] + bu[j]) + b[j]
+    sigmoid(r.ravel(), s.ravel(), y, bits)
+    sf, hf, mf = s.ravel(), h.ravel(), mh.ravel()
+    for k in range(sf.size):
+        mf[k] = sf[k] * hf[k]
+
+
+@njit(**_EXACT)
+def gru_concat(po, bo, xo, r, u, o, os, gates, sizes):
+    """The rest of the step before GRUUnit: the output FC's bias o = po + bo, its Sum os = o + xo, and Concat's
+    gates = [r, u, os] (n × 3d) with its part sizes (d, d, d)."""
+    n, d = o.shape
+    for i in range(n):
+        oi, osi, poi, xoi, gi = o[i], os[i], po[i], xo[i], gates[i]
+        for j in range(d):
+            oi[j] = poi[j] + bo[j]
+        for j in range(d):
+            osi[j] = oi[j] + xoi[j]
+        g0, g1, g2, ri, ui = gi[:d], gi[d:2 * d], gi[2 * d:3 * d], r[i], u[i]
+        for j in range(d):
+            g0[j] = ri[j]
+        for j in range(d):
+            g1[j] = ui[j]
+        for j in range(d):
+            g2[j] = osi[j]
+    for k in range(3):
+        sizes[k] = d

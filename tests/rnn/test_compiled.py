@@ -76,7 +76,8 @@ def run_both(build, feeds, runs=3, change=None, fused=False):
     return ws_c, net_c
 
 
-JITTED_FORMS = ("stepnet.kernels.lstm", "stepnet.kernels.gru", "stepnet.compiled.jit_forms")   # modules of their fns
+JITTED_FORMS = ("stepnet.kernels.lstm", "stepnet.kernels.gru", "stepnet.compiled.jit_forms",   # modules of their fns
+                "stepnet.compiled.gru_step")
 
 
 def fused_types(net) -> set:

@@ -1,0 +1,97 @@
+"""The GRU step as one compiled entry (stepnet/compiled/gru_step.py; numba's gru_gates and gru_concat passes,
+only with the fused kernels on): taken for gru_cell's step net, forward-only and training, with and without
+sequence lengths, at sizes whose products take the kernel's GEMM or the blocked forms, every blob
+bit-identical to the same net run op by op with the same kernels; not taken for one row, for the
+linear_before_reset layout (FC + Sum pairs instead) or without the fused kernels; each broken pass caught."""
+import importlib.util
+import types
+
+import numpy as np
+import pytest
+
+from stepnet.builders.rnn import gru
+
+from stepnet.ops.recurrent import StepWorkspaces
+
+from .test_compiled import arrays, compilers, run_model
+from .test_compiled_fusion import pairs
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("numba") is None,
+                                reason="numba (the fast extra, in the test extra) is not installed")
+F = np.float32
+STEP = ("Split", "FC", "FC", "Sum", "Sigmoid", "Mul", "FC", "Sum", "Sum", "Concat", "GRUUnit")
+
+
+def compare(build, feeds, runs=3):
+    """build's net run compiled and op by op, both with the fused kernels: every blob the same bits, those of
+    the step workspaces too (what RecurrentNetworkBlobFetcher returns: the split parts, the gates)."""
+    ws_c, net_c = run_model(build, feeds, runs, compile_steps=True, fused_cells=True)
+    ws_i, _ = run_model(build, feeds, runs, compile_steps=False, fused_cells=True)
+    for got_ws, want_ws in [(ws_c, ws_i)] + [
+            (a, b) for name in ws_i.blobs() if isinstance(ws_i.find(name).value, StepWorkspaces)
+            for a, b in zip(ws_c.find(name).value.steps, ws_i.find(name).value.steps, strict=True)]:
+        got, want = arrays(got_ws), arrays(want_ws)
+        assert got.keys() == want.keys()
+        for name, value in want.items():
+            np.testing.assert_array_equal(got[name], value, err_msg=name)
+    return net_c
+
+
+def gru_case(train: bool, n: int, h: int, seq: bool = True, seed: int = 0, **kw):
+    rng = np.random.default_rng(seed)
+    t, d = 5, 7
+    feeds = {"X": rng.uniform(-1, 1, (t, n, d)).astype(F), "h0": rng.uniform(-1, 1, (1, n, h)).astype(F)}
+    if seq:
+        feeds["seq"] = np.array([t] * (n - 1) + [2], np.int32)
+
+    def build(m):
+        out = gru(m, "X", "seq" if seq else None, ["h0"], d, h, forward_only=not train, **kw)
+        if train:
+            m.add_gradient_ops([m.net.AveragedLoss(out[0], "loss")])
+    return build, feeds
+
+
+@pytest.mark.parametrize("train", [False, True])
+@pytest.mark.parametrize("n, h, seq", [(3, 6, True), (32, 64, True), (4, 128, False)])
+def test_the_gru_step_is_one_entry_with_the_ops_bits(train, n, h, seq):
+    net = compare(*gru_case(train, n, h, seq))
+    assert STEP in pairs(net)
+
+
+def test_drop_states_keeps_the_group():
+    assert STEP in pairs(compare(*gru_case(False, 3, 6, drop_states=True, seed=1)))
+
+
+@pytest.mark.parametrize("n, kw", [(1, {}), (3, {"linear_before_reset": True})])
+def test_one_row_or_another_layout_keeps_one_entry_per_op(n, kw):
+    """One row: the step FCs are fc_row's one pass (bias inside), not a product + bias. linear_before_reset:
+    σ(r)·FC(h), another arrangement (its FCs fuse with their Sums where they can)."""
+    found = pairs(compare(*gru_case(True, n, 6, seed=2, **kw)))
+    assert STEP not in found and all(len(p) <= 2 for p in found)
+
+
+def test_no_group_without_the_fused_kernels():
+    build, feeds = gru_case(False, 3, 6, seed=3)
+    _, net = run_model(build, feeds, 2, compile_steps=True, fused_cells=False)
+    assert compilers(net)["RecurrentNetwork"].program is not None and not pairs(net)
+
+
+def broken_kernels(monkeypatch, name, wrap):
+    from stepnet.kernels import jit as fused
+
+    real = fused.load()
+    broken = types.SimpleNamespace(**{k: getattr(real, k) for k in dir(real) if not k.startswith("_")})
+    setattr(broken, name, wrap(getattr(real, name)))
+    monkeypatch.setattr(fused, "load", lambda: broken)
+
+
+@pytest.mark.parametrize("name, wrap", [
+    ("gru_gates", lambda k: lambda x, pr, pu, br, bu, *rest: k(x, pu, pr, br, bu, *rest)),       # products swapped
+    ("gru_gates", lambda k: lambda x, pr, pu, br, bu, h, xr, xu, *rest: k(x, pr, pu, br, bu, h, xu, xr, *rest)),
+    ("gru_concat", lambda k: lambda po, bo, xo, r, u, *rest: k(po, bo, xo, u, r, *rest)),        # r, u swapped
+    ("gru_concat", lambda k: lambda po, bo, *rest: k(po, bo + F(1e-3), *rest)),                   # a wrong bias
+], ids=["products", "split outputs", "concat order", "output bias"])
+def test_a_broken_pass_is_caught(monkeypatch, name, wrap):
+    broken_kernels(monkeypatch, name, wrap)
+    with pytest.raises(AssertionError):
+        compare(*gru_case(True, 3, 6, seed=4))
