@@ -223,6 +223,12 @@ def fc_row_sum(W, x, b, z, y, s):
         s[r] = v + zr
 
 
+@njit(inline="always", **_EXACT)
+def _copy(dst, src):
+    for j in range(src.size):
+        dst[j] = src[j]
+
+
 @njit(**_EXACT)
 def gru_gates(x, pr, pu, br, bu, h, xr, xu, xo, r, u, s, mh, y, bits):
     """Caffe2's GRU step up to its output product (n × d blocks; x: n × 3d): Split(x) into xr, xu, xo, the
@@ -236,12 +242,9 @@ def gru_gates(x, pr, pu, br, bu, h, xr, xu, xo, r, u, s, mh, y, bits):
         xi = x[i]
         a, b, c = xi[:d], xi[d:2 * d], xi[2 * d:3 * d]
         xri, xui, xoi, ri, ui = xr[i], xu[i], xo[i], r[i], u[i]
-        for j in range(d):
-            xri[j] = a[j]
-        for j in range(d):
-            xui[j] = b[j]
-        for j in range(d):
-            xoi[j] = c[j]
+        _copy(xri, a)
+        _copy(xui, b)
+        _copy(xoi, c)
         pri, pui = pr[i], pu[i]
         for j in range(d):
             ri[j] = (pri[j] + br[j]) + a[j]
@@ -265,11 +268,8 @@ def gru_concat(po, bo, xo, r, u, o, os, gates, sizes):
         for j in range(d):
             osi[j] = oi[j] + xoi[j]
         g0, g1, g2, ri, ui = gi[:d], gi[d:2 * d], gi[2 * d:3 * d], r[i], u[i]
-        for j in range(d):
-            g0[j] = ri[j]
-        for j in range(d):
-            g1[j] = ui[j]
-        for j in range(d):
-            g2[j] = osi[j]
+        _copy(g0, ri)
+        _copy(g1, ui)
+        _copy(g2, osi)
     for k in range(3):
         sizes[k] = d
