@@ -1,8 +1,9 @@
 """The GRU step as one compiled entry (stepnet/compiled/gru_step.py; numba's gru_gates and gru_concat passes,
 only with the fused kernels on): taken for gru_cell's step net, forward-only and training, with and without
 sequence lengths, at sizes whose products take the kernel's GEMM or the blocked forms, every blob
-bit-identical to the same net run op by op with the same kernels; not taken for one row, for the
-linear_before_reset layout (FC + Sum pairs instead) or without the fused kernels; each broken pass caught."""
+bit-identical to the same net run op by op with the same kernels (the step workspaces' blobs too), inputs fed
+anew every run read afresh; not taken for one row, for the linear_before_reset layout (FC + Sum pairs instead)
+or without the fused kernels; each broken pass caught."""
 import importlib.util
 import types
 
@@ -95,3 +96,26 @@ def test_a_broken_pass_is_caught(monkeypatch, name, wrap):
     broken_kernels(monkeypatch, name, wrap)
     with pytest.raises(AssertionError):
         compare(*gru_case(True, 3, 6, seed=4))
+
+
+@pytest.mark.parametrize("train", [False, True])
+def test_new_inputs_every_run_are_read_afresh(train):
+    """A sequence, lengths and initial state fed anew before every run (other arrays each time: the entry's
+    bound call must read them, not the first run's): the op-by-op bits in every run."""
+    build, feeds = gru_case(train, 4, 8, seed=6)
+    rng = np.random.default_rng(7)
+
+    def change(ws, r):
+        ws.feed("X", rng.uniform(-1, 1, feeds["X"].shape).astype(F))
+        ws.feed("seq", rng.integers(1, feeds["X"].shape[0] + 1, feeds["seq"].shape).astype(np.int32))
+        ws.feed("h0", rng.uniform(-1, 1, feeds["h0"].shape).astype(F))
+
+    runs = []
+    for compiled in (True, False):
+        rng = np.random.default_rng(7)
+        runs.append(run_model(build, feeds, 4, change, compile_steps=compiled, fused_cells=True))
+    (ws_c, net_c), (ws_i, _) = runs
+    got, want = arrays(ws_c), arrays(ws_i)
+    for name, value in want.items():
+        np.testing.assert_array_equal(got[name], value, err_msg=name)
+    assert STEP in pairs(net_c)
