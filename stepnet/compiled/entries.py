@@ -83,7 +83,7 @@ def fused_group(net, i, views, buffers, main, trace, steps: int) -> tuple | None
     ops i..i+10 that compiled.gru_step matches, each of whose outputs a compiled routine can write."""
     if main is not None or not gru_step.matches(net.ops, i):
         return None
-    at = range(i, i + len(gru_step.TYPES))
+    at = range(i, i + gru_step.SIZE)
     kinds = []
     for j in at:
         found = kinds_of(net, net.ops[j], *trace[j], views, buffers, main)

@@ -24,7 +24,10 @@ from .cell_forms import Fast, bound_args, shaped
 from .jit_forms import FUSED
 from .products import step_product
 
-TYPES = ("Split", "FC", "FC", "Sum", "Sigmoid", "Mul", "FC", "Sum", "Sum", "Concat", "GRUUnit")
+RESET_FIRST = ("Split", "FC", "FC", "Sum", "Sigmoid", "Mul", "FC", "Sum", "Sum", "Concat", "GRUUnit")
+LINEAR_FIRST = ("Split", "FC", "FC", "Sum", "Sigmoid", "FC", "Mul", "Sum", "Sum", "Concat", "GRUUnit")
+SIZE = len(RESET_FIRST)
+_AT = {RESET_FIRST: (5, 6), LINEAR_FIRST: (6, 5)}     # where each layout has its Mul and its output FC
 
 
 def _is(blobs, *expected) -> bool:
@@ -36,25 +39,39 @@ def _pair(blobs, a, b) -> bool:
     return _is(blobs, a, b) or _is(blobs, b, a)
 
 
-def matches(ops, i: int) -> bool:
-    """Whether bound ops i..i+10 are the GRU step above, by what each reads and writes, every value a blob of
-    its own (no output is another's or an input read by the step)."""
-    if tuple(o.opdef.type for o in ops[i:i + len(TYPES)]) != TYPES:
-        return False
-    split, fr, fu, sr, sig, mul, fo, su, so, cat, unit = ops[i:i + len(TYPES)]
+def layout(ops, i: int) -> tuple | None:
+    """(the Mul's position, the output FC's, linear_before_reset) when bound ops i..i+10 are the GRU step
+    above (or, with linear_before_reset, its FC(h) -> o, Mul(s, o) -> om, Sum(om, xo) -> os), by what each
+    reads and writes, every value a blob of its own (no output is another's or an input read by the step);
+    else None."""
+    at = _AT.get(tuple(o.opdef.type for o in ops[i:i + SIZE]))
+    if at is None:
+        return None
+    lbr = at[0] > at[1]
+    split, fr, fu, sr, sig, mul, fo, su, so, cat, unit = (ops[i + j] for j in (0, 1, 2, 3, 4, *at, 7, 8, 9, 10))
     if len(split.inputs) != 1 or len(split.outputs) != 3 or len(unit.outputs) != 1 or len(cat.outputs) > 2:
-        return False
+        return None
     (x,), (xr, xu, xo), h = split.inputs, split.outputs, unit.inputs[0]
     r, u, o = fr.outputs[0], fu.outputs[0], fo.outputs[0]
-    s, mh, os, gates = sig.outputs[0], mul.outputs[0], so.outputs[0], cat.outputs[0]
+    s, m, os, gates = sig.outputs[0], mul.outputs[0], so.outputs[0], cat.outputs[0]
     if not (len(fr.inputs) == len(fu.inputs) == len(fo.inputs) == 3 and fr.inputs[0] is h and fu.inputs[0] is h
-            and fo.inputs[0] is mh and _pair(sr.inputs, r, xr) and _is(sr.outputs, r) and _is(sig.inputs, r)
-            and _pair(mul.inputs, s, h) and _pair(su.inputs, u, xu) and _is(su.outputs, u)
-            and _pair(so.inputs, o, xo) and _is(cat.inputs, r, u, os) and unit.inputs[1] is gates):
-        return False
-    made = [xr, xu, xo, r, u, s, mh, o, os, *cat.outputs, *unit.outputs]
+            and _pair(sr.inputs, r, xr) and _is(sr.outputs, r) and _is(sig.inputs, r)
+            and _pair(su.inputs, u, xu) and _is(su.outputs, u) and _is(cat.inputs, r, u, os)
+            and unit.inputs[1] is gates):
+        return None
+    if not (fo.inputs[0] is h and _pair(mul.inputs, s, o) and _pair(so.inputs, m, xo) if lbr else
+            fo.inputs[0] is m and _pair(mul.inputs, s, h) and _pair(so.inputs, o, xo)):
+        return None
+    made = [xr, xu, xo, r, u, s, m, o, os, *cat.outputs, *unit.outputs]
     read = [x, h, *fr.inputs[1:], *fu.inputs[1:], *fo.inputs[1:], *unit.inputs[2:]]
-    return len({id(b) for b in made}) == len(made) and not {id(b) for b in made} & {id(b) for b in read}
+    if len({id(b) for b in made}) != len(made) or {id(b) for b in made} & {id(b) for b in read}:
+        return None
+    return (*at, lbr)
+
+
+def matches(ops, i: int) -> bool:
+    """Whether bound ops i..i+10 are a GRU step this entry takes (layout)."""
+    return layout(ops, i) is not None
 
 
 def _last_axis(bop, ndim: int) -> bool:
@@ -63,13 +80,14 @@ def _last_axis(bop, ndim: int) -> bool:
 
 
 def form(ops, i: int, trace, steps: int = 8) -> Fast | None:
-    """The one entry of the GRU step at ops i..i+10 (matches()) for the arrays of the trace: its fn takes the
+    """The one entry of the GRU step at ops i..i+10 (layout()) for the arrays of the trace: its fn takes the
     eleven ops' inputs, then their outputs, in op order. None where the arrays are not the case it covers."""
-    k = jit.load()
-    if k is None or not matches(ops, i):
+    k, found = jit.load(), layout(ops, i)
+    if k is None or found is None:
         return None
-    bops, seen = ops[i:i + len(TYPES)], trace[i:i + len(TYPES)]
-    split, fr, fu, sr, sig, mul, fo, su, so, cat, unit = bops
+    m_at, f_at, lbr = found
+    bops, seen = ops[i:i + SIZE], trace[i:i + SIZE]
+    split, cat, unit = bops[0], bops[9], bops[10]
     x, h = seen[0][0][0], seen[-1][0][0]
     if h.ndim != 3 or h.shape[0] != 1 or x.shape != h.shape[:2] + (3 * h.shape[2],):
         return None
@@ -79,10 +97,10 @@ def form(ops, i: int, trace, steps: int = 8) -> Fast | None:
     if any(type(a) is not np.ndarray or a.dtype != np.float32 for a in floats) or not (
             _last_axis(split, 3) and _last_axis(cat, 3) and all(a.flags.c_contiguous for a in made)
             and all(out.size == n * d for out in made[:-1]) and made[-1].size == 3 * n * d
-            and all(b.shape == (d,) for b in (seen[1][0][2], seen[2][0][2], seen[6][0][2]))
+            and all(seen[j][0][2].shape == (d,) for j in (1, 2, f_at))
             and (len(seen[9][1]) == 1 or (seen[9][1][1].size == 3 and seen[9][1][1].dtype == np.int32))):
         return None
-    products = [step_product(bops[j], *seen[j], steps) for j in (1, 2, 6)]
+    products = [step_product(bops[j], *seen[j], steps) for j in (1, 2, f_at)]
     cell = FUSED["GRUUnit"](unit, *seen[10])
     if None in products or cell is None or any(p[0] != (n, d, d) for p in products):
         return None
@@ -103,19 +121,20 @@ def form(ops, i: int, trace, steps: int = 8) -> Fast | None:
     def views(outs):
         """The outputs the passes write, as n × d (gates n × 3d) views, and the Concat's sizes output."""
         xr, xu, xo = (shaped(outs[O(0, m)], two) for m in range(3))
-        r, u, s, mh = (shaped(outs[O(j, 0)], two) for j in (1, 2, 4, 5))
-        o, os = shaped(outs[O(6, 0)], two), shaped(outs[O(8, 0)], two)
+        r, u, s, m, o = (shaped(outs[O(j, 0)], two) for j in (1, 2, 4, m_at, f_at))
         dims = outs[O(9, 1)] if len(seen[9][1]) == 2 else sizes
-        return xr, xu, xo, r, u, s, mh, o, os, shaped(outs[O(9, 0)], three), dims
+        return xr, xu, xo, r, u, s, m, o, shaped(outs[O(8, 0)], two), shaped(outs[O(9, 0)], three), dims
 
     def step(xt, hh, w_r, b_r, w_u, b_u, w_o, b_o, v, cell_call):
-        xr, xu, xo, r, u, s, mh, o, os, gates, dims = v
-        gates_kernel(xt, product_r(hh, w_r), product_u(hh, w_u), b_r, b_u, hh, xr, xu, xo, r, u, s, mh, y, bits)
-        concat_kernel(product_o(mh, w_o), b_o, xo, r, u, o, os, gates, dims)
+        """m: the Mul's output, σ(r)·h (the output FC's input) or, with linear_before_reset, σ(r)·o."""
+        xr, xu, xo, r, u, s, m, o, os, gates, dims = v
+        gates_kernel(xt, product_r(hh, w_r), product_u(hh, w_u), b_r, b_u, hh, xr, xu, xo, r, u, s, m, y, bits,
+                     not lbr)
+        concat_kernel(product_o(hh if lbr else m, w_o), b_o, xo, r, u, o, os, gates, dims, s, m, lbr)
         cell_call()
 
     def weights(ins):
-        return ins[W(1, 1)], ins[W(1, 2)], ins[W(2, 1)], ins[W(2, 2)], ins[W(6, 1)], ins[W(6, 2)]
+        return ins[W(1, 1)], ins[W(1, 2)], ins[W(2, 1)], ins[W(2, 2)], ins[W(f_at, 1)], ins[W(f_at, 2)]
 
     def run(ins, outs):
         uins, uouts = ins[u0:u0 + nu], [outs[O(10, 0)]]
@@ -136,7 +155,7 @@ def form(ops, i: int, trace, steps: int = 8) -> Fast | None:
         xt = shaped(ins[0], three)
         return functools.partial(step, xt, *args)
 
-    begins = tuple((j, 1, f.begin) for j, f in ((1, fr_), (2, fu_), (6, fo_)) if f.begin is not None)
+    begins = tuple((j, 1, f.begin) for j, f in ((1, fr_), (2, fu_), (f_at, fo_)) if f.begin is not None)
     if cell.begin is not None:
         begins += ((10, *cell.begin),)
     return Fast(run, prebind=prebind, begins=begins)

@@ -230,13 +230,14 @@ def _copy(dst, src):
 
 
 @njit(**_EXACT)
-def gru_gates(x, pr, pu, br, bu, h, xr, xu, xo, r, u, s, mh, y, bits):
+def gru_gates(x, pr, pu, br, bu, h, xr, xu, xo, r, u, s, mh, y, bits, mul):
     """Caffe2's GRU step up to its output product (n × d blocks; x: n × 3d): Split(x) into xr, xu, xo, the
     reset and update FCs' bias and Sum, r = (pr + br) + xr and u = (pu + bu) + xu (bias_sum_into's additions),
-    s = σ(r) (sigmoid's pass, on scratch y and bits of n·d) and mh = s·h: each value rounded as its op rounds it
-    (no fast-math here; sigmoid keeps its own flags), so the bits are the ops'. pr, pu: the products, arrays of
-    their own. Each loop touches few arrays, indexed by the loop variable alone, so LLVM vectorizes it (one
-    loop over all of them ran scalar: its run-time overlap checks were too many)."""
+    s = σ(r) (sigmoid's pass, on scratch y and bits of n·d) and, with mul, mh = s·h (the reset-first layout's
+    Mul): each value rounded as its op rounds it (no fast-math here; sigmoid keeps its own flags), so the bits
+    are the ops'. pr, pu: the products, arrays of their own. Each loop touches few arrays, indexed by the loop
+    variable alone, so LLVM vectorizes it (one loop over all of them ran scalar: its run-time overlap checks
+    were too many)."""
     n, d = r.shape
     for i in range(n):
         xi = x[i]
@@ -251,25 +252,34 @@ def gru_gates(x, pr, pu, br, bu, h, xr, xu, xo, r, u, s, mh, y, bits):
         for j in range(d):
             ui[j] = (pui[j] + bu[j]) + b[j]
     sigmoid(r.ravel(), s.ravel(), y, bits)
-    sf, hf, mf = s.ravel(), h.ravel(), mh.ravel()
-    for k in range(sf.size):
-        mf[k] = sf[k] * hf[k]
+    if mul:
+        sf, hf, mf = s.ravel(), h.ravel(), mh.ravel()
+        for k in range(sf.size):
+            mf[k] = sf[k] * hf[k]
 
 
 @njit(**_EXACT)
-def gru_concat(po, bo, xo, r, u, o, os, gates, sizes):
-    """The rest of the step before GRUUnit: the output FC's bias o = po + bo, its Sum os = o + xo, and Concat's
-    gates = [r, u, os] (n × 3d) with its part sizes (d, d, d)."""
+def gru_concat(po, bo, xo, r, u, o, os, gates, sizes, s, om, lbr):
+    """The rest of the step before GRUUnit: the output FC's bias o = po + bo, its Sum os = o + xo (with lbr,
+    linear_before_reset's om = s·o first and os = om + xo), and Concat's gates = [r, u, os] (n × 3d) with its
+    part sizes (d, d, d)."""
     n, d = o.shape
     for i in range(n):
         oi, osi, poi, xoi, gi = o[i], os[i], po[i], xo[i], gates[i]
         for j in range(d):
             oi[j] = poi[j] + bo[j]
-        for j in range(d):
-            osi[j] = oi[j] + xoi[j]
-        g0, g1, g2, ri, ui = gi[:d], gi[d:2 * d], gi[2 * d:3 * d], r[i], u[i]
-        _copy(g0, ri)
-        _copy(g1, ui)
+        if lbr:
+            si, omi = s[i], om[i]
+            for j in range(d):
+                omi[j] = si[j] * oi[j]
+            for j in range(d):
+                osi[j] = omi[j] + xoi[j]
+        else:
+            for j in range(d):
+                osi[j] = oi[j] + xoi[j]
+        g0, g1, g2 = gi[:d], gi[d:2 * d], gi[2 * d:3 * d]
+        _copy(g0, r[i])
+        _copy(g1, u[i])
         _copy(g2, osi)
     for k in range(3):
         sizes[k] = d

@@ -1,6 +1,6 @@
 """The fused FC bias + Sum pair of compiled step nets (stepnet/compiled/products.py `_with_sum`, numba's
 bias_sum kernels; only with the fused kernels on): taken in the LSTM step nets (a Sum in place over the FC's
-output), in the GRU step nets with linear_before_reset (each Sum a few ops after its FC) and in a hand-written
+output), in the GRU step nets of one row (each Sum a few ops after its FC) and in a hand-written
 step net (a Sum into another blob, the FC's output second, both read later), every blob bit-identical to the
 same net run op by op; refused where an op between touches the Sum; the pair form in every product order
 against the two ops' own kernels; overlapping arrays refused; a broken fused pass caught; no pair with
@@ -104,19 +104,19 @@ def test_a_sum_into_another_blob_keeps_both_outputs():
 
 @pytest.mark.parametrize("train", [False, True])
 def test_gru_step_nets_fuse_each_fc_with_its_later_sum(train):
-    """The GRU step with linear_before_reset (gru_cell's default layout is one entry of its own:
-    test_compiled_gru_step) sums the reset and update FCs' outputs two and five ops later (other ops between
-    touch neither sum): each FC takes its Sum into its entry, the values unchanged."""
+    """The GRU step of one row (more rows: one entry of its own, test_compiled_gru_step) sums each gate's FC
+    output two to six ops later (other ops between touch neither sum): each FC takes its Sum into its entry
+    (fc_row_sum), the values unchanged."""
     rng = np.random.default_rng(5)
-    t, n, d, h = 4, 3, 5, 6
-    feeds = {"X": rng.uniform(-1, 1, (t, n, d)).astype(F), "seq": np.array([t, 2, t], np.int32),
+    t, n, d, h = 4, 1, 5, 6
+    feeds = {"X": rng.uniform(-1, 1, (t, n, d)).astype(F), "seq": np.array([t - 1], np.int32),
              "h0": rng.uniform(-1, 1, (1, n, h)).astype(F)}
 
     def build(m):
-        out = gru(m, "X", "seq", ["h0"], d, h, forward_only=not train, linear_before_reset=True)
+        out = gru(m, "X", "seq", ["h0"], d, h, forward_only=not train)
         if train:
             m.add_gradient_ops([m.net.AveragedLoss(out[0], "loss")])
-    assert pairs(compare(build, feeds)).count(("FC", "Sum")) == 2
+    assert pairs(compare(build, feeds)).count(("FC", "Sum")) == 3
 
 
 def blocked_gates(step):

@@ -1,9 +1,10 @@
 """The GRU step as one compiled entry (stepnet/compiled/gru_step.py; numba's gru_gates and gru_concat passes,
 only with the fused kernels on): taken for gru_cell's step net, forward-only and training, with and without
-sequence lengths, at sizes whose products take the kernel's GEMM or the blocked forms, every blob
-bit-identical to the same net run op by op with the same kernels (the step workspaces' blobs too), inputs fed
-anew every run read afresh; not taken for one row, for the linear_before_reset layout (FC + Sum pairs instead)
-or without the fused kernels; each broken pass caught."""
+sequence lengths, in both layouts (reset first, linear_before_reset), at sizes whose products take the
+kernel's GEMM or the blocked forms, every blob bit-identical to the same net run op by op with the same
+kernels (the step workspaces' blobs too), inputs fed anew every run read afresh; not taken for one row (FC +
+Sum pairs instead), for another arrangement of the ops or without the fused kernels; each broken pass
+caught."""
 import importlib.util
 import types
 
@@ -21,6 +22,7 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("numba") is None,
                                 reason="numba (the fast extra, in the test extra) is not installed")
 F = np.float32
 STEP = ("Split", "FC", "FC", "Sum", "Sigmoid", "Mul", "FC", "Sum", "Sum", "Concat", "GRUUnit")
+LINEAR_FIRST = ("Split", "FC", "FC", "Sum", "Sigmoid", "FC", "Mul", "Sum", "Sum", "Concat", "GRUUnit")
 
 
 def compare(build, feeds, runs=3):
@@ -54,21 +56,41 @@ def gru_case(train: bool, n: int, h: int, seq: bool = True, seed: int = 0, **kw)
 
 @pytest.mark.parametrize("train", [False, True])
 @pytest.mark.parametrize("n, h, seq", [(3, 6, True), (32, 64, True), (4, 128, False)])
-def test_the_gru_step_is_one_entry_with_the_ops_bits(train, n, h, seq):
-    net = compare(*gru_case(train, n, h, seq))
-    assert STEP in pairs(net)
+@pytest.mark.parametrize("lbr", [False, True], ids=["reset first", "linear before reset"])
+def test_the_gru_step_is_one_entry_with_the_ops_bits(train, n, h, seq, lbr):
+    net = compare(*gru_case(train, n, h, seq, linear_before_reset=lbr))
+    assert (LINEAR_FIRST if lbr else STEP) in pairs(net)
 
 
 def test_drop_states_keeps_the_group():
     assert STEP in pairs(compare(*gru_case(False, 3, 6, drop_states=True, seed=1)))
 
 
-@pytest.mark.parametrize("n, kw", [(1, {}), (3, {"linear_before_reset": True})])
-def test_one_row_or_another_layout_keeps_one_entry_per_op(n, kw):
-    """One row: the step FCs are fc_row's one pass (bias inside), not a product + bias. linear_before_reset:
-    σ(r)·FC(h), another arrangement (its FCs fuse with their Sums where they can)."""
-    found = pairs(compare(*gru_case(True, n, 6, seed=2, **kw)))
-    assert STEP not in found and all(len(p) <= 2 for p in found)
+@pytest.mark.parametrize("lbr", [False, True], ids=["reset first", "linear before reset"])
+def test_one_row_keeps_one_entry_per_op(lbr):
+    """One row: the step FCs are fc_row's one pass (bias inside), not a product + bias (they fuse with their
+    Sums where they can)."""
+    found = pairs(compare(*gru_case(True, 1, 6, seed=2, linear_before_reset=lbr)))
+    assert found and all(len(p) <= 2 for p in found)
+
+
+def test_another_arrangement_keeps_one_entry_per_op():
+    """A step net with the GRU step's op types in its order but the Mul reading another blob than h_prev."""
+    from stepnet.compiled.gru_step import layout
+
+    build, feeds = gru_case(False, 3, 6, seed=8)
+    _, net = run_model(build, feeds, 1, compile_steps=False, fused_cells=True)
+    rnn = next(b for b in net.ops if b.opdef.type == "RecurrentNetwork")
+    bound = rnn.call.args[0].state["forward"].loop.steps[0][1]     # (the first timestep's bound step net)
+    i = next(k for k, o in enumerate(bound.ops) if o.opdef.type == "Split")
+    assert layout(bound.ops, i) == (5, 6, False)
+    mul = bound.ops[i + 5]
+    inputs = mul.inputs
+    mul.inputs = [inputs[0], inputs[0]]       # σ(r)·σ(r): not the step
+    try:
+        assert layout(bound.ops, i) is None
+    finally:
+        mul.inputs = inputs
 
 
 def test_no_group_without_the_fused_kernels():
@@ -119,3 +141,10 @@ def test_new_inputs_every_run_are_read_afresh(train):
     for name, value in want.items():
         np.testing.assert_array_equal(got[name], value, err_msg=name)
     assert STEP in pairs(net_c)
+
+
+def test_a_pass_ignoring_linear_before_reset_is_caught(monkeypatch):
+    """The output pass's Mul σ(r)·o, left out (the reset-first sum o + xo instead), caught in that layout."""
+    broken_kernels(monkeypatch, "gru_concat", lambda k: lambda *a: k(*a[:-1], False))
+    with pytest.raises(AssertionError):
+        compare(*gru_case(True, 3, 6, seed=9, linear_before_reset=True))
