@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ops.binding import writes_over_inputs
+from ..ops.registry import REGISTRY
 from . import gru_step
 from .forms import compiled_form
 
@@ -80,10 +81,13 @@ def fused_pair(net, i, fast, views, buffers, main, trace) -> tuple | None:
 
 def fused_group(net, i, views, buffers, main, trace, steps: int) -> tuple | None:
     """(the GRU step's one entry at op i, the kinds of its ops' outputs, their indices), or None: a step net's
-    ops i..i+10 that compiled.gru_step matches, each of whose outputs a compiled routine can write."""
+    ops i..i+10 that compiled.gru_step matches, each with the kernel its type registered (as compiled_form
+    asks) and each of whose outputs a compiled routine can write."""
     if main is not None or not gru_step.matches(net.ops, i):
         return None
     at = range(i, i + gru_step.SIZE)
+    if any(net.ops[j].schema.kernel is not REGISTRY.registered(net.ops[j].opdef.type).kernel for j in at):
+        return None
     kinds = []
     for j in at:
         found = kinds_of(net, net.ops[j], *trace[j], views, buffers, main)
