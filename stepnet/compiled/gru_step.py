@@ -3,15 +3,16 @@ stepnet's builders and caffe2.python's rnn_cell write them,
 
     Split(x_t) -> xr, xu, xo;  FC(h, W_r, b_r) -> r;  FC(h, W_u, b_u) -> u;  Sum(r, xr) -> r;  Sigmoid(r) -> s;
     Mul(s, h) -> mh;  FC(mh, W_o, b_o) -> o;  Sum(u, xu) -> u;  Sum(o, xo) -> os;  Concat(r, u, os) -> gates;
-    GRUUnit(h, gates, ...) -> h_t,
+    GRUUnit(h, gates, ...) -> h_t
 
-run as the three products (each in the form the FC's own compiled form takes: compiled.products) and two numba
-passes (kernels.jitted gru_gates, gru_concat) before GRUUnit's own form: 5 calls a timestep instead of 11 ops'
-worth of numpy calls. Every output of every op is written, each value rounded as its op rounds it (the same
-products, the same float32 additions in the same order, the same sigmoid pass, the same cell kernel), so the
-blobs hold the bits the ops leave and a backward step net reads what it would read. Only the arrangement above,
-float32 and two or more rows (the cases where each op's own compiled value is the product + bias): anything else
-keeps one entry per op."""
+(with linear_before_reset: FC(h, W_o, b_o) -> o before Mul(s, o) -> om, and Sum(om, xo) -> os), run as the
+three products (each in the form the FC's own compiled form takes: compiled.products) and two numba passes
+(kernels.jitted gru_gates, gru_concat) before GRUUnit's own form: 5 calls a timestep instead of 11 ops' worth
+of numpy calls. Every output of every op is written, each value rounded as its op rounds it (the same products,
+the same float32 additions in the same order, the same sigmoid pass, the same cell kernel), so the blobs hold
+the bits the ops leave and a backward step net reads what it would read. Only these two arrangements, each op
+with the kernel its type registered (compiled.entries checks), float32 and two or more rows (the cases where
+each op's own compiled value is the product + bias): anything else keeps one entry per op."""
 from __future__ import annotations
 
 import functools
