@@ -226,6 +226,22 @@ def test_threads_costs_nothing_when_blas_already_runs_that_many(temporary_op):
         assert blas_counts() == before
 
 
+def test_the_thread_count_call_reads_what_threadpoolctl_reads():
+    """kernels.blas.thread_count: OpenBLAS's own function (found once) where numpy ships an OpenBLAS with its own
+    threads, as numpy's wheels do; whichever call, it reads the count threadpoolctl reads, as it changes."""
+    from threadpoolctl import threadpool_limits
+
+    from stepnet.kernels.blas import thread_count
+
+    for lib in numpy_blas().lib_controllers:
+        count = thread_count(lib)
+        if lib.internal_api == "openblas" and lib.threading_layer != "openmp":
+            assert getattr(count, "__self__", None) is not lib      # not threadpoolctl's per-call lookup
+        for n in (1, 2, 1):
+            with threadpool_limits(n, user_api="blas"):
+                assert count() == lib.get_num_threads()
+
+
 def test_a_failing_run_gives_blas_its_count_back(temporary_op):
     """The hold (kernels.blas.ThreadHold) restores each library's count when the net raises, and a run nested
     in another's hold finds BLAS held already and takes no hold of its own."""

@@ -13,7 +13,7 @@ from ..core.int8 import Int8Tensor
 from ..core.waits import Threads
 from ..core.extras import install_hint
 from ..kernels import jit
-from ..kernels.blas import ThreadHold, numpy_blas
+from ..kernels.blas import ThreadHold, numpy_blas, thread_count
 
 
 class Blob:
@@ -126,17 +126,22 @@ class Workspace:
     def blas_threads(self):
         """A context manager holding numpy's BLAS at this workspace's `threads` while a top-level net runs
         (kernels.blas.ThreadHold: about 3.5 µs to enter and leave), or None when `threads` is None (BLAS as the
-        process has it) or numpy's BLAS already runs that many threads (asked per call, under 1 µs). numpy's BLAS
+        process has it) or numpy's BLAS already runs that many threads (asked per call: kernels.blas.thread_count,
+        about 0.2 µs a library). numpy's BLAS
         (numpy_blas): other BLAS libraries loaded beside it, such as SciPy's, which numba imports, are not what
         stepnet's kernels call."""
         if self.threads is None:
             return None
         if self._blas is None:
             libs = tuple(numpy_blas().lib_controllers)
+            counts = tuple(thread_count(lib) for lib in libs)
 
             def limit():
-                threads, before = self.threads, [lib.get_num_threads() for lib in libs]
-                return None if all(n == threads for n in before) else ThreadHold(libs, threads, before)
+                threads = self.threads
+                for count in counts:
+                    if count() != threads:
+                        return ThreadHold(libs, threads, [c() for c in counts])
+                return None
             self._blas = limit
         return self._blas()
 
