@@ -63,7 +63,8 @@ def main() -> None:
     step_net = replay.steps[0][1]
     x = np.eye(V, dtype=np.float32)[3].reshape(1, 1, V)
     rows = [("net", "net.run() (compiled)", best(net.run, args.calls)),
-            ("net", "signature check (StepCompiler.start)", best(lambda: compiler.start(net), args.calls))]
+            ("net", "signature check (StepCompiler.start)", best(lambda: compiler.start(net), args.calls)),
+            ("net", "BLAS thread check (Workspace.blas_threads)", best(ws.blas_threads, args.calls))]
     rows += [("net entry", label, best(fn, args.calls)) for label, fn in entries(compiler.program, net)]
     rows += [("RecurrentNetwork", "replay (whole op)", best(lambda: replay.run(rnn_inputs, checked=True), args.calls)),
              ("RecurrentNetwork", "step routine (one timestep)", best(fwd.loop.compiler.routine(step_net), args.calls))]
