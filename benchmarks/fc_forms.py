@@ -8,13 +8,10 @@ alone, one thread, best of --repeats batches of --calls products (its per-run W�
 from __future__ import annotations
 
 import argparse
-import datetime
-import platform
-import sys
 import time
 
 import numpy as np
-from results import write_section
+from results import publish
 
 HEADER = "## The step FC's forms alone (issue #28)"
 
@@ -62,18 +59,11 @@ def main() -> None:
                     f"{'yes' if key == chosen else ''} |")
             print(line, flush=True)
             table.append(line)
-    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    text = "\n".join([
-        HEADER, "",
-        f"- date: {now}; machine: {platform.machine()}, Python {platform.python_version()}, numpy {np.__version__} "
-        f"({blas}); {args.threads} thread(s)",
-        f"- command: `python benchmarks/fc_forms.py {' '.join(sys.argv[1:])}`",
-        f"- each form's product alone (`Form.product`), best of {args.repeats} × {args.calls} calls; 'the kernel's "
+    publish(HEADER, [
+        f"numpy {np.__version__} ({blas}); {args.threads} thread(s)",
+        f"each form's product alone (`Form.product`), best of {args.repeats} × {args.calls} calls; 'the kernel's "
         "bits here': stepnet.kernels.fc_forms.same_sums on random data of these sizes (the forms a compiled step "
-        "FC may take); 'the trial's choice': fastest() for runs of 25 products", "", *table]) + "\n"
-    print(text)
-    if args.write:
-        write_section(text, HEADER + "\n")
+        "FC may take); 'the trial's choice': fastest() for runs of 25 products"], table, args.write)
 
 
 if __name__ == "__main__":

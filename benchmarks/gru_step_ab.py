@@ -8,13 +8,10 @@ models (T=25, V=65), forward-only and training, both with the fused (numba) kern
 from __future__ import annotations
 
 import argparse
-import datetime
-import platform
 import statistics
-import sys
 import time
 
-from results import write_section
+from results import publish
 from targets import stepnet_net
 
 HEADER = "## Compiled GRU step: one entry against one per op (issue #28)"
@@ -69,17 +66,10 @@ def main() -> None:
                     f"{ratio:.2f} ({q1:.2f}–{q3:.2f}) |")
             print(line, flush=True)
             table.append(line)
-    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    text = "\n".join([
-        HEADER, "",
-        f"- date: {now}; machine: {platform.machine()}, Python {platform.python_version()}; {args.threads} BLAS "
-        f"thread(s); B={args.batch}, T=25, V=65, fused (numba) kernels on both sides",
-        f"- command: `python benchmarks/gru_step_ab.py {' '.join(sys.argv[1:])}`",
-        f"- {args.rounds} rounds, the two nets alternating in one process, the order swapped every round; the "
-        "ratio is the median of the per-round ratios", "", *table]) + "\n"
-    print(text)
-    if args.write:
-        write_section(text, HEADER + "\n")
+    publish(HEADER, [
+        f"{args.threads} BLAS thread(s); B={args.batch}, T=25, V=65, fused (numba) kernels on both sides",
+        f"{args.rounds} rounds, the two nets alternating in one process, the order swapped every round; the ratio "
+        "is the median of the per-round ratios"], table, args.write)
 
 
 if __name__ == "__main__":
