@@ -276,18 +276,22 @@ def test_the_gradient_seed_is_left_out_with_the_training_part():
     assert "ConstantFill×1" in note and not any(o.input for o in kept if o.type == "ConstantFill")
 
 
+def layer_case(layer: str) -> tuple:
+    """(builder, predict net, initial-state feeds (shape, names)) of one LSTM or GRU layer over SHORT sequences."""
+    if layer == "gru":
+        m, net = gru_net()
+        return m, net, ((N, H), ("h0",))
+    m = ModelBuilder("lstm_predict")
+    outs = lstm(m, "X", "seq", ("h0", "c0"), D, H, scope="LSTM", forward_only=True)
+    return m, net_of(m, [outs[0], outs[1], outs[3]]), ((1, N, H), ("h0", "c0"))
+
+
 @pytest.mark.parametrize("where", ["step", "outer"])
 @pytest.mark.parametrize("layer", ["lstm", "gru"])
 def test_a_layer_fc_with_an_unreadable_argument_is_refused_with_its_place(layer, where):
     """The layer matchers read the FCs' arguments (the step FC's, the outer i2h FC's); one that does not read
     leaves the op to its own converter, whose error names the net, the step net and the op."""
-    if layer == "gru":
-        m, net = gru_net()
-        init = (N, H), ("h0",)
-    else:
-        m = ModelBuilder("lstm_predict")
-        outs = lstm(m, "X", "seq", ("h0", "c0"), D, H, scope="LSTM", forward_only=True)
-        net, init = net_of(m, [outs[0], outs[1], outs[3]]), ((1, N, H), ("h0", "c0"))
+    m, net, init = layer_case(layer)
     step = next(a.n for a in net.op[1].arg if a.name == "step_net")
     fc = next(op for op in step.op if op.type == "FC") if where == "step" else net.op[0]
     axis = next(a for a in fc.arg if a.name == "axis")
@@ -302,13 +306,7 @@ def test_a_layer_fc_with_an_unreadable_argument_is_refused_with_its_place(layer,
 def test_a_layer_step_fc_missing_its_bias_is_refused_with_its_place(layer):
     """A step FC with two inputs is no layer's: the op goes to the Scan's converters, whose arity error names
     the net, the step net and the op."""
-    if layer == "gru":
-        m, net = gru_net()
-        init = (N, H), ("h0",)
-    else:
-        m = ModelBuilder("lstm_predict")
-        outs = lstm(m, "X", "seq", ("h0", "c0"), D, H, scope="LSTM", forward_only=True)
-        net, init = net_of(m, [outs[0], outs[1], outs[3]]), ((1, N, H), ("h0", "c0"))
+    m, net, init = layer_case(layer)
     step = next(a.n for a in net.op[1].arg if a.name == "step_net")
     del next(op for op in step.op if op.type == "FC").input[2]
     with pytest.raises(Exception, match=r"op #1 \(RecurrentNetwork\), step net .*\(FC\): FC takes 3 inputs, got 2"):
