@@ -21,14 +21,14 @@ def pair(H: int, B: int, train: bool, rounds: int, reps: int) -> tuple:
     """(median ratio one entry ÷ per op, its quartiles, ms per run of each)."""
     import stepnet.compiled.entries as entries
 
-    matches = entries.gru_step.matches
-    entries.gru_step.matches = lambda ops, i: False      # this net's program: one entry per op
+    layout = entries.gru_step.layout
+    entries.gru_step.layout = lambda ops, i: None        # this net's program: one entry per op
     try:
         _, per_op, _ = stepnet_net("gru", H, 25, B, 65, train=train, fused=True)
         for _ in range(3):
             per_op.run()
     finally:
-        entries.gru_step.matches = matches
+        entries.gru_step.layout = layout
     _, grouped, _ = stepnet_net("gru", H, 25, B, 65, train=train, fused=True)
     for _ in range(3):
         grouped.run()

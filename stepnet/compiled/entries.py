@@ -6,9 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..ops.binding import writes_over_inputs
-from ..ops.registry import REGISTRY
 from . import gru_step
-from .forms import compiled_form
+from .forms import compiled_form, registered_kernel
 
 BUFFER, VIEW, INPLACE, LINKS = "buffer", "view", "in place", "links"
 
@@ -81,18 +80,19 @@ def fused_pair(net, i, fast, views, buffers, main, trace) -> tuple | None:
 
 def fused_group(net, i, views, buffers, main, trace, steps: int) -> tuple | None:
     """(the GRU step's one entry at op i, the kinds of its ops' outputs, their indices), or None: a step net's
-    ops i..i+10 that compiled.gru_step matches, each with the kernel its type registered (as compiled_form
-    asks) and each of whose outputs a compiled routine can write."""
-    if main is not None or not gru_step.matches(net.ops, i):
+    ops i..i+10 in one of compiled.gru_step's layouts, each with the kernel its type registered (as
+    compiled_form asks) and each of whose outputs a compiled routine can write."""
+    found = None if main is not None else gru_step.layout(net.ops, i)
+    if found is None:
         return None
     at = range(i, i + gru_step.SIZE)
-    if any(net.ops[j].schema.kernel is not REGISTRY.registered(net.ops[j].opdef.type).kernel for j in at):
+    if not all(registered_kernel(net.ops[j]) for j in at):
         return None
     kinds = []
     for j in at:
-        found = kinds_of(net, net.ops[j], *trace[j], views, buffers, main)
-        if found is None:
+        op_kinds = kinds_of(net, net.ops[j], *trace[j], views, buffers, main)
+        if op_kinds is None:
             return None
-        kinds += found
-    fast = gru_step.form(net.ops, i, trace, steps)
+        kinds += op_kinds
+    fast = gru_step.form(net.ops, i, found, trace, steps)
     return None if fast is None else (fast, kinds, tuple(at))

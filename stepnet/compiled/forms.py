@@ -316,6 +316,12 @@ def _generic_ok(schema) -> bool:
     return schema.shapes_from_inputs and not schema.random and schema.context in (False, "structure")
 
 
+def registered_kernel(bop) -> bool:
+    """Whether the bound op still has the kernel its type registered: a compiled form written for that kernel
+    applies only then (a test hook may have patched the record)."""
+    return bop.schema.kernel is REGISTRY.registered(bop.opdef.type).kernel
+
+
 def compiled_form(bop, ins, outs, fused: bool = False, main: bool = False, steps: int = 8) -> Fast | None:
     """The op's compiled form for these arrays, or None; with `fused`, its jitted form where it has one. main:
     for a plain net's program (see Maker.main_only; no generic form: the program runs such an op by its
@@ -325,7 +331,7 @@ def compiled_form(bop, ins, outs, fused: bool = False, main: bool = False, steps
     maker = MAKERS.get(t)
     if maker is not None and maker.main_only and not main:
         return None
-    own = (maker is not None or t in FUSED) and schema.kernel is REGISTRY.registered(t).kernel
+    own = (maker is not None or t in FUSED) and registered_kernel(bop)
     if fused and own and t in FUSED:
         fast = FUSED[t](bop, ins, outs)
         if fast is not None:

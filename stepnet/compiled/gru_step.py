@@ -70,21 +70,17 @@ def layout(ops, i: int) -> tuple | None:
     return (*at, lbr)
 
 
-def matches(ops, i: int) -> bool:
-    """Whether bound ops i..i+10 are a GRU step this entry takes (layout)."""
-    return layout(ops, i) is not None
-
-
 def _last_axis(bop, ndim: int) -> bool:
     a = bound_args(bop)
     return not a["add_axis"] and shape_ops.canonical_axis(shape_ops._axis_from(a["axis"], a["order"]), ndim) == ndim - 1
 
 
-def form(ops, i: int, trace, steps: int = 8) -> Fast | None:
-    """The one entry of the GRU step at ops i..i+10 (layout()) for the arrays of the trace: its fn takes the
-    eleven ops' inputs, then their outputs, in op order. None where the arrays are not the case it covers."""
-    k, found = jit.load(), layout(ops, i)
-    if k is None or found is None:
+def form(ops, i: int, found: tuple, trace, steps: int = 8) -> Fast | None:
+    """The one entry of the GRU step at ops i..i+10, whose layout() is `found`, for the arrays of the trace: its
+    fn takes the eleven ops' inputs, then their outputs, in op order. None where the arrays are not the case it
+    covers."""
+    k = jit.load()
+    if k is None:
         return None
     m_at, f_at, lbr = found
     bops, seen = ops[i:i + SIZE], trace[i:i + SIZE]

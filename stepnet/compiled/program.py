@@ -101,10 +101,9 @@ class Program:
                 taken.add(pair[2])
             ops.append((fast, kinds, indices))
         written = {id(b) for bop in net.ops for b in bop.outputs}
-        begins = [(at[0], fast.begin[0], fast.begin[1]) for fast, _, at in ops
-                  if fast.begin is not None and id(net.ops[at[0]].inputs[fast.begin[0]]) not in written]
-        begins += [(at[j], index, fn) for fast, _, at in ops for j, index, fn in fast.begins
-                   if id(net.ops[at[j]].inputs[index]) not in written]
+        begins = [(at[j], index, fn) for fast, _, at in ops
+                  for j, index, fn in ((() if fast.begin is None else ((0, *fast.begin),)) + fast.begins)
+                  if id(net.ops[at[j]].inputs[index]) not in written]
         return cls(ops, begins, main)
 
     def _buffer(self, net, blob, shape, dtype):
