@@ -132,3 +132,46 @@ def test_names_from_the_file_cannot_drive_the_terminal(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "\x1b" not in out and "\nstepnet: error: forged" not in out
     assert "x\\x1b[2J\\nstepnet: error: forged = 2" in out    # the Print op's labeled result, escaped
+
+
+# ---------------------------------------------------------------------------------------------- observers
+class _Recorder:
+    """A runtime.profile.Observer that writes down every event it is told, in order."""
+
+    def __init__(self):
+        self.events = []
+
+    def net_started(self, net):
+        self.events.append(("start", net.name))
+
+    def net_stopped(self, net):
+        self.events.append(("stop", net.name))
+
+    def op_started(self, net, index, op_type):
+        self.events.append(("op", net.name, index, op_type))
+
+    def op_stopped(self, net, index, op_type):
+        self.events.append(("done", net.name, index, op_type))
+
+
+def test_observers_see_every_run_and_op_in_order():
+    from stepnet.runtime.profile import Observer, active_observers
+
+    netdef = proto.NetDef(name="obs")
+    netdef.op.add(type="Scale", input=["x"], output=["y"]).arg.add(name="scale", f=2.0)
+    netdef.op.add(type="Relu", input=["y"], output=["z"])
+    ws = Workspace()
+    ws.feed("x", np.array([-1.0, 3.0], dtype=np.float32))
+    net = ws.create_net(netdef)
+    recorder = _Recorder()
+    assert isinstance(Observer(), Observer) and not issubclass(_Recorder, Observer)   # any object with the hooks
+    net.observers.append(recorder)
+    for _ in range(4):                          # past the runs after which an unobserved net runs compiled
+        net.run()
+    one_run = [("start", "obs"), ("op", "obs", 0, "Scale"), ("done", "obs", 0, "Scale"),
+               ("op", "obs", 1, "Relu"), ("done", "obs", 1, "Relu"), ("stop", "obs")]
+    assert recorder.events == one_run * 4
+    assert ws.fetch("z").tolist() == [0.0, 6.0] and active_observers() == ()
+    net.observers.clear()
+    net.run()
+    assert recorder.events == one_run * 4

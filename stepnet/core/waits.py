@@ -128,12 +128,14 @@ class Group:
 
 class FreeGroup(Group):
     """The threads outside plan runs: a wait goes on while another live thread could progress (a non-daemon
-    thread, or a thread of a plan run, that is not waiting)."""
+    thread, a daemon thread marked `counts_for_waits = True` such as compat's data workers, or a thread of a
+    plan run, that is not waiting)."""
 
     def _stuck(self, token: Token) -> bool:
         idle = self.threads.idle()
         return not any(t.ident != token.ident and t.ident not in idle and
-                       (not t.daemon or self.threads.member(t.ident)) for t in threading.enumerate())
+                       (not t.daemon or getattr(t, "counts_for_waits", False) or self.threads.member(t.ident))
+                       for t in threading.enumerate())
 
 
 class Threads:

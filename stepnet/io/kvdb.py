@@ -108,6 +108,11 @@ class _Cursor:
         self._at(i)
         return self._key.decode("utf-8", "backslashreplace")
 
+    def key_bytes(self, i: int) -> bytes:
+        """Key i as the db holds it."""
+        self._at(i)
+        return bytes(self._key)
+
     def value(self, i: int) -> bytes:
         self._at(i)
         return self._value

@@ -51,6 +51,19 @@ def write_records(path, records: Iterable[tuple[str | bytes, bytes]]) -> None:
     atomic_write(path, pack_records(records))
 
 
+def append_records(path, records: Iterable[tuple[str | bytes, bytes]]) -> None:
+    """Add records at the end of a minidb file (made if missing), as Caffe2's minidb writes in its write mode.
+    Every record is packed before the file is opened, so a bad one leaves the file as it was."""
+    data = pack_records(records)
+    if os.path.lexists(path) and not os.path.isfile(path):
+        raise FileFormatError(f"{path}: not a regular file, so not a minidb file to add records to")
+    try:
+        with open(path, "ab") as f:
+            f.write(data)
+    except OSError as e:
+        raise FileFormatError(f"{path}: cannot write the minidb file ({e.strerror or e})") from None
+
+
 def _scan(data, path: str) -> list[tuple[str, int, int, int]]:
     """(key, value start, value length, record offset) of every record, checking the layout."""
     index = []
@@ -112,6 +125,10 @@ class MiniDB:
 
     def key(self, i: int) -> str:
         return self._index[i][0]
+
+    def key_bytes(self, i: int) -> bytes:
+        """Key i as the file holds it."""
+        return self._index[i][0].encode("utf-8", "surrogateescape")
 
     def value(self, i: int) -> bytes:
         _, start, length, _ = self._index[i]

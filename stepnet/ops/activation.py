@@ -1,4 +1,4 @@
-"""Unary elementwise math and activations (Relu, Sigmoid, Tanh, Elu, PRelu, Clip, ...).
+"""Unary elementwise math and activations (Relu, Sigmoid, Tanh, Elu, PRelu, Clip, StumpFunc, ...).
 
 Float in, same float dtype out (float32 stays float32). Sigmoid, Softplus, Swish, Elu and Selu use forms that
 neither overflow nor lose precision for large |x|. NaN/inf results of Log, Sqrt, Reciprocal, ... follow IEEE
@@ -18,7 +18,7 @@ from ..core.errors import ArgumentError, DTypeError, ShapeError
 from ..kernels import jit
 from ..kernels.activations import sigmoid
 from .base import check_float, fold, like, not_in_place, out_spec, single_gradient
-from .registry import SHOULD_NOT_DO_GRADIENT, Arg, op
+from .registry import NO_GRADIENT, SHOULD_NOT_DO_GRADIENT, Arg, op
 
 FLOAT_KINDS = "f"
 NUMERIC_KINDS = "fiu"
@@ -216,6 +216,16 @@ def clip(xp, x, min=None, max=None):
         lo = x.dtype.type(info.min if min is None else min)
         hi = x.dtype.type(info.max if max is None else max)
     return xp.minimum(xp.maximum(x, lo), hi)
+
+
+@op("StumpFunc", inputs=1, outputs=1, inplace=[(0, 0)],
+    args={"threshold": Arg("float", 0.0), "low_value": Arg("float", 0.0), "high_value": Arg("float", 0.0)},
+    shape=_float_shape("StumpFunc"), gradient=NO_GRADIENT)
+def stump_func(xp, x, threshold=0.0, low_value=0.0, high_value=0.0):
+    """low_value where x <= threshold, high_value elsewhere (a step function; stump_func_op.cc)."""
+    check_float("StumpFunc", X=x)
+    t = x.dtype.type
+    return xp.where(x <= t(threshold), t(low_value), t(high_value)).astype(x.dtype, copy=False)
 
 
 def prelu_view(x_shape, x_dtype, slope_shape, slope_dtype, order) -> tuple | None:

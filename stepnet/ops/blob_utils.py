@@ -7,6 +7,10 @@ outputs: the last is a uint8 vector holding every input's bytes in turn, each bl
 multiple of 32 bytes (Caffe2's gCaffe2Alignment), and output i is input i's values as a view into that block,
 so writing one of them writes the buffer ("unsafe"). Output i may overwrite input i (and only that one). Both
 are SHOULD_NOT_DO_GRADIENT in Caffe2.
+
+GetAllBlobNames (caffe2/operators/workspace_ops.cc) lists the blobs of the workspace it runs in, its own output
+included (Caffe2 makes an op's outputs when the net is made): a 1-D string tensor, sorted; include_shared=0
+leaves out the blobs of parent workspaces.
 """
 from __future__ import annotations
 
@@ -75,3 +79,15 @@ def unsafe_coalesce(ctx, xp, *xs):
         view[...] = x
         views.append(view)
     return (*views, coalesced)
+
+
+# --------------------------------------------------------------------------------------------- GetAllBlobNames
+@op("GetAllBlobNames", inputs=0, outputs=1, context=True, devices="any", gradient=SHOULD_NOT_DO_GRADIENT,
+    args={"include_shared": True}, shape=lambda specs, **_: [value_dependent((None,), object)])
+def get_all_blob_names(ctx, xp, *, include_shared):
+    """A 1-D string tensor of the names of the workspace's blobs (with include_shared, its parents' too)."""
+    ws = ctx.workspace
+    names = set(ws.blobs() if include_shared else ws.local_blobs()) | {str(ctx.opdef.output[0])}
+    out = np.empty(len(names), dtype=object)
+    out[:] = [n.encode("utf-8") for n in sorted(names)]
+    return out

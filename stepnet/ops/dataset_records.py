@@ -136,15 +136,19 @@ def atomic_append(ctx, xp, mutex, *data):
     n = _split((mutex, *data))
     if len(ctx.outputs) != n:
         raise ArityError(f"AtomicAppend appends to {n} tensor(s), so it has {n} outputs, got {len(ctx.outputs)}")
-    with mutex:
-        pairs = [(_tensor(data[i], f"input {i + 1}"), _tensor(data[n + i], f"input {n + i + 1}")) for i in range(n)]
+    with mutex:   # the tensors as they are now (another thread may have appended since the op's inputs were read),
+        # and the results stored before the lock is let go
+        current = [ctx.inputs[i + 1].value for i in range(n)]
+        pairs = [(_tensor(current[i], f"input {i + 1}"), _tensor(data[n + i], f"input {n + i + 1}")) for i in range(n)]
         for i, (a, b) in enumerate(pairs):
             _check_append(a, b, f"field {i}")
             if a.size and ctx.opdef.input[i + 1] != ctx.opdef.output[i]:
                 raise ArgumentError(f"field {i}: output {i} must be input {i + 1} ({ctx.opdef.input[i + 1]!r}): "
                                     "a non-empty tensor is appended to in place")
         check_sizes(ctx, [(i, _grown(a, b), b.dtype) for i, (a, b) in enumerate(pairs)])
-        return tuple(_appended(a, b) for a, b in pairs)
+        for i, (a, b) in enumerate(pairs):
+            ctx.outputs[i].set(_appended(a, b))
+    return None
 
 
 def _pack_shape(specs, fields):

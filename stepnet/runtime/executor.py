@@ -19,6 +19,7 @@ from ..ops.binding import (
     writes_over_inputs)
 from ..ops.registry import REGISTRY
 from ..compiled.program import StepCompiler
+from .profile import active_observers, observing
 from .steps import StepLoop
 
 
@@ -143,6 +144,7 @@ class Net:
         self.mixed_devices = any(not b.device.is_cpu for b in self.ops)
         # a top-level net run many times runs compiled once its inputs' signature holds
         self.compiler = StepCompiler(workspace.compile_steps, main=True) if level == 0 else None
+        self.observers: list = []    # profile.Observer hooks on this net's runs (a net with some runs op by op)
 
     def _check_sources(self) -> None:
         """Caffe2's NetBase checks: with external inputs declared, every op input needs a source; declared
@@ -228,11 +230,25 @@ class Net:
             self._run()
 
     def _run(self) -> None:
+        if self.observers:
+            self._run_observed()
+            return
         compiler = self.compiler
         if compiler is None:
             self.run_ops()
         elif not (compiler.start(self) and compiler.run(self)):
             compiler.interpret(self)
+
+    def _run_observed(self) -> None:
+        """A run told to the net's observers (profile.Observer), op by op: nets its ops run report their ops
+        to them too."""
+        observers = tuple(self.observers)
+        for o in observers:
+            o.net_started(self)
+        with observing(observers):
+            self.run_ops()
+        for o in observers:
+            o.net_stopped(self)
 
     def run_ops(self, trace: list | None = None, start: int = 0) -> None:
         """The flat loop: per bound op, read its input blobs, call it, store its results. trace: a list to get
@@ -240,10 +256,14 @@ class Net:
         from: a blob written again later holds another op's value at the end). start: the first op to run (the
         rest of a run its compiled routine began)."""
         check, check_nan, limit = self.mixed_devices, self.check_nan, self.workspace.limits.max_blob_bytes
+        observers = active_observers()
         for bop in (self.ops if not start else self.ops[start:]):
             values = [b.value for b in bop.inputs]
             if check:
                 _place(bop, values)
+            if observers:
+                for o in observers:
+                    o.op_started(self, bop.index, bop.opdef.type)
             try:
                 into = bop.into
                 if into is not None and reusable(bop.outputs[0]):
@@ -264,6 +284,9 @@ class Net:
                     store_results(bop, values, result, limit)
             if check_nan:
                 _check_finite(bop)
+            if observers:
+                for o in observers:
+                    o.op_stopped(self, bop.index, bop.opdef.type)
             if trace is not None:
                 trace.append((values, [b.value for b in bop.outputs]))
 

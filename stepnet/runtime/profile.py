@@ -6,12 +6,19 @@ Ops that run sub-nets (RecurrentNetwork, If, While, Do) are timed too: their ste
 the step net's name, once per timestep, and the enclosing op keeps how much of its time each sub-net took, so
 its own time splits into its sub-nets and its overhead. Self time (an op's time minus the ops inside it) adds
 up, over all ops, to the time spent in ops: the table's percentages are of the measured run time.
+
+An `Observer` is the hook for a net already bound (Caffe2's net observers): put in a bound net's `observers`,
+it is told when each run of that net starts and stops, and when each op starts and stops: the net's own ops
+and those of the nets its ops run (step nets at every timestep, branches, loop bodies), in the thread that
+runs the net. A net with observers runs op by op (compiled routines call no hooks).
 """
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from ..core.errors import one_line
 
@@ -109,3 +116,40 @@ class Profiler:
             lines.append(f"  {one_line(s.type)} (net {one_line(repr(s.net))}, op #{s.index}): {s.total:.3f} s = "
                          f"{parts} + overhead {s.self_time:.3f} s")
         return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------- observers
+class Observer:
+    """Hooks on the runs of one bound net (`executor.Net.observers`); the methods here do nothing. `net` is the
+    bound net an op is in (the observed net itself or a net one of its ops runs), `index` the op's place there."""
+
+    def net_started(self, net) -> None:
+        """A run of the observed net begins."""
+
+    def net_stopped(self, net) -> None:
+        """A run of the observed net ended without an error."""
+
+    def op_started(self, net, index: int, op_type: str) -> None:
+        """An op is about to run."""
+
+    def op_stopped(self, net, index: int, op_type: str) -> None:
+        """The op ran without an error."""
+
+
+_ACTIVE = threading.local()
+
+
+def active_observers() -> tuple:
+    """The observers of the nets running in this thread (outermost first); empty when none is observed."""
+    return getattr(_ACTIVE, "observers", ())
+
+
+@contextlib.contextmanager
+def observing(observers) -> Iterator[None]:
+    """Within the block, the ops this thread runs are reported to `observers` too."""
+    before = active_observers()
+    _ACTIVE.observers = before + tuple(observers)
+    try:
+        yield
+    finally:
+        _ACTIVE.observers = before

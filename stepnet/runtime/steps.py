@@ -10,6 +10,7 @@ from __future__ import annotations
 from ..compiled.program import StepCompiler
 from ..compiled.replay import Replay, timesteps
 from ..core.errors import MissingBlobError
+from .profile import active_observers
 
 
 def missing_step_input(e: MissingBlobError, timestep: str) -> MissingBlobError:
@@ -41,6 +42,7 @@ class StepLoop:
         """Run the step net for each t of `order` (ascending or descending), bound in workspaces[t], with [t] in
         its timestep blob."""
         compiler, fast, first, steps = self.compiler, False, True, []
+        observed = bool(active_observers())   # an observed run goes op by op, every op told to the observers
         compiler.cycle = len(workspaces) != len({id(w) for w in workspaces})   # (forward-only: a few, in turn)
         values = timesteps(len(workspaces))
         net, local, strict, level = self.net, self.local, self.strict, self.level
@@ -53,7 +55,9 @@ class StepLoop:
             except MissingBlobError as e:
                 raise missing_step_input(e, self.timestep) from None
             steps.append((blob, bound))
-            if first:
+            if observed:
+                bound.run_ops()
+            elif first:
                 first, fast = False, compiler.start(bound)
                 if fast:
                     compiler.run(bound, t)
@@ -75,7 +79,7 @@ class StepLoop:
     def rerun(self, inputs, checked: bool = False) -> bool:
         """Run the kept run again for these inputs; False, having changed nothing, when none applies."""
         replay = self.replay
-        if replay is None:
+        if replay is None or active_observers():   # observers are told of every op: the op runs in full
             return False
         if replay.run(inputs, checked):
             return True

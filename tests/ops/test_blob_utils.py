@@ -1,11 +1,12 @@
-"""HasElements and UnsafeCoalesce (stepnet/ops/blob_utils.py) against references written from Caffe2's docs on
-every device: the coalesced bytes built by hand (32-byte aligned blocks, zero padding), outputs that are views
-into them, in-place use; bad inputs; broken kernels caught."""
+"""HasElements, UnsafeCoalesce and GetAllBlobNames (stepnet/ops/blob_utils.py) against references written from
+Caffe2's docs on every device: the coalesced bytes built by hand (32-byte aligned blocks, zero padding), outputs
+that are views into them, in-place use; bad inputs; broken kernels caught; the blob names listed by hand."""
 import numpy as np
 import pytest
 
 from stepnet import Workspace
 from stepnet.core.errors import ArgumentError, ArityError, DTypeError, GradientError
+from stepnet.io.proto import NetDef
 from stepnet.passes.gradients import backward_ops
 from stepnet.testing import DEVICES, infer_static, make_op, run_op
 
@@ -79,3 +80,22 @@ def test_checker_catches_broken_kernels(broken):
     broken("HasElements", lambda xp, x: np.asarray(x.ndim > 0))
     with pytest.raises(AssertionError):
         test_has_elements((2, 0), "cpu")
+
+
+# --------------------------------------------------------------------------------------------- GetAllBlobNames
+def _names(ws, **args):
+    net = NetDef(name="n")
+    net.op.append(make_op("GetAllBlobNames", [], ["names"], **args))
+    ws.run_net_once(net)
+    return ws.fetch("names").tolist()
+
+
+def test_get_all_blob_names_lists_the_workspace_and_itself():
+    parent = Workspace()
+    parent.feed("b", np.zeros(1, np.float32))
+    parent.feed("a", np.array(["s"], dtype=object))
+    assert _names(parent) == [b"a", b"b", b"names"]
+    child = parent.child()
+    child.feed("c", np.ones(2))
+    assert _names(child, include_shared=0) == [b"c", b"names"]
+    assert _names(child) == [b"a", b"b", b"c", b"names"]
