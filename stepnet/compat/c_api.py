@@ -1,8 +1,8 @@
 """`workspace.C`: the objects of Caffe2's C++ extension that Python programs and tests use directly, over stepnet's
 Workspace: `C.Workspace()` (a workspace of its own, not one of the named ones), `C.Workspace.current` (set by the
 workspace module), its `blobs` and `nets` dicts, `create_blob(name).feed(x)` / `.fetch()` / `.tensor()` /
-`.serialize()`, `create_net`, `run(op | net | plan)`; and the build facts a CPU-only Caffe2 reports (no MKL-DNN,
-no GPU)."""
+`.serialize()`, `create_net`, `run(op | net | plan)`; `create_db` and its Mode, DB, Transaction and Cursor
+(`_db`); the net observers (`_observers`); and the build facts a CPU-only Caffe2 reports (no MKL-DNN, no GPU)."""
 from __future__ import annotations
 
 import numpy as np
@@ -13,6 +13,9 @@ from ..core.errors import MissingBlobError
 from ..core.limits import Limits
 from ..runtime.workspace import Workspace as _Workspace
 from . import _tracebacks
+from ._db import DB, Cursor, Mode, Transaction, create_db, registered_dbs  # noqa: F401 - C's db objects
+from ._observers import (  # noqa: F401 - C's net observers
+    Observer, add_observer_to_net, num_observers_on_net, remove_observer_from_net)
 from ._steps import ExecutionStep, Plan
 from .errors import caffe2_errors
 
@@ -81,6 +84,8 @@ class Blob:
     def feed(self, value, device_option=None) -> bool:
         if isinstance(value, np.ndarray) and value.dtype.kind in "SU":
             value = value.astype(object)
+        elif isinstance(value, str):   # Caffe2 keeps a str as its UTF-8 bytes (fetched as bytes)
+            value = value.encode("utf-8")
         _guard(self._ws.feed, self._name, value, device_option=device_option)
         return True
 
@@ -277,4 +282,4 @@ def _guard(fn, *args, **kwargs):
 
 
 __all__ = ["Workspace", "Blob", "Net", "TensorCPU", "BlobProto", "Predictor", "has_mkldnn", "use_mkldnn",
-           "builtin_cpu_supports_avx"]
+           "builtin_cpu_supports_avx", "create_db", "Mode", "DB", "Transaction", "Cursor", "registered_dbs"]

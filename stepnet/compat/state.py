@@ -1,9 +1,12 @@
 """The process-wide state of the compat layer, as a fresh Caffe2 process has it (tests start each case from it)."""
 from __future__ import annotations
 
+import sys
+
 
 def reset() -> None:
-    """One empty "default" workspace, no name or device scope, no net, step or optimizer name used yet."""
+    """One empty "default" workspace, no name or device scope, no net, step or optimizer name used yet, no data or
+    parallel worker running or numbered."""
     from . import _steps, control, core, optimizer, session, task, workspace
     from .helpers import arg_scope
     from .scope import SCOPE
@@ -17,3 +20,6 @@ def reset() -> None:
     control._used_step_names.clear()
     task.Task._global_names_used.clear()
     session.Session._compiled_cache.clear()
+    for name in ("stepnet.compat.parallel_workers", "stepnet.compat.data_workers"):   # no worker thread or id yet
+        if name in sys.modules:
+            sys.modules[name].global_coordinator._reset()

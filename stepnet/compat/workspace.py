@@ -73,9 +73,11 @@ def CreateBlob(name) -> bool:
 @caffe2_errors
 def FeedBlob(name, arr, device_option=None) -> bool:
     """Store a copy of arr (an array, a string or a TensorProto) on the device of device_option, else of the
-    current device scope."""
+    current device scope. A str is kept as its UTF-8 bytes, as Caffe2 keeps it (FetchBlob gives bytes)."""
     if isinstance(arr, np.ndarray) and arr.dtype.kind in "SU":
         arr = arr.astype(object)
+    elif isinstance(arr, str):
+        arr = arr.encode("utf-8")
     if device_option is None:
         device_option = CurrentDeviceScope()
     _ws().feed(_blob_name(name), arr, device_option=device_option)
@@ -252,8 +254,25 @@ def _concat_as_inferred(specs, *, axis, order, add_axis, split):
     return REGISTRY.get("Concat").shape(specs, axis=axis, order=order, add_axis=add_axis, split=split)
 
 
+def _softmax_with_loss_as_inferred(specs, *, axis=1, **_):
+    """Caffe2's SoftmaxWithLoss shape: the logits' 2-D view at axis and a float loss, the labels not looked at
+    (given only dimensions, Caffe2 takes every blob for float)."""
+    dims = specs[0].shape
+    a = axis + len(dims) if axis < 0 else axis
+    return [TensorSpec((math.prod(dims[:a]), math.prod(dims[a:])), specs[0].dtype),
+            TensorSpec((), np.dtype(np.float32))]
+
+
+def _top_k_as_inferred(specs, **args):
+    """Caffe2's TopK shape: stepnet's, but with the indices (and flattened indices) INT32, as Caffe2's
+    inference function declares them (its kernel writes int64 ones)."""
+    values, *indices = REGISTRY.get("TopK").shape(specs, **args)
+    return [values] + [TensorSpec(i.shape, np.dtype(np.int32)) for i in indices]
+
+
 # Caffe2's shape functions where they differ from stepnet's (which gives exact sizes when values are known).
-CAFFE2_SHAPES = {"GatherRanges": _gather_ranges_bound, "Concat": _concat_as_inferred}
+CAFFE2_SHAPES = {"GatherRanges": _gather_ranges_bound, "Concat": _concat_as_inferred,
+                 "SoftmaxWithLoss": _softmax_with_loss_as_inferred, "TopK": _top_k_as_inferred}
 
 
 @caffe2_errors

@@ -73,7 +73,7 @@ def test_feed_and_fetch_keep_values_and_types():
     workspace.FetchBlob("f")[0, 0] = 99                     # ... and a copy is fetched
     assert workspace.FetchBlob("f")[0, 0] == 0
     workspace.FeedBlob("s", "some text")
-    assert workspace.FetchBlob("s") == "some text"
+    assert workspace.FetchBlob("s") == b"some text"                # Caffe2 keeps a str as its UTF-8 bytes
     workspace.FeedBlob("strings", np.array(["a", "bc"]))
     assert workspace.FetchBlob("strings").tolist() == ["a", "bc"]
     tensor = caffe2_pb2.TensorProto(dims=[2], data_type=caffe2_pb2.TensorProto.INT64, int64_data=[4, 5])

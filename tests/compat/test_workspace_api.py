@@ -188,3 +188,13 @@ def test_the_later_caffe2_names_of_the_gpu_queries():
     from stepnet import caffe2_pb2
     assert workspace.GpuDeviceType == caffe2_pb2.CUDA
     assert workspace.NumGpuDevices() == workspace.NumCudaDevices()
+
+
+def test_infer_shapes_from_dimensions_takes_softmax_labels_as_caffe2_does():
+    """Given dimensions alone, Caffe2 takes every blob for float and its SoftmaxWithLoss inference never looks
+    at the labels: the shapes come out, no dtype error (caffe2/operators/softmax_with_loss_op.cc)."""
+    net = core.Net("swl")
+    net.SoftmaxWithLoss(["logits", "label"], ["softmax", "loss"])
+    shapes, types = workspace.InferShapesAndTypes([net], {"logits": [4, 10], "label": [4]})
+    assert shapes["softmax"] == [4, 10] and shapes["loss"] == []
+    assert types["softmax"] == caffe2_pb2.TensorProto.FLOAT and types["loss"] == caffe2_pb2.TensorProto.FLOAT
