@@ -25,6 +25,8 @@ from ..ops.base import GradientSlice
 from ..io.proto import DeviceOption as _DeviceOptionProto
 from ..io.proto import NetDef, OperatorDef, TensorProto, make_argument
 from . import _python_ops, _steps, _tracebacks, c_api as C, dyndep, immediate  # noqa: F401, N812 - core.C: Caffe2's
+from ._net_records import NetRecords
+from ._observers import NetObserverMethods
 from .blob_reference import BlobReference
 from .engines import (IsOperatorWithEngine, SetEnginePref, SetGlobalEnginePref,  # noqa: F401 - Caffe2's core
                       SetOpEnginePref)
@@ -126,7 +128,7 @@ def CreatePythonOperator(f, inputs, outputs, grad_f=None, pass_workspace=False, 
 
 
 # ----------------------------------------------------------------------------------------------- nets
-class Net(NetBuilder):
+class Net(NetRecords, NetObserverMethods, NetBuilder):
     """Caffe2's core.Net: Net(name) or Net(netdef) (a copy), its name made unique in the process."""
 
     _net_names_used: set = set()

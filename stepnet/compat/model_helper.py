@@ -17,6 +17,7 @@ from ..ops.base import GradientSlice
 from . import core
 from .modeling.initializers import Initializer
 from .modeling.parameter_info import ParameterInfo, ParameterTags
+from .modeling.parameter_sharing import parameter_sharing_context
 from .scope import SCOPE, CurrentNameScope
 
 log = logging.getLogger(__name__)
@@ -30,6 +31,10 @@ _known_working_ops = [
     "SortedSegmentSum", "Snapshot", "Softmax", "SoftmaxWithLoss", "SquaredL2Distance", "Squeeze", "StopGradient",
     "Summarize", "Tanh", "Transpose", "UnpackSegments", "WeightedSum", "YellowFin",
 ]
+
+
+class ParamShapeError(ShapeError, AssertionError):
+    """A parameter created again with another shape: a ShapeError, and the AssertionError Caffe2 raises."""
 
 
 class ModelHelper:
@@ -79,13 +84,14 @@ class ModelHelper:
         """The parameter blob: a string name gets the current name scope, a BlobReference is used as it is; an
         existing parameter of that name is returned (its shape must agree). initializer: an Initializer, or an
         (operator, kwargs) pair."""
-        name = str(param_name) if isinstance(param_name, BlobRef) else core.ScopedName(param_name)
+        name = (str(param_name) if isinstance(param_name, BlobRef)
+                else parameter_sharing_context.get_parameter_name(param_name))   # the scope, after sharing
         shape = [int(d) for d in shape]
         info = self._parameters_info.get(name)
         if info is not None:
             if info.shape is not None and list(info.shape) != shape:
-                raise ShapeError(f"parameter {name!r} exists with shape {list(info.shape)}; it cannot be created "
-                                 f"again with shape {shape}")
+                raise ParamShapeError(f"parameter {name!r} exists with shape {list(info.shape)}; it cannot be "
+                                      f"created again with shape {shape}")
             return info.blob
         if isinstance(initializer, tuple):
             initializer = Initializer(initializer[0], **initializer[1])
