@@ -1,5 +1,6 @@
 """Caffe2's dataio module: the Reader and Writer interfaces that datasets, text files and queues implement, and
-the small readers and builders over them (CounterReader, ReaderBuilder, PipedReaderBuilder, Pipe).
+the small readers and builders over them (CounterReader, ReaderBuilder, PipedReaderBuilder, Pipe, and the
+readers that stop at a limit: ReaderWithLimit, ReaderWithTimeLimit, CountUntil).
 
 A Reader adds ops to a net that read the next batch: read(net) returns (should_stop, blobs), should_stop a
 boolean blob true once the data is exhausted; read_record wraps the blobs in the reader's schema, and
@@ -187,3 +188,96 @@ class CounterReader(Reader):
     def read_ex(self, local_init_net, local_finish_net):
         count_net = core.Net("limited_reader_counter")
         return [count_net], self.should_stop, [count_net.CountUp([self.counter], 1)]
+
+
+class ReaderWithLimitBase(Reader):
+    """A reader over `reader` that also stops when a condition of the subclass holds (check_limiter_condition,
+    evaluated before each read). data_finished() is a bool blob: true once the underlying reader ran out, false
+    when the limit stopped the reading first."""
+
+    def __init__(self, reader):
+        super().__init__(schema=reader._schema)
+        self.reader = reader
+        self.net = core.Net("reader_with_limit")
+        self._data_finished = self.net.AddExternalInput(self.net.NextName("data_finished"))
+        self.should_stop = None
+
+    def setup_ex(self, global_init_net, global_finish_net) -> None:
+        global_init_net.ConstantFill([], [self._data_finished], shape=[], value=False, dtype=core.DataType.BOOL)
+        self.reader.setup_ex(global_init_net, global_finish_net)
+        self.setup_limiter(global_init_net, global_finish_net)
+
+    def read_ex(self, local_init_net, local_finish_net):
+        """[condition net, the reader's nets, post net]: the condition net sets the stop blob when the limit is
+        reached; the post net copies the reader's own stop into it and ORs it into data_finished."""
+        condition_net = core.Net("limited_reader_condition")
+        should_stop = self.check_limiter_condition(condition_net)
+        nets, reader_stop, fields = self.reader.read_ex(local_init_net, local_finish_net)
+        self._set_schema(self.reader._schema)
+        post_net = core.Net("limited_reader_post")
+        # the stop blob is checked after every net, so overwriting it here only adds the reader's own stop
+        post_net.Copy(reader_stop, should_stop)
+        post_net.Or([self._data_finished, reader_stop], [self._data_finished])
+        return [condition_net] + list(nets) + [post_net], should_stop, fields
+
+    def setup_limiter(self, global_init_net, global_finish_net) -> None:
+        """Add the task-level ops the limit needs (subclasses)."""
+        raise NotImplementedError("Subclass must implement `setup_limiter`")
+
+    def check_limiter_condition(self, stop_condition_net):
+        """Add to stop_condition_net the ops computing the limit's stop blob, and return it (subclasses)."""
+        raise NotImplementedError("Subclass must implement `check_limiter_condition")
+
+    def data_finished(self):
+        """The bool blob saying whether the underlying reader was exhausted."""
+        return self._data_finished
+
+
+class ReaderWithLimit(ReaderWithLimitBase):
+    """Stops after num_iter reads (all threads together); num_iter=None: no limit, only data_finished."""
+
+    def __init__(self, reader, num_iter=1):
+        super().__init__(reader)
+        self.counter = None
+        self.num_iter = num_iter
+        if num_iter is not None:
+            self.counter = self.net.AddExternalInput(self.net.NextName("counter"))
+
+    def setup_limiter(self, global_init_net, global_finish_net) -> None:
+        if self.counter:
+            global_init_net.CreateCounter([], [self.counter], init_count=int(self.num_iter))
+
+    def check_limiter_condition(self, stop_condition_net):
+        if self.counter:
+            return stop_condition_net.CountDown([self.counter], 1)
+        return stop_condition_net.ConstantFill([], 1, shape=[], value=False, dtype=core.DataType.BOOL)
+
+
+def CountUntil(num_iter):
+    """A reader of 0, 1, ... num_iter - 1."""
+    return ReaderWithLimit(CounterReader(), num_iter)
+
+
+class ReaderWithTimeLimit(ReaderWithLimitBase):
+    """Stops reading once `duration` seconds have passed since the task started; duration None or <= 0: no
+    limit, only data_finished."""
+
+    def __init__(self, reader, duration=0):
+        super().__init__(reader)
+        self.timer = None
+        self.duration = duration
+        self.duration_ns_blob = None
+
+    def setup_limiter(self, global_init_net, global_finish_net) -> None:
+        if self.duration is not None and self.duration > 0:
+            self.timer = global_init_net.TimerBegin([], counter_name="epoch_timer")
+            start_ns = global_init_net.TimerGet(self.timer)
+            self.duration_ns_blob = global_init_net.ConstantFill([start_ns], value=int(self.duration * 10 ** 9))
+            global_finish_net.TimerEnd([self.timer], [])
+
+    def check_limiter_condition(self, stop_condition_net):
+        if self.duration:
+            elapsed_ns = stop_condition_net.TimerGet(self.timer)
+            # (Caffe2 names this output str(self.should_stop), "None" for every reader: a fresh name here)
+            return stop_condition_net.GE([elapsed_ns, self.duration_ns_blob])
+        return stop_condition_net.ConstantFill([], 1, shape=[], value=False, dtype=core.DataType.BOOL)
