@@ -1,12 +1,12 @@
-"""Build hook: compile the schemas under proto/ (caffe2.proto, hsm.proto) into stepnet/<name>_pb2.py with
-grpcio-tools."""
+"""Build hook: compile the schemas under proto/ (caffe2.proto, hsm.proto, caffe.proto) into
+stepnet/<name>_pb2.py with grpcio-tools."""
 from pathlib import Path
 
 from setuptools import setup
 from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
-PROTOS = ("caffe2.proto", "hsm.proto")
+PROTOS = ("caffe2.proto", "hsm.proto", "caffe.proto")
 
 
 def compile_proto(out_dir: Path) -> None:

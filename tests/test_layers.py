@@ -12,8 +12,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "stepnet"
 
-# From the bottom up. "schema" is the generated caffe2_pb2 and hsm_pb2; "top" is the package's own __init__, __main__
-# and the public test helpers (stepnet.testing).
+# From the bottom up. "schema" is the generated caffe2_pb2, hsm_pb2 and caffe_pb2; "top" is the package's own
+# __init__, __main__ and the public test helpers (stepnet.testing).
 LAYERS = ("schema", "core", "io", "graph", "distributed", "kernels", "ops", "passes", "compiled", "runtime", "builders",
           "export", "cli", "compat", "top")
 
@@ -36,7 +36,7 @@ def layer_of(module: str) -> str:
     parts = module.split(".")
     if len(parts) == 1 or parts[1] in ("__main__", "testing"):
         return "top"
-    if parts[1] in ("caffe2_pb2", "hsm_pb2"):
+    if parts[1] in ("caffe2_pb2", "hsm_pb2", "caffe_pb2"):
         return "schema"
     return parts[1]
 

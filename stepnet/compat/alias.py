@@ -5,9 +5,11 @@
 
 `caffe2`, `caffe2.python` and `caffe2.proto` become small packages of their own; each module under them is
 the stepnet module of the same role (`caffe2.python.core` *is* `stepnet.compat.core`: one module, one state),
-`caffe2.proto.caffe2_pb2` is stepnet's schema module. A name stepnet lacks is looked for as a file under the
-`roots` given to install (a folder holding `caffe2/python/...`, such as Caffe2's own pure-Python test helpers),
-and otherwise fails as a plain ModuleNotFoundError naming it. Installing is the caller's choice: nothing in
+`caffe2.proto.caffe2_pb2` is stepnet's schema module, and Caffe1's `caffe.proto.caffe_pb2` (what caffe_translator
+reads) is stepnet's compiled copy of Caffe's caffe.proto, unless Caffe1's own `caffe` package is installed
+(then `caffe` is that package, whose caffe_pb2 is the same schema). A name stepnet lacks is looked for as a file
+under the `roots` given to install (a folder holding `caffe2/python/...`, such as Caffe2's own pure-Python test
+helpers), and otherwise fails as a plain ModuleNotFoundError naming it. Installing is the caller's choice: nothing in
 stepnet installs it on import.
 """
 from __future__ import annotations
@@ -19,8 +21,9 @@ import importlib.util
 import sys
 from pathlib import Path
 
-PACKAGES = ("caffe2", "caffe2.python", "caffe2.proto")
+PACKAGES = ("caffe2", "caffe2.python", "caffe2.proto", "caffe", "caffe.proto")
 PROTO = {"caffe2_pb2": "stepnet.caffe2_pb2", "hsm_pb2": "stepnet.hsm_pb2", "metanet_pb2": "stepnet.caffe2_pb2"}
+CAFFE1 = {"caffe.proto.caffe_pb2": "stepnet.caffe_pb2"}   # Caffe1's schema, read by caffe_translator
 
 
 def target_of(name: str) -> str | None:
@@ -30,7 +33,7 @@ def target_of(name: str) -> str | None:
     elif name.startswith("caffe2.proto."):
         target = PROTO.get(name[len("caffe2.proto."):])
     else:
-        return None
+        target = CAFFE1.get(name)
     if target is None:
         return None
     try:
@@ -56,13 +59,14 @@ class _Alias(importlib.abc.Loader):
 
 
 class Finder(importlib.abc.MetaPathFinder):
-    """The meta path finder for the caffe2 namespace (install() puts one first on sys.meta_path)."""
+    """The meta path finder for the caffe2 and caffe namespaces (install() puts one first on sys.meta_path)."""
 
     def __init__(self, roots=()):
         self.roots = [Path(r) for r in roots]
 
     def find_spec(self, name, path=None, target=None):
-        if name != "caffe2" and not name.startswith("caffe2."):
+        top = name.partition(".")[0]
+        if top not in ("caffe2", "caffe") or (top == "caffe" and _real_caffe()):
             return None
         if name in PACKAGES:
             spec = importlib.machinery.ModuleSpec(name, _Alias(None), is_package=True)
@@ -85,9 +89,14 @@ class Finder(importlib.abc.MetaPathFinder):
         return None
 
 
+def _real_caffe() -> bool:
+    """Whether Caffe1's own Python package (pycaffe) is installed: then `caffe` is it, and stays it."""
+    return importlib.machinery.PathFinder.find_spec("caffe") is not None
+
+
 def install(roots=()) -> Finder:
-    """Make `caffe2.*` resolve to stepnet (and to files under `roots`) in this process; idempotent: a second call
-    adds its roots to the finder already installed. Returns the finder."""
+    """Make `caffe2.*` (and `caffe.proto.caffe_pb2`) resolve to stepnet (and to files under `roots`) in this
+    process; idempotent: a second call adds its roots to the finder already installed. Returns the finder."""
     for finder in sys.meta_path:
         if isinstance(finder, Finder):
             finder.roots.extend(Path(r) for r in roots if Path(r) not in finder.roots)
@@ -98,8 +107,9 @@ def install(roots=()) -> Finder:
 
 
 def uninstall() -> None:
-    """Remove the finder and every caffe2.* module it made (the stepnet modules themselves stay imported)."""
+    """Remove the finder and every caffe2.* and caffe.* module it made (the stepnet modules themselves stay
+    imported)."""
     sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, Finder)]
-    for name in [n for n in sys.modules if n == "caffe2" or n.startswith("caffe2.")]:
+    for name in [n for n in sys.modules if n.partition(".")[0] in ("caffe2", "caffe")]:
         del sys.modules[name]
 

@@ -1,5 +1,6 @@
 """`caffe2.*` resolving to stepnet (stepnet.compat.alias) and `python -m stepnet.compat script.py`: a Caffe2
 program runs with no edit at all."""
+import os
 import subprocess
 import sys
 import textwrap
@@ -93,3 +94,20 @@ def test_a_program_gets_the_numpy_1_names_it_uses(tmp_path):
     assert out.stdout.split() == ["3.5", "2.0", "7"]
     plain = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert plain.returncode != 0 and "asscalar" in plain.stderr   # NumPy 2 itself has none of them
+
+
+def test_caffe1_s_own_caffe_package_stays_itself(tmp_path):
+    """Without pycaffe, `caffe.proto.caffe_pb2` is stepnet's compiled caffe.proto (what caffe_translator reads);
+    with pycaffe installed, `caffe` is pycaffe (a script may use Caffe1 and Caffe2 together)."""
+    code = "from stepnet.compat import alias; alias.install(); import caffe.proto.caffe_pb2 as m; print(m.__name__)"
+    plain = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert plain.returncode == 0, plain.stderr
+    assert plain.stdout.strip() == "stepnet.caffe_pb2"
+    (tmp_path / "caffe" / "proto").mkdir(parents=True)
+    (tmp_path / "caffe" / "__init__.py").write_text("")
+    (tmp_path / "caffe" / "proto" / "__init__.py").write_text("")
+    (tmp_path / "caffe" / "proto" / "caffe_pb2.py").write_text("PYCAFFE = True\n")
+    real = subprocess.run([sys.executable, "-c", code + "; print(m.PYCAFFE)"], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert real.returncode == 0, real.stderr
+    assert real.stdout.split() == ["caffe.proto.caffe_pb2", "True"]
