@@ -94,14 +94,15 @@ def test_declared_outputs_are_the_graph_outputs_and_the_graph_is_the_models():
 def test_init_values_are_initializers_and_placeholder_fills_are_inputs():
     """As in Caffe2, an init-net GivenTensor*Fill or ConstantFill of a blob value_info names is a placeholder:
     the blob is a graph input. Other values the init net makes are initializers (stepnet runs the init net, so a
-    ConstantFill converts too, where Caffe2's frontend takes GivenTensor*Fill only)."""
+    ConstantFill converts too, where Caffe2's frontend takes GivenTensor*Fill only), and graph inputs as well, in
+    the predict net's order, as Caffe2's frontend (ONNX IR 3) listed them."""
     init = core.Net("init")
     init.GivenTensorFill([], "w1", shape=[4, 5], values=VALUES["w1"].ravel().tolist())
     init.ConstantFill([], "b1", shape=[4], value=0.5)
     init.ConstantFill([], "b2", shape=[1], value=-3.0)          # described in value_info: a placeholder
     values = {k: v for k, v in VALUES.items() if k not in ("w1", "b1")}
     model = Caffe2Frontend.caffe2_net_to_onnx_model(dlrm_like_net().Proto(), init.Proto(), info(values))
-    assert [i.name for i in model.graph.input] == list(values)
+    assert [i.name for i in model.graph.input] == list(VALUES)
     inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
     np.testing.assert_array_equal(inits["w1"], VALUES["w1"])
     np.testing.assert_array_equal(inits["b1"], np.full(4, 0.5, np.float32))

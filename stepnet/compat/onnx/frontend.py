@@ -17,6 +17,9 @@ RuntimeError("Could not find value info of inputs: ..."). Where stepnet's fronte
   its forward part writes and does not read again;
 - blob names are kept (no `_<version>` suffixes), the nets and value_info given are left unchanged, and the
   opset is stepnet's (`target_opset_version` None: the newest both onnx and onnxruntime implement; 13 or more).
+As Caffe2's frontend made them (ONNX IR 3), the init net's values are graph inputs too (with their types and
+shapes; a runtime may be given other values for them), the inputs in the order of the predict net's external
+inputs.
 
 onnx is imported only when a conversion runs, so this module imports without it.
 """
@@ -86,12 +89,58 @@ class Caffe2Frontend:
                              opset=cls.target_opset_version)
         for note in result.notes:
             logger.warning(note)
+        _initializers_as_inputs(result.model.graph, predict.external_input, made)
         return result
+
+
+    @classmethod
+    def _ssa_rewrite(cls, net, init_net, value_info) -> None:
+        """Caffe2's renaming of net (and init_net, value_info) in place into single-assignment form: every blob
+        `<name>_<version>`, version 0 for external inputs and init-net values, each write one more (Caffe2's
+        core.get_ssa numbering); init_net may hold GivenTensor*Fill ops only."""
+        def versioned(name, version):
+            return f"{name}_{version}"
+        if init_net:
+            for op in init_net.op:
+                if not re.match("GivenTensor.*Fill", op.type) or len(op.output) != 1:
+                    raise AssertionError(f"type is {op.type}, \n{op}")
+                op.output[0] = versioned(op.output[0], 0)
+            init_net.external_input[:] = [versioned(n, 0) for n in init_net.external_input]
+            init_net.external_output[:] = [versioned(n, 0) for n in init_net.external_output]
+        if value_info:
+            renamed = {versioned(n, 0): v for n, v in value_info.items()}
+            value_info.clear()
+            value_info.update(renamed)
+        net.external_input[:] = [versioned(n, 0) for n in net.external_input]
+        versions = dict.fromkeys(net.external_input, 0)
+        for op in net.op:
+            if not net.external_input:
+                versions.update({i: 0 for i in op.input if i not in versions})
+            inputs = [versioned(i, versions.get(i, 0)) for i in op.input]
+            for o in op.output:
+                versions[o] = versions.get(o, 0) + 1
+            op.input[:] = inputs
+            op.output[:] = [versioned(o, versions[o]) for o in op.output]
+        net.external_output[:] = [versioned(n, versions.get(n, 0)) for n in net.external_output]
 
 
 caffe2_net_to_onnx_graph = Caffe2Frontend.caffe2_net_to_onnx_graph
 caffe2_net_to_onnx_model = Caffe2Frontend.caffe2_net_to_onnx_model
 caffe2_init_net_to_initializer = Caffe2Frontend.caffe2_init_net_to_initializer
+
+
+def _initializers_as_inputs(graph, external_inputs, made: set) -> None:
+    """The init net's initializers become graph inputs too, and the inputs go in the predict net's order
+    (Caffe2's frontend listed its external inputs, weights included)."""
+    from onnx import helper
+    inputs = {i.name: i for i in graph.input}
+    inputs.update({t.name: helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
+                   for t in graph.initializer if t.name in made and t.name not in inputs})
+    order = [n for n in dict.fromkeys(external_inputs) if n in inputs]
+    order += [n for n in inputs if n not in order]
+    made_inputs = [inputs[n] for n in order]
+    del graph.input[:]
+    graph.input.extend(made_inputs)
 
 
 def _proto(net):
