@@ -28,6 +28,14 @@ because Caffe2's code of 2018 meets NumPy 2 or Hypothesis 6:
   9. Indexing with a list that holds slices (x[[slice(0, 2), slice(None)]]) reads it as a tuple, as NumPy before
      1.23 did: the arrays handed to a reference function of assertReferenceChecks are views of an ndarray
      subclass doing only that; what the reference returns is compared as plain arrays.
+ 10. hypothesis.strategies.sampled_from given a dict view (`d.keys()`): a list of it, in the dict's order, as
+     Hypothesis 3 took any iterable (Hypothesis 6 wants a sequence).
+ 11. onnx.mapping (removed in onnx 1.16): its two tables, TENSOR_TYPE_TO_NP_TYPE and NP_TYPE_TO_TENSOR_TYPE, made
+     from onnx.helper's type functions, as Caffe2's ONNX tests import them.
+
+caffe2/python/onnx/tests/onnx_backend_test.py runs ONNX's own node tests from the installed onnx package (a much
+newer onnx than Caffe2's: most of its cases use ops and forms Caffe2 never had, and which ones changes with the
+onnx version), so it is left out of the default run: `python tools/onnx_node_tests.py` runs it and counts.
 
 EXAMPLES comes from STEPNET_CAFFE2_EXAMPLES (default 2); tools/caffe2_suite.py runs the whole suite with more.
 
@@ -44,6 +52,7 @@ from __future__ import annotations
 
 import ast
 import collections
+import collections.abc
 import contextlib
 import inspect
 import os
@@ -56,7 +65,10 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 EXPECTED = HERE / "expected_failures.txt"
-collect_ignore = ["caffe2/python/test_util.py"]   # Caffe2's TestCase base, a helper (its name only looks like tests)
+collect_ignore = ["caffe2/python/test_util.py",   # Caffe2's TestCase bases, helpers (their names only look like tests)
+                  "caffe2/python/onnx/tests/test_utils.py"]
+if not os.environ.get("STEPNET_ONNX_NODE_TESTS"):   # tools/onnx_node_tests.py sets it
+    collect_ignore.append("caffe2/python/onnx/tests/onnx_backend_test.py")
 EXAMPLES = int(os.environ.get("STEPNET_CAFFE2_EXAMPLES", "2"))
 ArgSpec = collections.namedtuple("ArgSpec", "args varargs keywords defaults")   # inspect's, before Python 3.11
 REMOVED_SETTINGS = ("timeout", "min_satisfying_examples", "perform_health_check", "max_iterations", "max_shrinks",
@@ -183,6 +195,13 @@ def _adapt_hypothesis() -> None:
         return arrays(dtype, shape, elements=elements, **kwargs)
 
     hnp.arrays = arrays_
+    sampled_from = st.sampled_from
+
+    def sampled_from_(elements):   # (Hypothesis 3 took a dict view; 6 wants a sequence)
+        views = (collections.abc.KeysView, collections.abc.ValuesView, collections.abc.ItemsView)
+        return sampled_from(list(elements) if isinstance(elements, views) else elements)
+
+    st.sampled_from = sampled_from_
     settings.register_profile("stepnet-caffe2", max_examples=EXAMPLES, derandomize=True, deadline=None,
                               suppress_health_check=list(hypothesis.HealthCheck), database=None, phases=NO_SHRINK)
 
@@ -199,6 +218,27 @@ def _adapt_scipy() -> None:
         scipy.misc.logsumexp = scipy.special.logsumexp
 
 
+def _adapt_onnx() -> None:
+    try:
+        import onnx
+        from onnx import TensorProto, helper
+    except ImportError:
+        return
+    if hasattr(onnx, "mapping"):
+        return
+    mapping = types.ModuleType("onnx.mapping")
+    to_np = {}
+    for code in TensorProto.DataType.values():
+        with contextlib.suppress(Exception):   # (types NumPy has no dtype for)
+            to_np[code] = helper.tensor_dtype_to_np_dtype(code)
+    mapping.TENSOR_TYPE_TO_NP_TYPE = to_np
+    mapping.NP_TYPE_TO_TENSOR_TYPE = {}
+    for code in sorted(to_np):   # onnx 1.x: a dtype's first type number
+        mapping.NP_TYPE_TO_TENSOR_TYPE.setdefault(to_np[code], code)
+    onnx.mapping = mapping
+    sys.modules["onnx.mapping"] = mapping
+
+
 def _install() -> None:
     from stepnet.compat import alias
 
@@ -206,6 +246,7 @@ def _install() -> None:
     _adapt_python()
     _adapt_scipy()
     _adapt_hypothesis()
+    _adapt_onnx()
     alias.install(roots=[HERE])
     os.environ.setdefault("CAFFE2_HYPOTHESIS_PROFILE", "stepnet-caffe2")
     import hypothesis
@@ -293,8 +334,15 @@ class SuiteModule(pytest.Module):
     its tests as an expected failure while it does not, and one failing item saying so once it does."""
 
     def _getobj(self):
-        with caffe2_profile():
-            return super()._getobj()
+        option = self.config.option
+        mode = option.importmode
+        if self.path.name in SHARED_NAMES or (self.path.parent / "__init__.py").exists():   # (by path, see above)
+            option.importmode = "importlib"
+        try:
+            with caffe2_profile():
+                return super()._getobj()
+        finally:
+            option.importmode = mode
 
     def collect(self):
         reason = expected_failures().get(self.path.relative_to(HERE).as_posix())
@@ -314,6 +362,13 @@ class SuiteModule(pytest.Module):
         stale = Unimportable.from_parent(self, name="expected_failures_entry",
                                          error="this file imports now: remove its line from expected_failures.txt")
         return [*items, stale]
+
+
+# Test files of one name in two folders (checkpoint_test.py: Caffe2's operator test and its module test), and those
+# in a folder with an __init__.py (onnx/tests: as a package it would be `tests`, the project's own folder's name):
+# pytest imports a test file by its name, so these are imported by their path instead.
+_NAMES = collections.Counter(p.name for p in HERE.joinpath("caffe2").rglob("*_test.py"))
+SHARED_NAMES = {name for name, n in _NAMES.items() if n > 1}
 
 
 def pytest_pycollect_makemodule(module_path, parent):
