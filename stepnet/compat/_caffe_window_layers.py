@@ -27,13 +27,7 @@ def _values(layer, param, name: str, default: int) -> list:
 def _window(layer, param, caffe_op) -> None:
     """stride, pad and kernel arguments from a ConvolutionParameter or PoolingParameter."""
     stride, pad, kernel = (_values(layer, param, n, d) for n, d in (("stride", 1), ("pad", 0), ("kernel_size", 0)))
-    if param.HasField("stride_h") or param.HasField("stride_w"):
-        stride = [param.stride_h, param.stride_w]
-    if len(stride) == 2 and stride[0] != stride[1] or param.HasField("stride_h") or param.HasField("stride_w"):
-        AddArgument(caffe_op, "stride_h", stride[0])
-        AddArgument(caffe_op, "stride_w", stride[-1])
-    else:
-        AddArgument(caffe_op, "stride", stride[0])
+    _pair(caffe_op, param, "stride", stride)
     if param.HasField("pad_h") or param.HasField("pad_w"):
         pad = [param.pad_h, param.pad_w]
     if pad[0] == pad[-1]:
@@ -41,13 +35,19 @@ def _window(layer, param, caffe_op) -> None:
     else:
         for name, value in (("pad_t", pad[0]), ("pad_b", pad[0]), ("pad_l", pad[1]), ("pad_r", pad[1])):
             AddArgument(caffe_op, name, value)
-    if param.HasField("kernel_h") or param.HasField("kernel_w"):
-        kernel = [param.kernel_h, param.kernel_w]
-    if len(kernel) == 2 and kernel[0] != kernel[1] or param.HasField("kernel_h") or param.HasField("kernel_w"):
-        AddArgument(caffe_op, "kernel_h", kernel[0])
-        AddArgument(caffe_op, "kernel_w", kernel[-1])
+    _pair(caffe_op, param, "kernel", kernel)
+
+
+def _pair(caffe_op, param, name: str, values: list) -> None:
+    """`name` as one argument, or as name_h and name_w where they differ or the layer gives them apart."""
+    apart = param.HasField(f"{name}_h") or param.HasField(f"{name}_w")
+    if apart:
+        values = [getattr(param, f"{name}_h"), getattr(param, f"{name}_w")]
+    if apart or len(values) == 2 and values[0] != values[1]:
+        AddArgument(caffe_op, f"{name}_h", values[0])
+        AddArgument(caffe_op, f"{name}_w", values[-1])
     else:
-        AddArgument(caffe_op, "kernel", kernel[0])
+        AddArgument(caffe_op, name, values[0])
 
 
 def _filter(layer, pretrained_blobs, caffe_op, with_bias: bool):

@@ -191,7 +191,8 @@ def test_functions_and_the_url_override(site, tmp_path, monkeypatch):
     monkeypatch.setenv(download.URL_ENV, url.rstrip("/"))
     assert download.getURLFromName("tiny", "init_net.pb") == url + "tiny/init_net.pb"
     assert [download.validModelName(n) for n in ("squeezenet", "style_transfer/crayon", "__init__", "a.b",
-                                                 "../x", "")] == [True, True, False, False, False, False]
+                                                 "../x", "", "/etc")] == [True, True, False, False, False, False,
+                                                                          False]
     target = tmp_path / "f.pb"
     download.downloadFromURLToFile(url + "tiny/predict_net.pb", target, show_progress=False)
     assert target.read_bytes() == (root / "tiny" / "predict_net.pb").read_bytes()

@@ -8,7 +8,24 @@ from .. import schema
 from .layers import ModelLayer
 
 
-class BatchNormalization(ModelLayer):
+class _TestModeLayer(ModelLayer):
+    """A layer whose op has is_test: its training ops with is_test=0, eval and prediction with is_test=1
+    (subclasses write _add_ops)."""
+
+    def _add_ops(self, net, is_test: bool) -> None:
+        raise NotImplementedError
+
+    def add_train_ops(self, net):
+        self._add_ops(net, is_test=False)
+
+    def add_eval_ops(self, net):
+        self._add_ops(net, is_test=True)
+
+    def add_ops(self, net):
+        self.add_eval_ops(net)
+
+
+class BatchNormalization(_TestModeLayer):
     """SpatialBN over a (C,) or 3-D input (a 1-D one is expanded to (N, C, 1, 1) and squeezed back);
     parameters scale, bias, running_mean, running_inv_var (the last two not optimized)."""
 
@@ -52,17 +69,8 @@ class BatchNormalization(ModelLayer):
         if flat:
             net.Squeeze(bn_output, bn_output, dims=[2, 3])
 
-    def add_train_ops(self, net):
-        self._add_ops(net, is_test=False)
 
-    def add_eval_ops(self, net):
-        self._add_ops(net, is_test=True)
-
-    def add_ops(self, net):
-        self.add_eval_ops(net)
-
-
-class Dropout(ModelLayer):
+class Dropout(_TestModeLayer):
     """Dropout of `ratio` in training; the identity (is_test) in eval and prediction."""
 
     def __init__(self, model, input_record, name="dropout", ratio=0.5, **kwargs):
@@ -76,12 +84,3 @@ class Dropout(ModelLayer):
     def _add_ops(self, net, is_test):
         outputs = self.output_schema.field_blobs() + [net.NextScopedBlob("d_mask")]
         net.Dropout(self.input_record.field_blobs(), outputs, ratio=self.ratio, is_test=is_test)
-
-    def add_train_ops(self, net):
-        self._add_ops(net, is_test=False)
-
-    def add_eval_ops(self, net):
-        self._add_ops(net, is_test=True)
-
-    def add_ops(self, net):
-        self.add_eval_ops(net)

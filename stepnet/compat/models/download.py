@@ -194,8 +194,9 @@ def downloadModel(model, args) -> None:
 
 
 def validModelName(name) -> bool:
-    """Caffe2's check: letters, digits, '_', '-' and '/' only, and not '__init__'."""
-    if name in ["__init__"]:
+    """Caffe2's check: letters, digits, '_', '-' and '/' only, and not '__init__'; and (stepnet) a name within
+    the models folder, not an absolute path such as "/etc", which the download would replace."""
+    if name in ["__init__"] or name.startswith("/"):
         return False
     return bool(re.match("^[/0-9a-zA-Z_-]+$", name))
 

@@ -6,11 +6,11 @@ be indexed by blob name (`outputs["Y"]`, `outputs.Y`, `outputs[0]`).
 """
 from __future__ import annotations
 
-import collections
 import logging
 import time
 
 from ... import caffe2_pb2
+from ..functional import namedtupledict
 from .workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -50,21 +50,6 @@ def dummy_name(used_names=None):
         return _dummy.new()
     _dummy.reset(used_names)
     return None
-
-
-def namedtupledict(typename: str, field_names):
-    """A namedtuple class whose instances are also indexed by field name (onnx.backend.base's namedtupledict)."""
-    fields = list(field_names)
-    index = {name: i for i, name in enumerate(fields)}
-    cls = collections.namedtuple(typename, fields, rename=True)
-
-    def getitem(self, key):
-        if isinstance(key, str):
-            key = index[key]
-        return tuple.__getitem__(self, key)
-
-    cls.__getitem__ = getitem
-    return cls
 
 
 def _outputs(ws, names):
