@@ -12,6 +12,7 @@ import pytest
 pytest.importorskip("onnx")
 pytest.importorskip("tabulate")   # (onnx's backend-test report plugin, which Caffe2's file loads, needs it)
 ROOT = Path(__file__).resolve().parents[2]
+DOCS_COMMAND = "python tools/onnx_node_tests.py"   # docs/caffe2.md; here on some of the cases
 CASES = ["add", "averagepool_2d_default", "batchnorm_example", "concat_2d_axis_0", "conv_with_strides_padding",
          "gemm_default_zero_bias", "gru_defaults", "lstm_defaults", "matmul_2d", "maxpool_2d_default", "relu",
          "reshape_negative_dim", "sigmoid", "softmax_example", "tanh", "transpose_default"]
