@@ -79,13 +79,11 @@ def AddArgument(op, key, value):
 
 
 def caffe_blob_array(blob, where=None):
-    """A Caffe1 BlobProto as a float32 array: the legacy num/channels/height/width shape when num is set, else
-    its shape's dims (data, or double_data)."""
-    values = blob.data if len(blob.data) else blob.double_data
-    shape = ([blob.num, blob.channels, blob.height, blob.width] if blob.num != 0 else list(blob.shape.dim))
-    if int(np.prod(shape, dtype=np.int64)) != len(values) or any(d < 0 for d in shape):
-        raise TranslationError(f"a weight blob of shape {shape} holds {len(values)} values", at=where)
-    return np.asarray(values, dtype=np.float32).reshape(shape)
+    """utils.CaffeBlobToNumpyArray, its error a TranslationError placed at `where`."""
+    try:
+        return utils.CaffeBlobToNumpyArray(blob)
+    except FileFormatError as e:
+        raise TranslationError(e.message.replace("a Caffe blob", "a weight blob"), at=where) from None
 
 
 def weights(layer, blobs, least: int, most: int | None = None) -> list:

@@ -22,7 +22,8 @@ import sys
 from pathlib import Path
 
 PACKAGES = ("caffe2", "caffe2.python", "caffe2.proto", "caffe", "caffe.proto")
-PROTO = {"caffe2_pb2": "stepnet.caffe2_pb2", "hsm_pb2": "stepnet.hsm_pb2", "metanet_pb2": "stepnet.caffe2_pb2"}
+PROTO = {"caffe2_pb2": "stepnet.caffe2_pb2", "hsm_pb2": "stepnet.hsm_pb2", "metanet_pb2": "stepnet.caffe2_pb2",
+         "caffe2_legacy_pb2": "stepnet.caffe2_pb2"}
 CAFFE1 = {"caffe.proto.caffe_pb2": "stepnet.caffe_pb2"}   # Caffe1's schema, read by caffe_translator
 
 

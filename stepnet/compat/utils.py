@@ -10,6 +10,7 @@ from google.protobuf import text_format
 from google.protobuf.message import DecodeError
 
 from ..core import backend
+from ..core.errors import FileFormatError
 from ..io.proto import TensorProto, array_to_tensor, make_argument, tensor_to_array
 
 
@@ -24,6 +25,16 @@ def Caffe2TensorToNumpyArray(tensor):
 
 def NumpyArrayToCaffe2Tensor(arr, name=None) -> TensorProto:
     return array_to_tensor(np.asarray(arr), name)
+
+
+def CaffeBlobToNumpyArray(blob) -> np.ndarray:
+    """A Caffe (Caffe1) BlobProto as a float32 array: the legacy num/channels/height/width shape when num is set,
+    else its shape's dims (its data, or double_data); a FileFormatError when the values do not fill that shape."""
+    values = blob.data if len(blob.data) else blob.double_data
+    shape = [blob.num, blob.channels, blob.height, blob.width] if blob.num != 0 else list(blob.shape.dim)
+    if int(np.prod(shape, dtype=np.int64)) != len(values) or any(d < 0 for d in shape):
+        raise FileFormatError(f"a Caffe blob of shape {shape} holds {len(values)} values")
+    return np.asarray(values, dtype=np.float32).reshape(shape)
 
 
 def OpAlmostEqual(op_a, op_b, ignore_fields=None) -> bool:

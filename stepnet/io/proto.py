@@ -6,6 +6,7 @@ import os
 import re
 import stat
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -366,7 +367,7 @@ def make_argument(name: str, value: Any) -> Argument:
         arg.t.CopyFrom(value)
     elif isinstance(value, Message):
         arg.s = value.SerializeToString()
-    elif isinstance(value, (list, tuple)):
+    elif isinstance(value, Iterable):   # a list, tuple, range, protobuf repeated field, ... (Caffe2: any iterable)
         _fill_repeated(arg, name, list(value))
     else:
         raise ArgumentError(f"argument {name!r}: cannot store a value of type {type(value).__name__}")

@@ -34,6 +34,14 @@ def test_caffe2_modules_are_stepnets_own(installed):
     np.testing.assert_array_equal(stepnet.compat.workspace.FetchBlob("x"), [0, 1, 2])   # one state
 
 
+def test_caffe2_legacy_pb2_has_caffe2_s_padding_numbers(installed):
+    from caffe2.proto import caffe2_legacy_pb2 as legacy
+
+    from stepnet.ops import window
+    assert [legacy.NOTSET, legacy.VALID, legacy.SAME, legacy.CAFFE_LEGACY_POOLING] == [0, 1, 2, 3]
+    assert legacy.LegacyPadding.Name(window.CAFFE_LEGACY_POOLING) == "CAFFE_LEGACY_POOLING"
+
+
 def test_a_module_stepnet_lacks_is_a_plain_module_not_found(installed):
     with pytest.raises(ModuleNotFoundError, match="caffe2.python.no_such_module"):
         import caffe2.python.no_such_module  # noqa: F401

@@ -39,6 +39,12 @@ def test_debug_opens_pdb_at_a_terminal(monkeypatch, capsys):
 def test_arguments_and_tensors():
     assert utils.MakeArgument("k", [1, 2]).ints == [1, 2] and utils.MakeArgument("s", "x").s == b"x"
     assert utils.MakeArgument("f", np.float32(0.5)).f == 0.5
+    held = caffe2_pb2.TensorProto(float_data=[1.5, -2.0], dims=[2, 3])   # any iterable, as Caffe2 took
+    assert utils.MakeArgument("v", held.float_data).floats == [1.5, -2.0]
+    assert utils.MakeArgument("d", held.dims).ints == [2, 3] and utils.MakeArgument("r", range(3)).ints == [0, 1, 2]
+    assert utils.MakeArgument("g", (s for s in ("a", "b"))).strings == [b"a", b"b"]
+    with pytest.raises(Exception, match="cannot store a value of type object"):
+        utils.MakeArgument("o", object())
     arr = np.arange(6, dtype=np.int32).reshape(2, 3)
     tensor = utils.NumpyArrayToCaffe2Tensor(arr, "t")
     assert tensor.name == "t" and list(tensor.dims) == [2, 3] and tensor.data_type == caffe2_pb2.TensorProto.INT32
@@ -73,3 +79,17 @@ def test_op_almost_equal_and_the_rest():
             utils.GetGPUMemoryUsageStats()
     else:
         assert set(utils.GetGPUMemoryUsageStats()) == {"total_by_gpu", "max_by_gpu", "total", "max_total"}
+
+
+def test_caffe_blobs_as_arrays():
+    """Caffe1's BlobProto: the legacy 4-D shape when num is set, else shape.dim; values that do not fill the shape
+    are one FileFormatError (a .caffemodel is a file from elsewhere)."""
+    from stepnet import caffe_pb2 as caffe1
+    from stepnet.core.errors import FileFormatError
+    legacy = caffe1.BlobProto(num=1, channels=2, height=1, width=3, data=[0, 1, 2, 3, 4, 5])
+    assert utils.CaffeBlobToNumpyArray(legacy).tolist() == [[[[0, 1, 2]], [[3, 4, 5]]]]
+    new = caffe1.BlobProto(shape=caffe1.BlobShape(dim=[3, 2]), double_data=[0.5, 1, 2, 3, 4, 5])
+    got = utils.CaffeBlobToNumpyArray(new)
+    assert got.dtype == np.float32 and got.tolist() == [[0.5, 1], [2, 3], [4, 5]]
+    with pytest.raises(FileFormatError, match=r"shape \[3, 2\] holds 5 values"):
+        utils.CaffeBlobToNumpyArray(caffe1.BlobProto(shape=caffe1.BlobShape(dim=[3, 2]), data=[1, 2, 3, 4, 5]))
