@@ -324,3 +324,17 @@ def test_prepare_zip_archive_fills_external_tensors(tmp_path):
         warnings.simplefilter("ignore")
         got = backend.prepare_zip_archive(str(path)).run(x).Y
     np.testing.assert_allclose(got, x.astype(np.float64) @ w, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("op_type, attrs", [("Save", {"db": "pwned.db", "db_type": "minidb", "absolute_path": 0}),
+                                            ("Python", {"token": "f"}), ("Print", {"to_file": 1})])
+def test_a_model_file_cannot_ask_for_caffe2_s_own_ops(tmp_path, monkeypatch, op_type, attrs):
+    """An ONNX file is data: its nodes are ONNX operators, never Caffe2's own ops that write files or run code
+    (Caffe2's backend passed any op name through). Refused at prepare, nothing written."""
+    monkeypatch.chdir(tmp_path)
+    model = _model([helper.make_node(op_type, ["x"], [], **attrs)], {"x": _rand(2)}, [], 9)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(RuntimeError, match=f"{op_type} is not an ONNX operator"):
+            backend.prepare(model).run({"x": _rand(2)})
+    assert list(tmp_path.iterdir()) == []

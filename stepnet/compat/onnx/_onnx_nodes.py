@@ -115,6 +115,17 @@ def _argument(key: str, value):
     return MakeArgument(key, value)
 
 
+RETIRED_ONNX_OPERATORS = frozenset({"Scale", "ImageScaler", "Caffe2ConvTranspose"})   # ONNX's experimental ops
+# of Caffe2's time, gone from onnx.defs, which Caffe2's backend (and its tests) translated
+
+
+def is_onnx_operator(op_type: str) -> bool:
+    """Whether op_type is an operator of ONNX's default domain (any opset, or one of its retired experimental
+    ops): the only names a model file may ask the plain translation for."""
+    import onnx.defs
+    return op_type in RETIRED_ONNX_OPERATORS or onnx.defs.has(op_type)
+
+
 def common(node: OnnxNode, opset_version: int) -> Caffe2Ops:
     """The plain translation: the Caffe2 op of the same (or renamed) type, attributes renamed, inputs kept.
     An attribute the Caffe2 op does not take is dropped where it has ONNX's default value (the op then does what
@@ -124,6 +135,9 @@ def common(node: OnnxNode, opset_version: int) -> Caffe2Ops:
     c2_type = RENAMED_OPERATORS.get(node.op_type, node.op_type)
     if not core.IsOperator(c2_type):
         raise Unsupported(f"Don't know how to translate op {node.op_type}")
+    if not is_onnx_operator(node.op_type):
+        raise Unsupported(f"{node.op_type} is not an ONNX operator: a model file names ONNX operators only (Caffe2's "
+                          f"own ops, such as Save, Load or Python, which touch files or run code, are refused)")
     declared = REGISTRY.get(c2_type).args
     renames = PER_OP_RENAMED_ATTRS.get(node.op_type, {})
     op = caffe2_pb2.OperatorDef(type=c2_type, name=node.name, input=node.inputs, output=node.outputs)
