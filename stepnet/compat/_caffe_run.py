@@ -18,8 +18,13 @@ def scratch_run(ops, net_params, input_shapes: dict, why: str):
     before each op runs, and returns the workspace."""
     ws = Workspace(seed=0)
     rng = np.random.default_rng(0)
-    for name, shape in input_shapes.items():
-        ws.feed(name, rng.standard_normal(shape).astype(np.float32))
+    for name, shape in input_shapes.items():   # (sizes from the file: checked before anything is allocated)
+        size = 4 * int(np.prod(shape, dtype=object))
+        if any(int(d) < 0 for d in shape) or size > ws.limits.max_blob_bytes:
+            raise TranslationError(f"input {name!r} of shape {list(shape)} ({size} bytes) cannot be run to {why}: "
+                                   f"over the blob limit of {ws.limits.max_blob_bytes} bytes (give smaller "
+                                   "--input_dims)")
+        ws.feed(name, rng.standard_normal(shape, dtype=np.float32))
     for p in net_params.protos:
         ws.feed(p.name, utils.Caffe2TensorToNumpyArray(p))
     for i, op in enumerate(ops):

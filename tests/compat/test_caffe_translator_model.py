@@ -216,3 +216,12 @@ def test_a_program_registers_its_own_layer_translator():
         "Input", "VideoData", "Data", "ConvNd", "Conv", "Deconv", "Crop", "Relu", "Pool", "Pool3D", "LRN",
         "InnerProduct", "Dropout", "Softmax", "SoftmaxWithLoss", "Accuracy", "Concat", "TanH", "InstanceNorm",
         "BatchNorm", "ElementWise", "Scale", "Reshape", "Flatten", "Sigmoid", "ROIPooling", "PRelu", "Reduction"))
+
+
+def test_input_sizes_from_a_file_are_checked_before_a_scratch_run_allocates():
+    """--remove_legacy_pad runs the translated net on random inputs of the file's (or --input_dims') shape: a
+    shape over the blob limit is one TranslationError, nothing allocated (80 GB asked here)."""
+    caffe_net, model, _ = caffenet_like()
+    with pytest.raises(ct.TranslationError, match=r"over the blob limit .*give smaller --input_dims"):
+        ct.TranslateModel(caffe_net, model, is_test=True, remove_legacy_pad=True,
+                          input_dims=[100000, 100000, 1, 2])
