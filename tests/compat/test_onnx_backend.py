@@ -338,3 +338,19 @@ def test_a_model_file_cannot_ask_for_caffe2_s_own_ops(tmp_path, monkeypatch, op_
         with pytest.raises(RuntimeError, match=f"{op_type} is not an ONNX operator"):
             backend.prepare(model).run({"x": _rand(2)})
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_zip_member_over_the_blob_limit_is_refused_before_it_is_inflated(tmp_path, monkeypatch):
+    """A zip archive is a file from elsewhere: each member's inflated size (from its header, which zipfile holds
+    the read to) is checked first. Here the limit is made 16 bytes and W takes 24."""
+    import zipfile
+    external = onnx.TensorProto(name="W", data_type=TensorProto.FLOAT, dims=[3, 2], raw_data=b"__EXTERNAL")
+    model = _model([helper.make_node("MatMul", ["X", "W"], ["Y"])], {"X": _rand(2, 3)}, ["Y"], 13, [])
+    model.graph.initializer.append(external)
+    path = tmp_path / "model.zip"
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as z:
+        z.writestr("__MODEL_PROTO", model.SerializeToString())
+        z.writestr("W", _rand(3, 2).tobytes())
+    monkeypatch.setattr(backend, "default_max_blob_bytes", lambda: 16)
+    with pytest.raises(RuntimeError, match=r"member 'W' inflates to 24 bytes, over the 16 a tensor may take"):
+        backend.prepare_zip_archive(str(path))

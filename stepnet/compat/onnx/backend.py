@@ -31,6 +31,7 @@ from onnx import ModelProto
 from onnx.backend.base import Backend, Device, DeviceType
 
 from ... import caffe2_pb2
+from ...core.limits import default_max_blob_bytes
 from .. import core, workspace
 from . import _onnx_split
 from ._onnx_nodes import Caffe2Ops, OnnxNode, common, tensor_filling_op
@@ -39,6 +40,9 @@ from ._onnx_special import SPECIAL
 from .backend_rep import Caffe2Rep
 from .helper import dummy_name, namedtupledict
 from .workspace import Workspace
+
+
+MAX_PROTO_BYTES = 2 << 30   # protobuf's largest message
 
 
 def force_unicode(s):
@@ -154,7 +158,14 @@ class Caffe2Backend(Backend):
     def prepare_zip_archive(cls, file, device="CPU", **kwargs):
         """prepare() of a zip archive holding the model as __MODEL_PROTO and each b'__EXTERNAL' tensor's raw
         data as a member named for the tensor."""
-        with zipfile.ZipFile(file, mode="r") as z:
+        with zipfile.ZipFile(file, mode="r") as z:   # (sizes checked before anything is inflated: a zip bomb)
+            limit = default_max_blob_bytes()
+            for info in z.infolist():
+                most = MAX_PROTO_BYTES if info.filename == "__MODEL_PROTO" else limit
+                if info.file_size > most:
+                    raise RuntimeError(f"zip archive member {info.filename!r} inflates to {info.file_size} bytes, "
+                                       f"over the {most} a {'model' if most == MAX_PROTO_BYTES else 'tensor'} "
+                                       "may take")
             with z.open("__MODEL_PROTO", "r") as f:
                 model = onnx.load(f)
             raw_values = {name: z.read(name) for name in z.namelist() if name != "__MODEL_PROTO"}
