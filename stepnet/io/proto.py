@@ -6,7 +6,7 @@ import os
 import re
 import stat
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Set as AbstractSet
 from pathlib import Path
 from typing import Any
 
@@ -367,8 +367,8 @@ def make_argument(name: str, value: Any) -> Argument:
         arg.t.CopyFrom(value)
     elif isinstance(value, Message):
         arg.s = value.SerializeToString()
-    elif isinstance(value, Iterable):   # a list, tuple, range, protobuf repeated field, ... (Caffe2: any iterable)
-        _fill_repeated(arg, name, list(value))
+    elif isinstance(value, Iterable) and not isinstance(value, (Mapping, AbstractSet)):   # a list, tuple, range,
+        _fill_repeated(arg, name, list(value))   # protobuf repeated field, ... (not a dict's keys, nor a set's order)
     else:
         raise ArgumentError(f"argument {name!r}: cannot store a value of type {type(value).__name__}")
     return arg

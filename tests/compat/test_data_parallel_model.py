@@ -7,6 +7,7 @@ import pytest
 
 from stepnet.compat import brew, core, data_parallel_model as dpm, data_parallel_model_utils as dpm_utils
 from stepnet.compat import model_helper, optimizer, workspace
+from stepnet.compat.state import reset
 from stepnet.io.proto import NetDef
 
 B, D = 8, 5
@@ -182,7 +183,11 @@ def resnet_block(model, x, channels, name):
     return brew.relu(model, brew.sum(model, [h, x], f"{name}_sum"), f"{name}_out")
 
 
-def test_small_resnet_trains_on_cpu_devices():
+def test_small_resnet_trains_on_cpu_devices(monkeypatch):
+    # seeded: the weights' random fills are drawn afresh on each run, as Caffe2 draws them, and one draw in many
+    # learns more slowly than the check asks (seeds 0-29 all pass; one unseeded CI run reached 0.51 of its start)
+    monkeypatch.setenv("STEPNET_SEED", "3")
+    reset()
     rng = np.random.RandomState(3)
     images = rng.randn(8, 2, 6, 6).astype(np.float32)
     labels = (images[:, 0].mean(axis=(1, 2)) > 0).astype(np.int32)
