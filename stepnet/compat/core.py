@@ -27,6 +27,7 @@ from ..io.proto import NetDef, OperatorDef, TensorProto, make_argument
 from . import _python_ops, _steps, _tracebacks, c_api as C, dyndep, immediate  # noqa: F401, N812 - core.C: Caffe2's
 from ._net_records import NetRecords
 from ._observers import NetObserverMethods
+from ._ssa import get_ssa  # noqa: F401 - Caffe2's core.get_ssa
 from .blob_reference import BlobReference
 from .engines import (IsOperatorWithEngine, SetEnginePref, SetGlobalEnginePref,  # noqa: F401 - Caffe2's core
                       SetOpEnginePref)

@@ -335,3 +335,19 @@ def test_a_plan_made_from_its_proto_runs_the_same_steps():
     bad.execution_step[0].network[0] = "missing"
     with pytest.raises(ValueError, match="names network 'missing', which the plan does not hold"):
         core.Plan.create_from_proto(bad)
+
+
+def test_get_ssa_numbers_each_write():
+    """Caffe2's core.get_ssa: external inputs at version 0, each write one more; a net declaring no external
+    inputs takes every blob read before it is written as one (numbers written out by hand)."""
+    net = core.Net("ssa")
+    net.AddExternalInput("x")
+    net.Relu("x", "y")
+    net.Add(["y", "x"], "y")
+    net.Relu("y", "x")
+    ssa, versions = core.get_ssa(net)
+    assert ssa == [([("x", 0)], [("y", 1)]), ([("y", 1), ("x", 0)], [("y", 2)]), ([("y", 2)], [("x", 1)])]
+    assert versions == {"x": 1, "y": 2}
+    undeclared = core.Net("free")
+    undeclared.Relu("a", "b")
+    assert core.get_ssa(undeclared) == ([([("a", 0)], [("b", 1)])], {"a": 0, "b": 1})

@@ -32,6 +32,7 @@ import numpy as np
 
 from ...core.spec import TensorSpec
 from ...graph.view import Graph, with_ops
+from .._ssa import get_ssa
 from ..errors import caffe2_errors
 
 logger = logging.getLogger(__name__)
@@ -111,16 +112,11 @@ class Caffe2Frontend:
             renamed = {versioned(n, 0): v for n, v in value_info.items()}
             value_info.clear()
             value_info.update(renamed)
+        ssa, versions = get_ssa(net)
+        for op, (inputs, outputs) in zip(net.op, ssa):
+            op.input[:] = [versioned(n, v) for n, v in inputs]
+            op.output[:] = [versioned(n, v) for n, v in outputs]
         net.external_input[:] = [versioned(n, 0) for n in net.external_input]
-        versions = dict.fromkeys(net.external_input, 0)
-        for op in net.op:
-            if not net.external_input:
-                versions.update({i: 0 for i in op.input if i not in versions})
-            inputs = [versioned(i, versions.get(i, 0)) for i in op.input]
-            for o in op.output:
-                versions[o] = versions.get(o, 0) + 1
-            op.input[:] = inputs
-            op.output[:] = [versioned(o, versions[o]) for o in op.output]
         net.external_output[:] = [versioned(n, versions.get(n, 0)) for n in net.external_output]
 
 

@@ -36,29 +36,14 @@ def add_tensor(net: NetDef, name: str, blob: np.ndarray) -> None:
                                                                utils.MakeArgument("values", values)])])
 
 
-def _versions(proto: NetDef) -> tuple[list[str], dict[str, int]]:
-    """Every blob an op reads, in order, and each blob's version after the net (Caffe2's core.get_ssa: external
-    inputs, and where the net declares none every blob read before written, at version 0; each write adds one)."""
-    versions = {str(b): 0 for b in proto.external_input}
-    read = []
-    for op in proto.op:
-        for name in op.input:
-            if not proto.external_input:
-                versions.setdefault(str(name), 0)
-            read.append(str(name))
-        for name in op.output:
-            versions[str(name)] = versions.get(str(name), 0) + 1
-    return read, versions
-
-
 def Export(workspace, net, params) -> tuple[NetDef, NetDef]:
     """(init_net, predict_net) for `net` (a core.Net or NetDef) with the parameters `params` (names or
     BlobReferences), whose values are fetched through `workspace` (the workspace module, or anything with
     FetchBlob)."""
     proto = net if isinstance(net, NetDef) else net.Proto()
     param_names = [str(p) for p in params]
-    read, versions = _versions(proto)
-    read_set = set(read)
+    ssa, versions = core.get_ssa(proto)
+    read_set = {name for inputs, _ in ssa for name, _ in inputs}
     inputs = [b for b, v in versions.items() if v == 0 and b not in param_names]
     outputs = [b for b, v in versions.items() if v != 0 and b not in read_set]
 
