@@ -8,6 +8,10 @@ multiple of 32 bytes (Caffe2's gCaffe2Alignment), and output i is input i's valu
 so writing one of them writes the buffer ("unsafe"). Output i may overwrite input i (and only that one). Both
 are SHOULD_NOT_DO_GRADIENT in Caffe2.
 
+Free (caffe2/operators/free_op.cc) empties its blobs (each output is its input: memonger's
+release_blobs_when_used puts one after a blob's last use); a later read of such a blob is an error naming it,
+as a blob never written is.
+
 GetAllBlobNames (caffe2/operators/workspace_ops.cc) lists the blobs of the workspace it runs in, its own output
 included (Caffe2 makes an op's outputs when the net is made): a 1-D string tensor, sorted; include_shared=0
 leaves out the blobs of parent workspaces.
@@ -79,6 +83,18 @@ def unsafe_coalesce(ctx, xp, *xs):
         view[...] = x
         views.append(view)
     return (*views, coalesced)
+
+
+# --------------------------------------------------------------------------------------------- Free
+@op("Free", inputs=(1, None), outputs=(1, None), inplace=(), enforce_inplace=[(i, i) for i in range(1024)],
+    context=True, devices="any", gradient=SHOULD_NOT_DO_GRADIENT, shape=lambda specs, **_: [None] * len(specs))
+def free(ctx, xp, *values):
+    """Empty each output blob (the same blob as the input at its index): its value goes, nothing is written."""
+    if len(ctx.outputs) != len(values):
+        raise ArityError(f"Free takes as many outputs as inputs (each input freed in place), got "
+                         f"{len(values)} inputs and {len(ctx.outputs)} outputs")
+    for blob in ctx.outputs:
+        blob.value, blob.view = None, False
 
 
 # --------------------------------------------------------------------------------------------- GetAllBlobNames

@@ -134,7 +134,7 @@ class PythonTensor:
 
 def _host_tensor(name: str, value, i: int, what: str):
     if value is None:
-        raise MissingBlobError(f"{what} {i} ({name!r}) holds no value (never written or fed)")
+        raise MissingBlobError(f"{what} {i} ({name!r}) holds no value (never written or fed, or emptied by Free)")
     if isinstance(value, np.generic):
         value = np.asarray(value)
     if not hasattr(value, "dtype") or not hasattr(value, "shape") or type(value).__name__ == "Int8Tensor":

@@ -73,7 +73,7 @@ def _concat_gradient(g):
 
 
 # `split` is accepted and ignored: Split's gradient is a Concat that carries Split's arguments.
-@op("Concat", inputs=(1, None), outputs=(1, 2), inplace=NOT_IN_PLACE,
+@op("Concat", inputs=(1, None), outputs=(1, 2), inplace=NOT_IN_PLACE, aliases=("DepthConcat",),
     args={"axis": Arg("int", None), "order": Arg("str", None), "add_axis": 0, "split": Arg("ints", None)},
     shape=folding(_concat_shape, lambda: concat), gradient=_concat_gradient, shapes_from_inputs=True, grows="shapes")
 def concat(xp, *xs, axis, order, add_axis, split):
@@ -144,6 +144,7 @@ def _split_gradient(g):
 
 
 @op("Split", inputs=(1, 2), outputs=(1, None), inplace=NOT_IN_PLACE, context="structure", host_inputs=(1,),
+    aliases=("DepthSplit",),
     args={"split": Arg("ints", None), "axis": Arg("int", None), "order": Arg("str", None), "add_axis": 0},
     shape=_split_shape, gradient=_split_gradient, shapes_from_inputs=True)
 def split(ctx, xp, x, *split_input, split, axis, order, add_axis):

@@ -1,5 +1,6 @@
 """Named int64 counters (Caffe2's stats_ops and core/stats): StatRegistryCreate, StatRegistryUpdate,
-StatRegistryExport; the wall-clock timers TimerBegin, TimerEnd, TimerGetAndEnd, TimerGet; CpuUtilizationReport.
+StatRegistryExport; the wall-clock timers TimerBegin, TimerEnd, TimerGetAndEnd, TimerGet; WallClockTime (the time
+since the epoch in ns, caffe2/operators/utility_ops.h); CpuUtilizationReport.
 
 A StatRegistry maps names (bytes) to int64 counts. The ops use the one given as an input, or else the default
 registry of their workspace tree (default_registry: kept in Workspace.shared, so every net of a workspace and its
@@ -14,8 +15,8 @@ import time
 import numpy as np
 
 from ..core.errors import ArgumentError, DTypeError, OpError, ShapeError
-from .base import held_object, size_of
-from .registry import op
+from .base import held_object, out_spec, size_of
+from .registry import SHOULD_NOT_DO_GRADIENT, op
 
 
 class StatRegistry:
@@ -181,6 +182,14 @@ def timer_get_and_end(xp, timer):
 def timer_get(xp, timer):
     """The running timer's time so far in ns (int64, 0-d); it keeps running."""
     return np.asarray(_timer(timer).elapsed(), np.int64)
+
+
+@op("WallClockTime", inputs=0, outputs=1, random=True, gradient=SHOULD_NOT_DO_GRADIENT,
+    shape=lambda specs, **_: [out_spec((), np.int64)])
+def wall_clock_time(xp, rng=None):
+    """The time since the epoch in nanoseconds (int64, 0-d), read when the op runs (random: never folded or
+    checked once, as a value no input decides; rng unused)."""
+    return np.asarray(time.time_ns(), np.int64)
 
 
 def _utilization_shape(specs, **_):

@@ -263,3 +263,27 @@ def test_share_grad_blobs_through_a_recurrent_network():
         results.append(run(net, fetch))
     for a, b in zip(*results):
         np.testing.assert_array_equal(a, b)
+
+
+def test_release_blobs_when_used_runs_with_the_same_output_and_empties_the_freed_blobs():
+    """The Free ops memonger inserts run (Caffe2's free_op.cc: each blob emptied in place): the net gives the
+    output a float64 forward of the same net gives, and the freed intermediates hold nothing afterwards."""
+    rng = np.random.default_rng(5)
+    data, w, b = rng.standard_normal((4, 3)), rng.standard_normal((2, 3)), rng.standard_normal(2)
+    ops = [OperatorDef(type="FC", input=["data", "w", "b"], output=["x"]),
+           OperatorDef(type="Relu", input=["x"], output=["y"]),
+           OperatorDef(type="Sigmoid", input=["x"], output=["z"]),
+           OperatorDef(type="Add", input=["z", "y"], output=["out"])]
+    net = memonger.release_blobs_when_used(NetDef(name="freed", op=ops, external_output=["out"]), {"data"})
+    assert sorted(op.input[0] for op in net.op if op.type == "Free") == ["x", "y", "z"]
+    workspace.ResetWorkspace()
+    for name, value in (("data", data), ("w", w), ("b", b)):
+        workspace.FeedBlob(name, value.astype(np.float32))
+    workspace.RunNetOnce(net)
+    x = data @ w.T + b
+    np.testing.assert_allclose(workspace.FetchBlob("out"), np.maximum(x, 0) + 1 / (1 + np.exp(-x)), rtol=1e-5)
+    for name in ("x", "y", "z"):
+        assert workspace.HasBlob(name)
+        with pytest.raises(RuntimeError, match="emptied by Free"):
+            workspace.FetchBlob(name)
+    workspace.ResetWorkspace()

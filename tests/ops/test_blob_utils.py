@@ -99,3 +99,24 @@ def test_get_all_blob_names_lists_the_workspace_and_itself():
     child.feed("c", np.ones(2))
     assert _names(child, include_shared=0) == [b"c", b"names"]
     assert _names(child) == [b"a", b"b", b"c", b"names"]
+
+
+def test_free_empties_its_blobs_in_place_and_a_later_read_names_them():
+    """Free (caffe2/operators/free_op.cc): each output, the same blob as its input, holds no value after it;
+    other blobs keep theirs; an op reading a freed blob fails naming it; outputs must be the inputs."""
+    ws = Workspace()
+    ws.feed("a", np.ones(3, np.float32))
+    ws.feed("b", np.arange(4))
+    ws.feed("c", np.zeros(2))
+    ws.run_net_once(NetDef(name="f", op=[make_op("Free", ["a", "b"], ["a", "b"])]))
+    assert ws.get_blob("a").value is None and ws.get_blob("b").value is None
+    np.testing.assert_array_equal(ws.fetch("c"), np.zeros(2))
+    ws.feed("a", np.ones(3, np.float32))
+    net = NetDef(name="g", op=[make_op("Free", ["a"], ["a"]), make_op("Relu", ["a"], ["r"])])
+    with pytest.raises(Exception, match=r"op #1 \(Relu\).*'a'.*emptied by Free"):
+        ws.run_net_once(net)
+    with pytest.raises(Exception, match="in place|in-place|inplace"):
+        ws.run_net_once(NetDef(name="h", op=[make_op("Free", ["c"], ["d"])]))
+    np.testing.assert_array_equal(ws.fetch("c"), np.zeros(2))
+    with pytest.raises(GradientError):        # SHOULD_NOT_DO_GRADIENT, as in Caffe2
+        backward_ops([make_op("Free", ["c"], ["c"])], {"c": "g"})

@@ -241,3 +241,19 @@ def test_check_gradient_catches_a_split_that_swaps_the_gradients_of_concat(broke
     broken("Split", lambda ctx, xp, *a, **k: split(ctx, xp, *a, **k)[::-1])
     with pytest.raises(AssertionError, match="Concat: gradient of input"):
         check_gradient("Concat", [f64(2, 2), f64(2, 2)], outputs=2, outputs_with_grads=[0], axis=1)
+
+
+def test_depth_concat_and_depth_split_are_concat_and_split():
+    """Caffe2's backward-compatible names (concat_split_op.cc registers DepthConcat / DepthSplit with Concat's
+    and Split's operators and gradients): the same values as numpy's concatenate / split, the same gradient."""
+    a, b = rng.standard_normal((2, 3)).astype(np.float32), rng.standard_normal((2, 1)).astype(np.float32)
+    y, info = run_op("DepthConcat", [a, b], 2, axis=1)
+    np.testing.assert_array_equal(y, np.concatenate([a, b], axis=1))
+    np.testing.assert_array_equal(info, [3, 1])
+    p, q = run_op("DepthSplit", [y], 2, axis=1, split=[3, 1])
+    np.testing.assert_array_equal(p, a)
+    np.testing.assert_array_equal(q, b)
+    ops, _ = backward_ops([make_op("DepthConcat", ["a", "b"], ["y", "info"], axis=1)], {"y": "y_grad"})
+    assert sig(ops) == [("Split", ["y_grad", "info"], ["a_grad", "b_grad"], {"axis": 1})]
+    check_gradient("DepthConcat", [a, b], outputs=2, outputs_with_grads=[0], axis=1)
+    check_gradient("DepthSplit", [y], outputs=2, axis=1, split=[3, 1])

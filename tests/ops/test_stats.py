@@ -124,3 +124,21 @@ def test_bad_inputs():
         run(ws, "StatRegistryUpdate", ["names", "ints", "ints"], [])
     with pytest.raises(DTypeError, match="input 0 .keys. must be a string tensor"):
         run(ws, "StatRegistryUpdate", ["one", "one"], [])
+
+
+def test_wall_clock_time_is_the_epoch_time_in_ns_read_on_every_run():
+    """WallClockTime (caffe2/operators/utility_ops.h): a 0-d int64 of nanoseconds since the epoch, between
+    time.time_ns() read before and after the run, and read again on each run of the same net (not kept from
+    the first: a net run twice compiles)."""
+    ws = Workspace()
+    ws.create_net(NetDef(name="clock", op=[make_op("WallClockTime", [], ["t"])]))
+    seen = []
+    for _ in range(4):
+        before = time.time_ns()
+        ws.run_net("clock")
+        after = time.time_ns()
+        t = ws.fetch("t")
+        assert t.dtype == np.int64 and t.shape == () and before <= int(t) <= after
+        seen.append(int(t))
+        time.sleep(0.002)
+    assert seen == sorted(seen) and len(set(seen)) == 4
