@@ -190,7 +190,8 @@ def serialize(ws: _Workspace, name: str, as_name: str | None = None) -> bytes:
     def run():
         blob = ws.get_blob(name)
         if blob.value is None:
-            raise MissingBlobError(f"blob {name!r} exists but holds no value (never written or fed, or emptied by Free)")
+            raise MissingBlobError(f"blob {name!r} exists but holds no value "
+                                   "(never written or fed, or emptied by Free)")
         (_, data), = serialize_blob(str(name if as_name is None else as_name), blob.value, chunk_size=2**62)
         return data
     return _guard(run)

@@ -97,7 +97,8 @@ def tensor_blob_protos(name: str, value, chunk_size: int = CHUNK_DEFAULT) -> lis
 def blob_protos(name: str, value, chunk_size: int = CHUNK_DEFAULT) -> list[tuple[str, BlobProto]]:
     """(key, BlobProto) records of one blob: tensors (chunked), strings, or a registered opaque type."""
     if value is None:
-        raise MissingBlobError(f"blob {name!r} holds no value (never written or fed, or emptied by Free), so it cannot be saved")
+        raise MissingBlobError(f"blob {name!r} holds no value (never written or fed, or emptied by Free), "
+                               "so it cannot be saved")
     if isinstance(value, (str, bytes)):
         content = value.encode() if isinstance(value, str) else value
         return [(name, BlobProto(name=name, type=STRING_TYPE, content=content))]

@@ -25,7 +25,7 @@ FAMILIES = ("fill", "random_fill", "elementwise", "elementwise_grad", "activatio
             "misc_math", "channel_stats", "criterion", "rank_loss", "im2col", "locally_connected", "retrieval",
             "text_reader", "hsm", "hsm_search",
             "onnx_loop",
-            "image_input", "summarize")
+            "image_input", "summarize", "quant_decode", "reservoir")
 
 for _family in FAMILIES:
     importlib.import_module(f"{__name__}.{_family}")

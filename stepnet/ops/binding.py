@@ -154,7 +154,8 @@ def _inputs_text(bop, values) -> str:
 def _kernel_failure(bop, values, e) -> StepnetError:
     for name, v in zip(bop.opdef.input, values):
         if v is None:
-            return MissingBlobError(f"input {name!r} holds no value (never written or fed, or emptied by Free)", at=bop.label)
+            return MissingBlobError(f"input {name!r} holds no value (never written or fed, or emptied by Free)",
+                                    at=bop.label)
         if isinstance(e, AttributeError) and getattr(e, "obj", None) is v and not hasattr(v, "shape"):
             return DTypeError(f"input {name!r} is a {type(v).__name__}, not a tensor, and "
                               f"{bop.opdef.type} reads a tensor there{_inputs_text(bop, values)}", at=bop.label)

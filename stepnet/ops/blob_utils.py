@@ -8,6 +8,9 @@ multiple of 32 bytes (Caffe2's gCaffe2Alignment), and output i is input i's valu
 so writing one of them writes the buffer ("unsafe"). Output i may overwrite input i (and only that one). Both
 are SHOULD_NOT_DO_GRADIENT in Caffe2.
 
+FeedBlob (caffe2/operators/feed_blob_op.h) writes its string argument `value` to its output as a string blob
+(bytes, what FetchBlob gives back for one).
+
 Free (caffe2/operators/free_op.cc) empties its blobs (each output is its input: memonger's
 release_blobs_when_used puts one after a blob's last use); a later read of such a blob is an error naming it,
 as a blob never written is.
@@ -22,7 +25,7 @@ import numpy as np
 
 from ..core.errors import ArgumentError, ArityError, DTypeError
 from .base import like, on_device, out_spec, size_of, value_dependent
-from .registry import SHOULD_NOT_DO_GRADIENT, op
+from .registry import SHOULD_NOT_DO_GRADIENT, Arg, op
 
 ALIGNMENT = 32   # bytes: where each input's block starts in the coalesced buffer
 
@@ -83,6 +86,14 @@ def unsafe_coalesce(ctx, xp, *xs):
         view[...] = x
         views.append(view)
     return (*views, coalesced)
+
+
+# --------------------------------------------------------------------------------------------- FeedBlob
+@op("FeedBlob", inputs=0, outputs=1, args={"value": Arg("str")}, gradient=SHOULD_NOT_DO_GRADIENT,
+    shape=lambda specs, **_: [None])
+def feed_blob(xp, *, value):
+    """The string argument `value` as a string blob (bytes)."""
+    return value.encode("utf-8") if isinstance(value, str) else bytes(value)
 
 
 # --------------------------------------------------------------------------------------------- Free

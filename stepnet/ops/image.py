@@ -1,10 +1,11 @@
 """Image-layout operators: PadImage, ResizeNearest, ChannelShuffle and the two pixel-format ops of Caffe2's
-mobile style-transfer nets (uint8 BGRA NHWC in, float NCHW through the net, uint8 BGRA NHWC out).
+mobile style-transfer nets (uint8 BGRA NHWC in, float NCHW through the net, uint8 BGRA NHWC out), and
+NormalizePlanarYUV (a per-channel (X - mean) / std of mobile nets' planar YUV input).
 
 NCHW2NHWC / NHWC2NCHW live in layout.py. Kernels and shape functions share each op's checks and size rules;
 image_grad.py reuses them for the gradient kernels. Gradient makers (pad_op.cc, resize_op.cc,
 channel_shuffle_op.cc): PadImageGradient(dY), ResizeNearestGradient(dY, X[, scales]) and
-ChannelShuffleGradient(dY), each -> dX; the stylizer ops have none.
+ChannelShuffleGradient(dY), each -> dX; the stylizer ops and NormalizePlanarYUV have none.
 """
 from __future__ import annotations
 
@@ -302,3 +303,33 @@ def stylizer_deprocess(xp, x, mean):
     y = xp.full((n, h, w, 4), 255, dtype=np.uint8)
     y[..., :3] = v.transpose(0, 2, 3, 1).astype(np.uint8)
     return y
+
+
+# ----------------------------------------------------------------------------------------------- planar YUV
+def _yuv_checks(x, mean, std) -> int:
+    """NormalizePlanarYUV's checks (norm_planar_yuv_op.cc); the channel count C."""
+    check_float("NormalizePlanarYUV", X=x, mean=mean, std=std)
+    if len(x.shape) != 4:
+        raise ShapeError(f"NormalizePlanarYUV: X must be 4-D NCHW (N, C, H, W), got shape {tuple(x.shape)}")
+    c = x.shape[1]
+    for name, v in (("mean", mean), ("std", std)):
+        if len(v.shape) < 2 or v.shape[1] != c or math.prod(v.shape) < c:
+            raise ShapeError(f"NormalizePlanarYUV: {name} must be (1, C) = (1, {c}), one value per channel of X "
+                             f"in its dim 1, got shape {tuple(v.shape)}")
+    return c
+
+
+def _yuv_shape(specs):
+    _yuv_checks(*specs)
+    return [like(specs[0])]
+
+
+@op("NormalizePlanarYUV", inputs=3, outputs=1, inplace=[(0, 0)], shape=_yuv_shape, shapes_from_inputs=True)
+def normalize_planar_yuv(xp, x, mean, std):
+    """float X (N, C, H, W), mean and std (1, C) -> (X[:, c] - mean[c]) / std[c] per channel (the first C
+    values of mean and std); a std of 0 gives inf or NaN, as in Caffe2."""
+    c = _yuv_checks(x, mean, std)
+    m = xp.reshape(xp.reshape(mean, (-1,))[:c], (1, c, 1, 1))
+    s = xp.reshape(xp.reshape(std, (-1,))[:c], (1, c, 1, 1))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return (x - m) / s

@@ -233,7 +233,8 @@ class Workspace:
         if type(v) is np.ndarray:                 # a host tensor: the common case
             return v.copy(order="K")
         if v is None:
-            raise MissingBlobError(f"blob {name!r} exists but holds no value (never written or fed, or emptied by Free)")
+            raise MissingBlobError(f"blob {name!r} exists but holds no value "
+                                   "(never written or fed, or emptied by Free)")
         if isinstance(v, (str, bytes)):
             return v
         if isinstance(v, Int8Tensor):

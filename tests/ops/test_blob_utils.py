@@ -120,3 +120,13 @@ def test_free_empties_its_blobs_in_place_and_a_later_read_names_them():
     np.testing.assert_array_equal(ws.fetch("c"), np.zeros(2))
     with pytest.raises(GradientError):        # SHOULD_NOT_DO_GRADIENT, as in Caffe2
         backward_ops([make_op("Free", ["c"], ["c"])], {"c": "g"})
+
+
+def test_feed_blob_writes_its_string_argument_as_a_string_blob():
+    """FeedBlob (caffe2/operators/feed_blob_op.h): no inputs, its output the `value` argument's string (bytes,
+    as Caffe2's FetchBlob returns a std::string blob); the argument is required."""
+    ws = Workspace()
+    ws.run_net_once(NetDef(name="s", op=[make_op("FeedBlob", [], ["s"], value="héllo, world")]))
+    assert ws.fetch("s") == "héllo, world".encode("utf-8")
+    with pytest.raises(ArgumentError, match="value"):
+        ws.run_net_once(NetDef(name="t", op=[make_op("FeedBlob", [], ["t"])]))

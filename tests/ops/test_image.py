@@ -303,3 +303,65 @@ def test_reference_checks_catch_broken_kernels(broken):
     broken("ChannelShuffle", transposed_shuffle)
     with pytest.raises(AssertionError):
         test_channel_shuffle("cpu", "NCHW", 6, 2)
+
+
+# ----------------------------------------------------------------------------------------------- planar YUV
+def yuv_ref(x, mean, std):
+    """(X[n, c, h, w] - mean[c]) / std[c] element by element in float64, mean and std read as their first C
+    values (norm_planar_yuv_op.cc indexes M.data()[c])."""
+    m, s = [float(v) for v in mean.reshape(-1)], [float(v) for v in std.reshape(-1)]
+    out = np.empty(x.shape)
+    for n, c, h, w in np.ndindex(*x.shape):
+        out[n, c, h, w] = (float(x[n, c, h, w]) - m[c]) / s[c]
+    return out
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("shape,stats", [((1, 3, 4, 5), (1, 3)), ((2, 2, 3, 1), (1, 2, 1, 1)), ((1, 3, 2, 2), (2, 3)),
+                                         ((0, 3, 2, 2), (1, 3))])
+def test_normalize_planar_yuv(device, shape, stats):
+    x, mean, std = f32(*shape), f32(*stats), f32(*stats, lo=0.5, hi=2.0)
+    got = run_op("NormalizePlanarYUV", [x, mean, std], device=device)
+    assert got.dtype == np.float32 and got.shape == shape
+    np.testing.assert_allclose(got, yuv_ref(x, mean, std), rtol=2e-6, atol=1e-6)
+
+
+def test_normalize_planar_yuv_hand_case_in_place_and_no_gradient():
+    from stepnet.core.errors import GradientError
+    from stepnet.passes.gradients import backward_ops
+    from stepnet.testing import make_op
+
+    x = np.array([[[[10.0, 20.0]], [[1.0, -1.0]]]], np.float32)          # (1, 2, 1, 2)
+    stats = {"mean": np.array([[10.0, 1.0]], np.float32), "std": np.array([[5.0, 0.5]], np.float32)}
+    assert run_op("NormalizePlanarYUV", {"X": x, **stats}, ["X"]).tolist() == [[[[0.0, 2.0]], [[0.0, -4.0]]]]
+    with pytest.raises(GradientError, match="no gradient registered"):
+        backward_ops([make_op("NormalizePlanarYUV", ["X", "mean", "std"], ["Y"])], ["Y"])
+
+
+YUV = f32(1, 3, 2, 2)
+YUV_BAD = [  # (id, inputs, error, match)
+    ("3d", [f32(3, 2, 2), f32(1, 3), f32(1, 3)], ShapeError, r"X must be 4-D NCHW"),
+    ("mean-1d", [YUV, f32(3), f32(1, 3)], ShapeError, r"mean must be \(1, C\) = \(1, 3\).*got shape \(3,\)"),
+    ("std-channels", [YUV, f32(1, 3), f32(1, 4)], ShapeError, r"std must be \(1, C\)"),
+    ("mean-empty", [YUV, f32(0, 3), f32(1, 3)], ShapeError, r"mean must be"),
+    ("int", [YUV.astype(np.int32), np.ones((1, 3), np.int32), np.ones((1, 3), np.int32)], DTypeError, "float"),
+    ("mixed", [YUV, f32(1, 3).astype(np.float64), f32(1, 3)], DTypeError, "one dtype"),
+]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("cid,inputs,err,match", YUV_BAD, ids=[b[0] for b in YUV_BAD])
+def test_normalize_planar_yuv_bad_input(device, cid, inputs, err, match):
+    with pytest.raises(err, match="NormalizePlanarYUV.*" + match):
+        run_op("NormalizePlanarYUV", inputs, device=device)
+    with pytest.raises(err, match=match):
+        infer_alone("NormalizePlanarYUV", inputs)
+
+
+def test_normalize_planar_yuv_reference_catches_a_broken_kernel(broken):
+    def per_last_axis(xp, x, mean, std):         # the statistics broadcast along W, not along the channels
+        return (x - mean.reshape(-1)[: x.shape[3]]) / std.reshape(-1)[: x.shape[3]]
+
+    broken("NormalizePlanarYUV", per_last_axis)
+    with pytest.raises(AssertionError):
+        test_normalize_planar_yuv("cpu", (1, 3, 2, 3), (1, 3))

@@ -68,7 +68,7 @@ class UniformSampling(ModelLayer):
 
 class ReservoirSampling(ModelLayer):
     """A uniform sample of num_to_collect rows of input_record.data over all rows seen (reservoir sampling;
-    with object_id, an object is kept once). Needs the ReservoirSampling operator."""
+    with object_id, an object is kept once)."""
 
     def __init__(self, model, input_record, num_to_collect, name="reservoir_sampling", **kwargs):
         super().__init__(model, name, input_record, **kwargs)
