@@ -42,11 +42,23 @@ class Optimizer:
     def _run(self, net, param_init_net, param_info):
         raise NotImplementedError
 
+    def get_cpu_blob_name(self, base_str: str, node_name: str = "") -> str:
+        """`<Optimizer>_<k>_<base_str><node_name>_cpu`: this optimizer instance's blob on a CPU."""
+        return f"{type(self).__name__}_{self._instance_num}_{base_str}{node_name}_cpu"
+
+    def get_gpu_blob_name(self, base_str: str, gpu_id: int, node_name: str) -> str:
+        """`<Optimizer>_<k>_<base_str><node_name>_gpu<gpu_id>`: this optimizer instance's blob on a GPU."""
+        return f"{type(self).__name__}_{self._instance_num}_{base_str}{node_name}_gpu{gpu_id}"
+
     def make_unique_blob_name(self, base: str) -> str:
-        """<Optimizer>_<k>_<base><node>_cpu, or ..._gpu<id> under a CUDA device scope."""
+        """The blob name of `base` unique to this optimizer and the current device scope (get_gpu_blob_name under
+        a CUDA scope, get_cpu_blob_name otherwise)."""
         dev = CurrentDeviceScope()
-        stem = f"{type(self).__name__}_{self._instance_num}_{base}{dev.node_name if dev is not None else ''}"
-        return f"{stem}_gpu{dev.device_id}" if dev is not None and dev.device_type == 1 else f"{stem}_cpu"
+        if dev is None:
+            return self.get_cpu_blob_name(base)
+        if dev.device_type == 1:
+            return self.get_gpu_blob_name(base, dev.device_id, dev.node_name)
+        return self.get_cpu_blob_name(base, dev.node_name)
 
     def build_lr(self, net, param_init_net, base_learning_rate, learning_rate_blob=None, policy="fixed",
                  iter_val=0, **kwargs):
@@ -92,8 +104,25 @@ class Optimizer:
         dev = CurrentDeviceScope()
         self.add_lr_multiplier(multiplier, is_gpu_blob=dev is not None and dev.device_type == 1)
 
+    @staticmethod
+    def dedup(net, sparse_dedup_aggregator, grad):
+        """A sparse gradient with each index once: with an aggregator ('sum' or 'mean'), Unique on its indices
+        and UnsortedSegmentSum / UnsortedSegmentMean of its values by the remapping (Caffe2's
+        DeduplicateGradientSlices); without one, grad itself."""
+        if not isinstance(grad, GradientSlice):
+            raise AssertionError(f"Dedup only works for sparse gradient, got {grad}")
+        if not sparse_dedup_aggregator:
+            return grad
+        return _deduplicate_gradient_slices(net, grad, aggregator=sparse_dedup_aggregator)
+
     def get_auxiliary_parameters(self):
+        """AuxOptimizerParams: `local`, the state blobs of each parameter (Adagrad's squared sums, ...), and
+        `shared`, those all its parameters share (the iteration, ONE)."""
         return self._aux_params
+
+    def scale_learning_rate(self, *args, **kwargs):
+        """Scale the base learning rate (before the ops are added); each optimizer says how."""
+        raise NotImplementedError("Optimizer Need to Implement `scale_learning_rate` method.")
 
     def _one(self, param_init_net):
         dev = CurrentDeviceScope() or core.DeviceOption(0)
@@ -132,7 +161,7 @@ class SgdOptimizer(Optimizer):
         self._aux_params[1].append(one)
         momentum = self._state(param_init_net, param, "_momentum") if self.momentum > 0 else None
         if isinstance(grad, GradientSlice):
-            _no_dedup(self.sparse_dedup_aggregator)
+            grad = self.dedup(net, self.sparse_dedup_aggregator, grad)
             if momentum is not None:
                 net.SparseMomentumSGDUpdate([grad.values, momentum, lr, param, grad.indices],
                                             [grad.values, momentum, param], momentum=self.momentum,
@@ -149,9 +178,17 @@ class SgdOptimizer(Optimizer):
         self.base_learning_rate *= scale
 
 
-def _no_dedup(aggregator) -> None:
-    if aggregator:
-        raise NotImplementedError("sparse_dedup_aggregator needs the Unique op, which stepnet does not have")
+def _deduplicate_gradient_slices(net, grad: GradientSlice, aggregator: str = "sum") -> GradientSlice:
+    """GradientSlice(Unique(indices), UnsortedSegment<Sum|Mean>(values, remapping)), with the ops and
+    (net-generated) blob names of Caffe2's Net.DeduplicateGradientSlices."""
+    unique, remapping = net.Unique([grad.indices], 2, engine="SparseHash")
+    if aggregator.lower() == "sum":
+        values = net.UnsortedSegmentSum([grad.values, remapping], 1)
+    elif aggregator.lower() == "mean":
+        values = net.UnsortedSegmentMean([grad.values, remapping], 1)
+    else:
+        raise ValueError(f"{aggregator} is not supported")
+    return GradientSlice(indices=unique, values=values)
 
 
 def _positive_lr(optimizer) -> bool:

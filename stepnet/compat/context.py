@@ -106,7 +106,10 @@ def _call(self, func):
     return wrapper
 
 
-def _current(cls, value=None, required: bool = True):
+@classmethod
+def current(cls, value=None, required: bool = True):
+    """The active instance of a context class (the classmethod define_context gives each class): `value` itself
+    when given (type-checked), else the innermost active one (see get_active_context)."""
     return get_active_context(cls, value, required)
 
 
@@ -128,5 +131,5 @@ class define_context:  # noqa: N801 - Caffe2's name
         cls.__enter__ = _enter
         cls.__exit__ = _exit
         cls.__call__ = _call
-        cls.current = classmethod(_current)
+        cls.current = current
         return cls

@@ -170,6 +170,11 @@ class Dataset:
     def field_names(self) -> list:
         return self.fields
 
+    def field_types(self) -> list:
+        """The fields' dtypes (np.void for a field given by name only). As in Caffe2, the instance attribute of
+        the same name set by __init__ (that list) hides this method: `dataset.field_types` is the list."""
+        return self.__dict__["field_types"]
+
     def reader(self, init_net=None, cursor_name=None, batch_size=1, enforce_batch_size=False):
         """A reader in order (its cursor made by init_net when given, else by a later setup_ex)."""
         self._initialized()

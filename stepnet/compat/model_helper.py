@@ -18,6 +18,7 @@ from . import core
 from .modeling.initializers import Initializer
 from .modeling.parameter_info import ParameterInfo, ParameterTags
 from .modeling.parameter_sharing import parameter_sharing_context
+from .optimizer_context import DEFAULT_OPTIM, OptimizerContext
 from .scope import SCOPE, CurrentNameScope
 
 log = logging.getLogger(__name__)
@@ -58,6 +59,7 @@ class ModelHelper:
             self.params = []
             self._parameters_info = {}
             self._computed_params = []
+        self._param_info_deprecated = []   # add_param_DEPRECATED / param_info's list, by param_id
         self._devices = []
         self.gradient_ops_added = False
         self.grad_map = {}
@@ -97,12 +99,73 @@ class ModelHelper:
             initializer = Initializer(initializer[0], **initializer[1])
         info = initializer.create_param(param_name=core.BlobReference(name), init_net=self.param_init_net,
                                         shape=shape)
+        optimizers = OptimizerContext.current()   # a UseOptimizer block's optimizer: by tag, else its default
+        for tag in self._tags(tags):
+            if optimizers.has_optimizer(tag):
+                info.optimizer = optimizers.get_optimizer(tag)
+        if not info.optimizer and optimizers.has_optimizer(DEFAULT_OPTIM):
+            info.optimizer = optimizers.get_optimizer(DEFAULT_OPTIM)
         self._parameters_info[name] = info
         self.AddParameter(info.blob, tags)
         return info.blob
 
     def get_param_info(self, param):
         return self._parameters_info.get(str(param))
+
+    def _infer_param_shape(self, param):
+        """The `shape` argument of the init-net op writing param (None without one)."""
+        for op in self.param_init_net.Proto().op:
+            if str(param) in op.output:
+                for arg in op.arg:
+                    if arg.name == "shape":
+                        return list(arg.ints)
+        return None
+
+    def _update_param_info_deprecated(self) -> None:
+        """The deprecated list: a ParameterInfo for each parameter added since (param_id: its position), and
+        every entry's gradient from param_to_grad."""
+        if len(self._param_info_deprecated) > len(self.params):
+            raise AssertionError("more deprecated parameter infos than parameters")
+        for param in self.params[len(self._param_info_deprecated):]:
+            if not isinstance(param, core.BlobReference):
+                raise ValueError(f"Param {param} must be a BlobReference!")
+            self._param_info_deprecated.append(ParameterInfo(
+                param_id=len(self._param_info_deprecated), param=param, shape=self._infer_param_shape(param)))
+        for info in self._param_info_deprecated:
+            info.grad = self.param_to_grad.get(info.name)
+
+    def add_param_DEPRECATED(self, param, key=None, shape=None, length=None):  # noqa: N802 - Caffe2's name
+        """Deprecated (use create_param): record the parameter blob `param` and return its ParameterInfo in the
+        deprecated list (key: a blob of the net's input record, named by its field; shape: default the init
+        net's `shape` argument)."""
+        log.warning("add_param method is DEPRECATED")
+        if not isinstance(param, core.BlobReference):
+            raise ValueError(f"Param {param} must be a BlobReference!")
+        self._update_param_info_deprecated()
+        self.AddParameter(param)
+        record = self.net.input_record()
+        if key is not None and record is not None:
+            key = record.field_names()[record.field_blobs().index(key)]
+        shape = shape if shape is not None else self._infer_param_shape(param)
+        self._param_info_deprecated.append(ParameterInfo(param_id=len(self._param_info_deprecated), param=param,
+                                                         shape=shape, key=key, length=length))
+        return self._param_info_deprecated[-1]
+
+    def param_info(self, grad_type=None, id=None):  # noqa: A002 - Caffe2's name
+        """Deprecated (use get_param_info): the ParameterInfo of every parameter, by position; id: the one at
+        that position; grad_type: those whose gradient is of that ParameterType ('dense' or 'sparse')."""
+        log.info("param_info method is DEPRECATED")
+        self._update_param_info_deprecated()
+        if id is not None:
+            if grad_type is not None:
+                raise AssertionError("param_info takes grad_type or id, not both")
+            info = self._param_info_deprecated[id]
+            if info.param_id != id:
+                raise AssertionError(f"parameter info {id} has param_id {info.param_id}")
+            return info
+        if grad_type is not None:
+            return [info for info in self._param_info_deprecated if info.grad_type() == grad_type]
+        return self._param_info_deprecated
 
     @staticmethod
     def _tags(tags) -> set:

@@ -1,14 +1,20 @@
 """Caffe2's net_drawer: nets and plans as Graphviz graphs (dot.Dot, pydot's interface: to_string(),
 create_png(), write_svg(), ...). Ops are green boxes; in GetPydotGraph every version of a blob is an octagon
-between the op that writes it and the ops that read it."""
+between the op that writes it and the ops that read it. `main()` is Caffe2's command (`python -m
+stepnet.compat.net_drawer --input net.pb`): each net of a file as `.dot` and `.pdf`."""
 from __future__ import annotations
 
+import argparse
 import json
+import logging
 from collections import defaultdict
 
-from ..io.proto import NetDef
+from ..core.errors import StepnetError
+from ..export.graphviz import render
+from ..io.proto import NetDef, PlanDef, load
 from .dot import Dot, Edge, Node
 
+logger = logging.getLogger(__name__)
 OP_STYLE = {"shape": "box", "color": "#0F9D58", "style": "filled", "fontcolor": "#FFFFFF"}
 BLOB_STYLE = {"shape": "octagon"}
 
@@ -146,3 +152,48 @@ def GetGraphPngSafe(func, *args, **kwargs) -> bytes:
         return func(*args, **kwargs).create_png()
     except Exception:  # noqa: BLE001 - Caffe2's contract: never raise
         return _DummyPngImage
+
+
+def main() -> None:
+    """Caffe2's net_drawer command (`python -m caffe2.python.net_drawer --input net.pb`, under stepnet's alias):
+    draw every net of a NetDef or PlanDef file (text or binary) as
+    `<output_prefix><graph name>.dot`, and as `.pdf` beside it when Graphviz's dot is installed (otherwise the
+    .dot alone, with Caffe2's note). Flags: --input (required), --output_prefix, --minimal,
+    --minimal_dependency, --append_output, --rankdir (default LR)."""
+    parser = argparse.ArgumentParser(description="Caffe2 net drawer.")
+    parser.add_argument("--input", type=str, required=True, help="The input protobuf file.")
+    parser.add_argument("--output_prefix", type=str, default="", help="The prefix to be added to the output filename.")
+    parser.add_argument("--minimal", action="store_true", help="If set, produce a minimal visualization.")
+    parser.add_argument("--minimal_dependency", action="store_true", help="If set, only draw minimal dependency.")
+    parser.add_argument("--append_output", action="store_true",
+                        help="If set, append the output blobs to the operator names.")
+    parser.add_argument("--rankdir", type=str, default="LR", help="The rank direction of the pydot graph.")
+    args = parser.parse_args()
+    try:
+        message = load(args.input)   # a NetDef or PlanDef, text or binary
+    except StepnetError as e:
+        parser.exit(1, f"net_drawer: {e}\n")
+    graphs = GetOperatorMapForPlan(message) if isinstance(message, PlanDef) else {message.name: message.op}
+    producer = GetOpNodeProducer(args.append_output, **OP_STYLE)
+    for key, operators in graphs.items():
+        if args.minimal:
+            graph = GetPydotGraphMinimal(operators, name=key, rankdir=args.rankdir, node_producer=producer,
+                                         minimal_dependency=args.minimal_dependency)
+        else:
+            graph = GetPydotGraph(operators, name=key, rankdir=args.rankdir, node_producer=producer)
+        filename = args.output_prefix + graph.get_name() + ".dot"
+        graph.write(filename, format="raw")
+        try:
+            picture = render(graph.to_string(), "pdf")
+        except StepnetError:
+            print("Error when writing out the pdf file. Pydot requires graphviz to convert dot files to pdf, and "
+                  "you may not have installed graphviz. On ubuntu this can usually be installed with \"sudo apt-get "
+                  "install graphviz\". We have generated the .dot file but will not be able to generate pdf file "
+                  "for now.")
+            continue
+        with open(filename[:-3] + "pdf", "wb") as f:
+            f.write(picture)
+
+
+if __name__ == "__main__":
+    main()

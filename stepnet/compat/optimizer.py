@@ -17,7 +17,7 @@ from ..ops.base import GradientSlice
 from . import core, workspace
 from ._optimizer_base import (  # noqa: F401 - Caffe2's optimizer module has them
     _LEARNING_RATE_INJECTION, _OPTIMIZER_ITERATION_NAME, AuxOptimizerParams, FP16SgdOptimizer,
-    MultiPrecisionSgdOptimizer, Optimizer, SgdOptimizer, _no_dedup, _optimizer_instance_count)
+    MultiPrecisionSgdOptimizer, Optimizer, SgdOptimizer, _optimizer_instance_count)
 from .scope import CurrentDeviceScope
 
 log = logging.getLogger(__name__)
@@ -69,7 +69,7 @@ class AdagradOptimizer(Optimizer):
         if isinstance(grad, GradientSlice):
             if self.decay != 1:
                 raise ValueError("Decay is not implemented for SparseAdagrad and must be set to 1")
-            _no_dedup(self.sparse_dedup_aggregator)
+            grad = self.dedup(net, self.sparse_dedup_aggregator, grad)
             update = net.RowWiseSparseAdagrad if self.rowWise else net.SparseAdagrad
             update([param, history, grad.indices, grad.values, lr], [param, history], epsilon=self.epsilon,
                    engine=self.engine)
@@ -111,7 +111,7 @@ class AdamOptimizer(Optimizer):
             raise ValueError("If SparseAdam with rowWise=True, gradient must be a gradientslice: row-wise Adam "
                              "has no dense form")
         if isinstance(grad, GradientSlice):
-            _no_dedup(self.sparse_dedup_aggregator)
+            grad = self.dedup(net, self.sparse_dedup_aggregator, grad)
             update = net.RowWiseSparseAdam if self.rowWise else net.SparseAdam
             update([param, m1, m2, grad.indices, grad.values, lr, iteration], [param, m1, m2], **args)
         else:
@@ -150,7 +150,7 @@ class FtrlOptimizer(Optimizer):
         args = {"engine": self.engine, "alpha": self.alpha, "beta": self.beta, "lambda1": self.lambda1,
                 "lambda2": self.lambda2}
         if isinstance(grad, GradientSlice):
-            _no_dedup(self.sparse_dedup_aggregator)
+            grad = self.dedup(net, self.sparse_dedup_aggregator, grad)
             net.SparseFtrl([param, nz, grad.indices, grad.values], [param, nz], **args)
         else:
             net.Ftrl([param, nz, grad], [param, nz], **args)

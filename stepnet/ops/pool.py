@@ -1,4 +1,5 @@
-"""Pooling: MaxPool, AveragePool (+ 1D/2D/3D aliases), LpPool, and LRN (local response normalization).
+"""Pooling: MaxPool, AveragePool (+ 1D/2D/3D aliases), LpPool, MaxPoolWithIndex, and LRN (local response
+normalization).
 
 Windows come from window.window_view (the same geometry as Conv, see conv_pool_op_base.h); only the reduction
 differs. Caffe2 pools over the valid pixels of a window only: padding never wins a max, and an average
@@ -15,7 +16,7 @@ import math
 
 import numpy as np
 
-from ..core.errors import ArgumentError
+from ..core.errors import ArgumentError, DTypeError
 from .base import check_float, like, out_spec, single_gradient
 from .registry import op
 from .window import (
@@ -87,6 +88,54 @@ def max_pool(xp, X, **args):
     lowest = float(xp.finfo(X.dtype).min)
     y = _reduce(xp, window_view(xp, xc, g, fill=lowest), g, "max")
     return from_channels_first(xp, y, order)
+
+
+def index_geometry(X, args):
+    """MaxPoolWithIndex's checks (max_pool_with_index.cu: 4-D NCHW float32 / float16; float64 here too) on an
+    array or a spec; (N, C, (H, W), geometry)."""
+    if len(X.shape) != 4:
+        raise ArgumentError(f"MaxPoolWithIndex takes a 4-D NCHW X, got shape {tuple(X.shape)}")
+    if X.dtype is not None and np.dtype(X.dtype) not in (np.float32, np.float16, np.float64):
+        raise DTypeError(f"MaxPoolWithIndex takes float32, float16 or float64, got {X.dtype}")
+    order, n, c, g = pool_geometry(X, "MaxPoolWithIndex", args)
+    if order != "NCHW":
+        raise ArgumentError("MaxPoolWithIndex computes on NCHW only (Caffe2's kernel reads X as NCHW); "
+                            "transpose with NHWC2NCHW first")
+    return n, c, tuple(int(d) for d in X.shape[2:]), g
+
+
+def _index_shape(specs, **args):
+    n, c, _, g = index_geometry(specs[0], args)
+    return [out_spec((n, c, *g.out), specs[0].dtype), out_spec((n * c * math.prod(g.out),), np.int32)]
+
+
+def _index_gradient(g):
+    """GetMaxPoolWithIndexGradient: MaxPoolWithIndexGradient(X, dY, Index) -> dX."""
+    g.op("MaxPoolWithIndexGradient", [g.I(0), g.GO(0), g.O(1)], [g.GI(0)])
+
+
+@op("MaxPoolWithIndex", inputs=1, outputs=2, inplace=(), args=POOL_ARGS, shape=_index_shape,
+    gradient=_index_gradient, grows="shapes")
+def max_pool_with_index(xp, X, **args):
+    """Y: each window's maximum, as MaxPool; Index (int32, one per element of Y, flat): where it was, h·W + w in
+    its (n, c) plane, the first in row-major window order on ties. Caffe2's CUDA kernel, computed in float32
+    from a start of -FLT_MAX with a strict >: a window with nothing above that (all -inf or NaN) gives
+    Y = -FLT_MAX (-inf in float16) and Index -1. Caffe2 has it for CUDA only; here on every device, and for
+    float64 too (computed in float64 from its lowest value)."""
+    _, _, (h, w), g = index_geometry(X, dict(args))
+    compute = np.float64 if X.dtype == np.float64 else np.float32
+    v = window_view(xp, X.astype(compute, copy=False), g, fill=float("nan"))   # padding never wins
+    rows = np.arange(g.out[0]) * g.stride[0] - g.pad_begin[0]
+    cols = np.arange(g.out[1]) * g.stride[1] - g.pad_begin[1]
+    best = xp.full(v.shape[:4], np.finfo(compute).min, compute)
+    index = xp.full(v.shape[:4], -1, np.int32)
+    for kh, kw in itertools.product(range(g.kernel[0]), range(g.kernel[1])):
+        part = v[..., kh, kw]
+        wins = part > best
+        best = xp.where(wins, part, best)
+        at = xp.asarray(((rows + kh)[:, None] * w + (cols + kw)[None, :]).astype(np.int32))
+        index = xp.where(wins, at, index)
+    return best.astype(X.dtype), index.reshape(-1)
 
 
 @op("AveragePool", inputs=1, outputs=1, inplace=(),

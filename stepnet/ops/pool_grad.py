@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import math
 
-from ..core.errors import ShapeError
+import numpy as np
+
+from ..core.errors import DTypeError, ShapeError
 from .base import Meta, check_float, like
-from .pool import POOL_ARGS, channel_window_sum, lrn_axis, pool_geometry, valid_counts
+from .pool import POOL_ARGS, channel_window_sum, index_geometry, lrn_axis, pool_geometry, valid_counts
 from .registry import op
 from .window import channels_first, from_channels_first, in_order, scatter_windows, window_view
 
@@ -45,6 +47,43 @@ def _backward(xp, X, Y, dY, name, args, make_part):
     xc, yc, dyc = (channels_first(xp, a, order) for a in (X, Y, dY))
     dx = scatter_windows(xp, make_part(xc, yc, dyc, geom), xc.shape, geom, X.dtype)
     return from_channels_first(xp, dx, order)
+
+
+def _index_gradient_checks(X, dY, index, args) -> None:
+    n, c, _, g = index_geometry(X, dict(args))
+    check_float("MaxPoolWithIndexGradient", X=X, dY=dY)
+    if tuple(dY.shape) != (n, c, *g.out):
+        raise ShapeError(f"dY has shape {tuple(dY.shape)} but pooling X {tuple(X.shape)} gives {(n, c, *g.out)}")
+    if index.dtype is not None and np.dtype(index.dtype) != np.int32:
+        raise DTypeError(f"Index must be int32 (MaxPoolWithIndex's second output), got {index.dtype}")
+    if tuple(index.shape) != (n * c * math.prod(g.out),):
+        raise ShapeError(f"Index has shape {tuple(index.shape)}; MaxPoolWithIndex of X {tuple(X.shape)} gives "
+                         f"({n * c * math.prod(g.out)},): pass the forward op's second output")
+
+
+def _index_gradient_shape(specs, **args):
+    _index_gradient_checks(*map(Meta, specs), args)
+    return [like(specs[0])]
+
+
+@op("MaxPoolWithIndexGradient", inputs=3, outputs=1, inplace=(), args=POOL_ARGS, shape=_index_gradient_shape)
+def max_pool_with_index_gradient(xp, X, dY, index, **args):
+    """X, dY, Index -> dX: each dY goes to the pixel its Index names in its (n, c) plane (sums where windows
+    overlap, in float64 then rounded to X's type); an Index of -1 (a window with no maximum) gives nothing."""
+    _index_gradient_checks(X, dY, index, args)
+    n, c, h, w = X.shape
+    plane = h * w
+    bad = (index < -1) | (index >= plane)
+    if bool(bad.any()):
+        k = int(xp.argmax(bad))
+        raise ShapeError(f"Index[{k}] = {int(index[k])} is outside its {h}x{w} plane (-1 or 0..{plane - 1}): "
+                         "pass the forward op's second output")
+    per_plane = index.size // max(n * c, 1)
+    base = xp.repeat(xp.arange(n * c, dtype=np.int64) * plane, per_plane)
+    keep = index >= 0
+    flat = (base + index.astype(np.int64))[keep]
+    dx = xp.bincount(flat, weights=dY.reshape(-1)[keep].astype(np.float64), minlength=n * c * plane)
+    return dx.astype(X.dtype).reshape(X.shape)
 
 
 @op("MaxPoolGradient", inputs=3, outputs=1, inplace=(), aliases=tuple(f"MaxPool{d}Gradient" for d in DIMS),

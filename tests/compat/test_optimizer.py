@@ -156,8 +156,8 @@ def test_sparse_gradients():
     workspace.RunNetOnce(model.param_init_net)
     workspace.RunNetOnce(model.net)
     np.testing.assert_allclose(workspace.FetchBlob("emb"), [[1, 1], [0, 0], [1, 1], [0.5, 0.5]])
-    with pytest.raises(NotImplementedError, match="Unique"):
-        optimizer.build_adagrad(model, 0.1, sparse_dedup_aggregator="sum")
+    optimizer.build_adagrad(model, 0.1, sparse_dedup_aggregator="sum")   # (dedup: tests/compat/test_api_gaps.py)
+    assert [op.type for op in model.net.Proto().op[-3:]] == ["Unique", "UnsortedSegmentSum", "SparseAdagrad"]
 
 
 def test_parameters_without_gradients_are_skipped_with_a_warning(caplog):

@@ -89,3 +89,49 @@ def conv_transpose(model, blob_in, blob_out, dim_in, dim_out, kernel, weight_ini
         if ws_nbytes_limit:
             kwargs["ws_nbytes_limit"] = ws_nbytes_limit
     return model.net.ConvTranspose([blob_in, weight, bias], blob_out, kernel=kernel, order=order, **kwargs)
+
+
+def group_conv_deprecated(model, blob_in, blob_out, dim_in, dim_out, kernel, weight_init=None, bias_init=None,
+                          group=1, use_cudnn=False, order="NCHW", cudnn_exhaustive_search=False,
+                          ws_nbytes_limit=None, **kwargs):
+    """Caffe2's deprecated grouped convolution, built from ops that predate Conv's `group`: DepthSplit of the
+    input into `group` parts (`_<out>_gconv_split_<i>`), one Conv per part (`<out>_gconv_<i>`, with weight
+    `<out>_gconv_<i>_w` of dim_out/group x dim_in/group x k x k and bias `<out>_gconv_<i>_b`), and Concat of
+    their outputs into blob_out (with `_<out>_concat_dims`). Use group_conv in new code."""
+    from ..core import ScopedBlobReference
+    weight_init = weight_init or ("XavierFill", {})
+    bias_init = bias_init or ("ConstantFill", {})
+    use_bias = not kwargs.get("no_bias", False)
+    if use_cudnn:
+        kwargs.update(engine="CUDNN", exhaustive_search=cudnn_exhaustive_search)
+        if ws_nbytes_limit:
+            kwargs["ws_nbytes_limit"] = ws_nbytes_limit
+            if dim_in % group:
+                raise ValueError("dim_in should be divisible by group.")
+    if dim_out % group:
+        raise ValueError("dim_out should be divisible by group.")
+    kwargs.pop("no_bias", None)
+    parts = model.net.DepthSplit(blob_in, [f"_{blob_out}_gconv_split_{i}" for i in range(group)],
+                                 dimensions=[int(dim_in / group)] * group, order=order)
+    parts = [parts] if group == 1 else parts
+    per_group_in, per_group_out = int(dim_in / group), int(dim_out / group)
+    weight_shape = ([per_group_out, per_group_in, kernel, kernel] if order == "NCHW"
+                    else [per_group_out, kernel, kernel, per_group_in])
+    outputs = []
+    for i, part in enumerate(parts):
+        names = (f"{blob_out}_gconv_{i}_w", f"{blob_out}_gconv_{i}_b")
+        if model.init_params:
+            weight = getattr(model.param_init_net, weight_init[0])([], names[0], shape=weight_shape,
+                                                                    **weight_init[1])
+            bias = (getattr(model.param_init_net, bias_init[0])([], names[1], shape=[per_group_out], **bias_init[1])
+                    if use_bias else None)
+        else:
+            weight = ScopedBlobReference(names[0], model.param_init_net)
+            bias = ScopedBlobReference(names[1], model.param_init_net) if use_bias else None
+        model.AddParameter(weight, ParameterTags.WEIGHT)
+        if use_bias:
+            model.AddParameter(bias, ParameterTags.BIAS)
+        outputs.append(part.Conv([weight, bias] if use_bias else [weight], f"{blob_out}_gconv_{i}", kernel=kernel,
+                                 order=order, **kwargs))
+    concat, _ = model.net.Concat(outputs, [blob_out, f"_{blob_out}_concat_dims"], order=order)
+    return concat

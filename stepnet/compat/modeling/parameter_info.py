@@ -28,7 +28,7 @@ class ParameterInfo:
         self.length = max(1, length if length is not None else 1)
         self.grad = grad
         self.blob_copy = blob_copy
-        self.optimizer = None
+        self._optimizer = None   # an optimizer of this parameter's own (OptimizerContext, layers)
 
     def grad_type(self):
         from ...ops.base import GradientSlice
@@ -39,6 +39,17 @@ class ParameterInfo:
     @property
     def parameter(self):
         return self.blob
+
+    @property
+    def optimizer(self):
+        """The optimizer of this parameter's own (None: the model's); it can be set once."""
+        return self._optimizer
+
+    @optimizer.setter
+    def optimizer(self, value) -> None:
+        if self._optimizer is not None:
+            raise AssertionError("optimizer has already been set")
+        self._optimizer = value
 
     def __str__(self):
         return self.name

@@ -47,6 +47,22 @@ FILLS = {1: ("GivenTensorFill", "floats"), 11: ("GivenTensorDoubleFill", "floats
          8: ("GivenTensorStringFill", "strings")}
 
 
+class OnnxAttributes(dict):
+    """A node's attributes as {name: Python value} (convertAttributeProto's), with their Caffe2 form."""
+
+    @staticmethod
+    def from_onnx(args) -> "OnnxAttributes":
+        """The attributes of a sequence of AttributeProtos (a NodeProto's `attribute`)."""
+        return OnnxAttributes((arg.name, convertAttributeProto(arg)) for arg in args)
+
+    def caffe2(self, kmap=lambda k: k):
+        """Caffe2 Arguments (utils.MakeArgument) of the attributes, each named kmap(name); one kmap names ''
+        is left out."""
+        for k, v in self.items():
+            if kmap(k) != "":
+                yield MakeArgument(kmap(k), v)
+
+
 class OnnxNode:
     """An ONNX NodeProto in a form easier to edit: name, op_type, attrs ({name: Python value}; a tensor stays a
     TensorProto), inputs, outputs."""
@@ -55,7 +71,7 @@ class OnnxNode:
         self.name = str(node.name)
         self.op_type = str(node.op_type)
         self.domain = str(node.domain)
-        self.attrs = {a.name: attribute_value(a) for a in node.attribute}
+        self.attrs = OnnxAttributes((a.name, attribute_value(a)) for a in node.attribute)
         self.inputs = list(node.input)
         self.outputs = list(node.output)
 
@@ -76,6 +92,15 @@ def attribute_value(attr):
     if attr.HasField("g") or len(attr.graphs):
         raise Unsupported(f"Unsupported ONNX attribute {attr.name}: Caffe2 ops take no ONNX subgraphs")
     raise ValueError(f"Unsupported ONNX attribute: {attr}")
+
+
+def convertAttributeProto(onnx_arg):  # noqa: N802 - Caffe2's name
+    """The Python value of an ONNX AttributeProto: its f, i, s (bytes) or t (the TensorProto itself), else the
+    list of its floats, ints or strings (the first field set, in that order); ValueError for any other."""
+    try:
+        return attribute_value(onnx_arg)
+    except Unsupported:   # a graph attribute: Caffe2 read no graphs
+        raise ValueError(f"Unsupported ONNX attribute: {onnx_arg}") from None
 
 
 def _text(value) -> str:

@@ -34,7 +34,8 @@ from ... import caffe2_pb2
 from ...core.limits import default_max_blob_bytes
 from .. import core, workspace
 from . import _onnx_split
-from ._onnx_nodes import Caffe2Ops, OnnxNode, common, tensor_filling_op
+from ._onnx_nodes import (  # noqa: F401 - OnnxAttributes, convertAttributeProto: Caffe2's backend has them
+    Caffe2Ops, OnnxAttributes, OnnxNode, common, convertAttributeProto, tensor_filling_op)
 from ._onnx_rnn import create_rnn
 from ._onnx_special import SPECIAL
 from .backend_rep import Caffe2Rep

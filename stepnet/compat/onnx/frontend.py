@@ -45,6 +45,57 @@ class Caffe2Frontend:
 
     target_opset_version: int | None = None   # None: stepnet's default opset
 
+    # caffe2_arg_to_onnx_attr's tables (Caffe2's): arguments ONNX has under another name, and arguments ONNX
+    # drops (each with the values it may have: any other is an AssertionError)
+    _global_renamed_args = {"kernels": "kernel_shape"}
+    _per_op_renamed_args = {"Squeeze": {"dims": "axes"}, "Transpose": {"axes": "perm"}}
+    _blacklist_caffe2_args = {"order": {b"NCHW"}, "cudnn_exhaustive_search": {0, 1}, "use_cudnn": {0, 1}}
+
+    @classmethod
+    def caffe2_arg_to_onnx_attr(cls, op_def, arg):
+        """The ONNX AttributeProto of Caffe2 Argument `arg` of op_def: renamed by the tables above (an op with
+        renames of its own takes only those), its value the first field set (f, i, s, floats, ints, strings);
+        None for an argument ONNX drops (order NCHW, use_cudnn, cudnn_exhaustive_search)."""
+        from onnx import helper
+        renames = cls._per_op_renamed_args.get(op_def.type)
+        name = renames.get(arg.name, arg.name) if renames is not None else cls._global_renamed_args.get(arg.name,
+                                                                                                         arg.name)
+        for field in ("f", "i", "s"):
+            if arg.HasField(field):
+                value = getattr(arg, field)
+                break
+        else:
+            value = next((list(getattr(arg, f)) for f in ("floats", "ints", "strings") if len(getattr(arg, f))),
+                         None)
+            if value is None:
+                raise ValueError(f"Could not find data field in arg: {arg}")
+        if name in cls._blacklist_caffe2_args:
+            if value not in cls._blacklist_caffe2_args[arg.name]:
+                raise AssertionError(f"{op_def.type}: {arg.name}={value!r} has no ONNX form")
+            return None
+        return helper.make_attribute(name, value)
+
+    @classmethod
+    @caffe2_errors
+    def caffe2_op_to_onnx_node(cls, op_def, shapes):
+        """(ONNX nodes, constant TensorProtos) of one Caffe2 OperatorDef, by stepnet's exporter (its converter of
+        op_def.type, at target_opset_version). shapes: {blob: shape} of at least the op's inputs (Caffe2's
+        frontend learned them by running the net), a shape standing for a float32 tensor; an array or a
+        TensorSpec gives another type (integer indices, ...). The nodes read and write the op's blob names (an
+        output the op also reads gets `_out`); the constants are what the conversion adds (a Reshape's shape,
+        ...)."""
+        from ...export.onnx import export_onnx
+        from ...io.proto import NetDef
+        inputs = list(dict.fromkeys(op_def.input))
+        missing = [n for n in inputs if n not in shapes]
+        if missing:
+            raise RuntimeError(f"{op_def.type}: no shape given for its inputs {', '.join(missing)}")
+        net = NetDef(name=op_def.name or op_def.type, op=[op_def], external_input=inputs,
+                     external_output=list(op_def.output))
+        result = export_onnx(net, None, inputs={n: _dims(shapes[n]) for n in inputs}, outputs=list(op_def.output),
+                             opset=cls.target_opset_version, check=False)
+        return list(result.model.graph.node), list(result.model.graph.initializer)
+
     @classmethod
     def caffe2_net_to_onnx_model(cls, predict_net, init_net=None, value_info=None):
         """The ONNX ModelProto of predict_net with init_net's values, checked by onnx.checker."""
@@ -137,6 +188,12 @@ def _initializers_as_inputs(graph, external_inputs, made: set) -> None:
     made_inputs = [inputs[n] for n in order]
     del graph.input[:]
     graph.input.extend(made_inputs)
+
+
+def _dims(value):
+    """caffe2_op_to_onnx_node's shapes entry as export_onnx takes it: dims as a tuple, arrays and specs as they
+    are."""
+    return value if isinstance(value, TensorSpec) or hasattr(value, "dtype") else tuple(int(d) for d in value)
 
 
 def _proto(net):
