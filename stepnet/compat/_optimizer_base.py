@@ -113,7 +113,7 @@ class Optimizer:
             raise AssertionError(f"Dedup only works for sparse gradient, got {grad}")
         if not sparse_dedup_aggregator:
             return grad
-        return _deduplicate_gradient_slices(net, grad, aggregator=sparse_dedup_aggregator)
+        return net.DeduplicateGradientSlices(grad, aggregator=sparse_dedup_aggregator)
 
     def get_auxiliary_parameters(self):
         """AuxOptimizerParams: `local`, the state blobs of each parameter (Adagrad's squared sums, ...), and
@@ -176,19 +176,6 @@ class SgdOptimizer(Optimizer):
 
     def scale_learning_rate(self, scale) -> None:
         self.base_learning_rate *= scale
-
-
-def _deduplicate_gradient_slices(net, grad: GradientSlice, aggregator: str = "sum") -> GradientSlice:
-    """GradientSlice(Unique(indices), UnsortedSegment<Sum|Mean>(values, remapping)), with the ops and
-    (net-generated) blob names of Caffe2's Net.DeduplicateGradientSlices."""
-    unique, remapping = net.Unique([grad.indices], 2, engine="SparseHash")
-    if aggregator.lower() == "sum":
-        values = net.UnsortedSegmentSum([grad.values, remapping], 1)
-    elif aggregator.lower() == "mean":
-        values = net.UnsortedSegmentMean([grad.values, remapping], 1)
-    else:
-        raise ValueError(f"{aggregator} is not supported")
-    return GradientSlice(indices=unique, values=values)
 
 
 def _positive_lr(optimizer) -> bool:

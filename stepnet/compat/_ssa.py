@@ -1,5 +1,6 @@
 """Caffe2's core.get_ssa: a net's ops in single-assignment numbering (each blob's version as each op reads and
-writes it), which mobile_exporter and the ONNX frontend's SSA rewrite both read."""
+writes it), which mobile_exporter and the ONNX frontend's SSA rewrite both read; and the analyses Caffe2 made of
+it (re-exported by core): get_undefined_blobs, get_output_producers, get_op_ids_in_path."""
 from __future__ import annotations
 
 from ..io.proto import NetDef
@@ -26,3 +27,28 @@ def get_ssa(net, blob_versions: dict | None = None):
             blob_versions[str(name)] = blob_versions.get(str(name), 0) + 1
         ssa.append((inputs, [(str(o), blob_versions[str(o)]) for o in op.output]))
     return ssa, blob_versions
+
+
+def get_undefined_blobs(ssa) -> set:
+    """The blobs an op of ssa (get_ssa's) reads before any op writes them: the inputs at version 0."""
+    return {name for inputs, _ in ssa for name, version in inputs if version == 0}
+
+
+def get_output_producers(ssa) -> dict:
+    """{(blob, version): the index of the op of ssa that writes that version}."""
+    return {out: i for i, (_, outputs) in enumerate(ssa) for out in outputs}
+
+
+def get_op_ids_in_path(ssa, blob_versions, inputs, outputs) -> list:
+    """The sorted indices of the ops needed to compute the latest versions of `outputs` when the latest
+    versions of `inputs` are given (ssa and blob_versions: get_ssa's)."""
+    given = {(str(b), blob_versions[str(b)]) for b in inputs}
+    producers = get_output_producers(ssa)
+    queue, used = [(str(b), blob_versions[str(b)]) for b in outputs], set()
+    while queue:
+        blob = queue.pop()
+        if blob in given or blob not in producers or producers[blob] in used:
+            continue
+        used.add(producers[blob])
+        queue.extend(ssa[producers[blob]][0])
+    return sorted(used)

@@ -163,13 +163,15 @@ class ExecutionStep:
         return self
 
 
-def _nets_in_order(step, names: list) -> None:
+def add_nets_in_order(step, net_list: list) -> None:
+    """Append to net_list the names of the nets step runs that it lacks: its substeps' first, depth first, then
+    its own, then its report net (Caffe2's core.add_nets_in_order)."""
     for sub in step.Substeps():
-        _nets_in_order(sub, names)
+        add_nets_in_order(sub, net_list)
     proto = step.Proto()
     for name in list(proto.network) + ([proto.report_net] if proto.report_net else []):
-        if name not in names:
-            names.append(name)
+        if name not in net_list:
+            net_list.append(name)
 
 
 class Plan:
@@ -230,7 +232,7 @@ class Plan:
         self._plan.execution_step.add().CopyFrom(step.Proto())
         self._steps.append(step)
         names: list = []
-        _nets_in_order(step, names)
+        add_nets_in_order(step, names)
         self.AddNets(step._net_dict.get(n) for n in names)
 
     def Steps(self) -> list:

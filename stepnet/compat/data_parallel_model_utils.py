@@ -56,8 +56,5 @@ def ShiftActivationDevices(model, activations, shifts):   # noqa: N802
     for source, target in shifts.items():
         log.info("Shifting %d activations from %s --> %s", len(activations), source, target)
         _shift(model, activations, source, target)
-    inject = getattr(core, "InjectCrossDeviceCopies", None)
-    if inject is None:
-        raise NotImplementedError("core.InjectCrossDeviceCopies is not available in stepnet.compat")
-    model.param_init_net, blob_to_device = inject(model.param_init_net)
-    model.net, _ = inject(model.net, blob_to_device)
+    model.param_init_net, blob_to_device = core.InjectCrossDeviceCopies(model.param_init_net)
+    model.net, _ = core.InjectCrossDeviceCopies(model.net, blob_to_device)

@@ -27,3 +27,9 @@ def SetOpEnginePref(op_type, op_pref) -> None:
 
 def SetGlobalEnginePref(global_engine_pref) -> None:
     _ENGINE_PREF["global"] = dict(global_engine_pref)
+
+
+def SetPerOpEnginePref(op_engine_pref) -> None:
+    """Record {device type: {op type: [engines]}} as the per-op preferences, replacing them (see SetEnginePref)."""
+    _ENGINE_PREF["op"] = {device: {op: list(engines) for op, engines in dict(prefs).items()}
+                          for device, prefs in dict(op_engine_pref).items()}

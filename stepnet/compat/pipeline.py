@@ -13,7 +13,7 @@ from __future__ import annotations
 from . import core, queue_util
 from .dataio import Reader, Writer
 from .net_builder import NetBuilder, ops
-from .schema import Field, as_record, from_blob_list
+from .schema import Field, as_record
 from .task import Node, Task, TaskGroup
 
 DEFAULT_QUEUE_CAPACITY = 100
@@ -285,10 +285,7 @@ class NetProcessor:
     def __call__(self, rec):
         if self._frozen:
             raise AssertionError("NetProcessor was already set up: it cannot be called again")
-        if not hasattr(self.net, "input_record"):
-            raise NotImplementedError("NetProcessor needs nets with input and output records "
-                                      "(core.Net.set_input_record), which this stepnet.compat.core lacks")
-        bind = getattr(core, "clone_and_bind_net", _clone_and_bind_net)
+        bind = core.clone_and_bind_net
         prefix = NetBuilder.current().name + "/"
         blob_remap: dict = {}
         for net in self.thread_init_nets:
@@ -304,35 +301,3 @@ class NetProcessor:
     def blob_maps(self) -> list:
         self._frozen = True
         return self._blob_maps
-
-
-def _clone_and_bind_net(net, name, prefix, blob_remap=None, inputs=None):
-    """(a copy of net named `name`, the blob renaming): Caffe2's core.clone_and_bind_net. The blobs the net's ops
-    write without reading them first get `prefix`; those read before any op writes them keep their names,
-    except the input record's, which become the blobs of the same fields of `inputs`. The records follow."""
-    blob_remap = {} if blob_remap is None else blob_remap
-    original = net.input_record()
-    if inputs is not None:
-        if original is None:
-            raise AssertionError(f"net {net.Name()} has no input record to bind")
-        extra = set(original.field_names()) - set(inputs.field_names())
-        if extra:
-            raise AssertionError(f"Schemas don't match, extra fields {extra} found in the net {net.Name()}. "
-                                 f"original: {original.field_names()}; inputs: {inputs.field_names()}")
-        mine = dict(zip(original.field_names(), original.field_blobs()))
-        for field, blob in zip(inputs.field_names(), inputs.field_blobs()):
-            if field in mine:
-                blob_remap[str(mine[field])] = str(blob)
-    written, read_first = set(), set()
-    for op in net.Proto().op:
-        read_first.update(b for b in op.input if b not in written)
-        written.update(op.output)
-    for blob in read_first | written:
-        if blob not in blob_remap:
-            blob_remap[blob] = blob if blob in read_first else prefix + blob
-    cloned = net.Clone(name, blob_remap)
-    for record, setter in ((original, cloned.set_input_record), (net.output_record(), cloned.set_output_record)):
-        if record is not None:
-            setter(from_blob_list(record, [core.BlobReference(blob_remap.get(str(b), str(b)))
-                                           for b in record.field_blobs()]))
-    return cloned, blob_remap

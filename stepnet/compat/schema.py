@@ -1,17 +1,17 @@
 """Caffe2's schema module: typed records of nested fields whose leaves, in order, are the tensors of a columnar
-dataset. The field types (Field, Scalar, List, Struct) are in _schema_fields.py; here are the records built from
-them (Map, Tuple, from_dtype, from_column_list, from_blob_list) and the helpers that tie a record to nets and
-workspaces: NewRecord (a blob per leaf), FeedRecord, FetchRecord, ConstRecord, InitEmptyRecord."""
+dataset. The field types (Field, Scalar, List, Struct) are in _schema_fields.py, the records built from lists (Map,
+from_column_list, from_blob_list) in _schema_columns.py; here are Tuple, from_dtype and the helpers that tie a
+record to nets and workspaces: NewRecord (a blob per leaf), FeedRecord, FetchRecord, ConstRecord, InitEmptyRecord."""
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
 
 import numpy as np
 
 from ..io.proto import TensorProto
 from ._schema_fields import (FIELD_SEPARATOR, FeatureSpec, Field, List, Metadata, Scalar, Struct,  # noqa: F401
                              _as_field)
+from ._schema_columns import Map, from_blob_list, from_column_list  # noqa: F401
 from . import workspace
 from ..builders.builder import BlobRef
 
@@ -21,11 +21,6 @@ _NUMERIC_TYPES = ((np.float16, DataType.FLOAT16), (np.float32, DataType.FLOAT), 
                   (np.bool_, DataType.BOOL), (np.int8, DataType.INT8), (np.int16, DataType.INT16),
                   (np.int32, DataType.INT32), (np.int64, DataType.INT64), (np.uint8, DataType.UINT8),
                   (np.uint16, DataType.UINT16))
-
-
-def Map(keys, values, keys_name="keys", values_name="values", lengths_blob=None) -> List:
-    """A List of Structs (keys, values)."""
-    return List(Struct((keys_name, keys), (values_name, values)), lengths_blob=lengths_blob)
 
 
 def NamedTuple(name_prefix, *fields) -> Struct:
@@ -60,55 +55,6 @@ def from_dtype(dtype, _outer_shape=()) -> Field:
             raise ValueError("Fields with byte offsets are not supported.")
         fields.append((name, from_dtype(field_dtype, _outer_shape=shape)))
     return Struct(*fields)
-
-
-def from_column_list(col_names, col_types=None, col_blobs=None, col_metadata=None) -> Field:
-    """The record whose leaves are the given columns ('a:b' paths). A node whose children are exactly lengths
-    and values becomes a List, exactly lengths, keys and values a Map; any other node a Struct."""
-    n = len(col_names)
-    col_types = [None] * n if col_types is None else list(col_types)
-    col_blobs = [None] * n if col_blobs is None else list(col_blobs)
-    col_metadata = [None] * n if col_metadata is None else list(col_metadata)
-    if not len(col_types) == len(col_blobs) == len(col_metadata) == n:
-        raise ValueError("col_names, col_types, col_blobs and col_metadata must have the same length")
-    tree: OrderedDict = OrderedDict()
-    for name, dtype, blob, metadata in zip(col_names, col_types, col_blobs, col_metadata):
-        node = tree
-        *parents, leaf = name.split(FIELD_SEPARATOR)
-        for part in parents:
-            node = node.setdefault(part, OrderedDict())
-            if not isinstance(node, OrderedDict):
-                raise ValueError(f"column {name!r}: {part!r} is also a leaf column")
-        if leaf in node:
-            raise ValueError(f"column {name!r} given twice")
-        node[leaf] = Scalar(dtype=dtype, blob=blob, metadata=metadata)
-
-    def build(node) -> Field:
-        if isinstance(node, Field):
-            return node
-        children = {k: build(v) for k, v in node.items()}
-        if set(children) == {"lengths", "values"}:
-            return List(children["values"], lengths_blob=children["lengths"])
-        if set(children) == {"lengths", "keys", "values"}:
-            return Map(children["keys"], children["values"], lengths_blob=children["lengths"])
-        return Struct(*children.items())
-
-    return build(tree)
-
-
-def from_blob_list(schema: Field, values, throw_on_type_mismatch=False) -> Field:
-    """A copy of schema whose leaves hold values (arrays or blob references), in order."""
-    if not isinstance(schema, Field):
-        raise TypeError("Argument `schema` must be a Field.")
-    if isinstance(values, BlobRef):
-        values = [values]
-    record = schema.clone_schema()
-    scalars = record.all_scalars()
-    if len(scalars) != len(values):
-        raise ValueError(f"Values must have {len(scalars)} elements, got {len(values)}.")
-    for scalar, value in zip(scalars, values):
-        scalar.set_value(value, throw_on_type_mismatch, unsafe=True)
-    return record
 
 
 def as_record(value) -> Field:

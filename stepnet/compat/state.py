@@ -5,14 +5,16 @@ import sys
 
 
 def reset() -> None:
-    """One empty "default" workspace, no name or device scope, no net, step or optimizer name used yet, no data or
-    parallel worker running or numbered."""
-    from . import _steps, control, core, optimizer, session, task, workspace
+    """One empty "default" workspace, no name or device scope, no net, step or optimizer name used yet, no GlobalInit
+    flags or engine preferences, no data or parallel worker running or numbered."""
+    from . import _operators, _steps, control, core, engines, optimizer, session, task, workspace
     from .helpers import arg_scope
     from .scope import SCOPE
 
     workspace._reset_all()
     core.Net._net_names_used.clear()
+    _operators._GLOBAL_INIT_ARGS.clear()
+    engines._ENGINE_PREF.update(op={}, **{"global": {}})
     _steps.ExecutionStep._step_names_used.clear()
     optimizer._optimizer_instance_count.clear()
     SCOPE.names, SCOPE.device = [], None

@@ -42,7 +42,8 @@ C.Workspace.current = _CurrentWorkspace()
 
 
 def GlobalInit(args) -> None:
-    core.GlobalInit(args)
+    """Caffe2's C.global_init: its C++ flags (`--caffe2_log_level=0`, ...) have no effect here; unlike
+    core.GlobalInit it does not record them for core.GetGlobalInitArgs."""
 
 
 def _reset_all() -> None:
