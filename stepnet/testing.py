@@ -11,6 +11,7 @@ from .core import backend
 from .core.int8 import Int8Tensor
 from .io.proto import DeviceOption, NetDef, OperatorDef, make_argument, to_text
 from .core.spec import TensorSpec
+from .ops import REGISTRY
 from .passes.shapes import infer_net
 from .runtime.workspace import Workspace
 
@@ -107,11 +108,13 @@ def run_op(op_type: str, inputs, outputs=1, device: str = "cpu", ws: Workspace |
         same = after.shape == value.shape and (np.array_equal(after, value, equal_nan=value.dtype.kind in "fc")
                                                if value.dtype != object else after.tolist() == value.tolist())
         assert same, f"{op_type} changed its input {n!r}, which is not one of its outputs"
-    results = []
-    for n in names:
+    results, host = [], REGISTRY.get(op_type).host_outputs
+    for i, n in enumerate(names):
         blob = ws.get_blob(n)
         value = blob.value.data if isinstance(blob.value, Int8Tensor) else blob.value
-        if device != "cpu" and isinstance(value, np.ndarray):
+        if i in host:
+            assert backend.device_of(value) in (None, backend.CPU_DEVICE), f"{op_type} output {n} is not on the host"
+        elif device != "cpu" and isinstance(value, np.ndarray):
             dev = backend.device_of(value)
             assert dev is not None and not dev.is_cpu, f"{op_type} output {n} came back on the host"
         results.append(ws.fetch(n))

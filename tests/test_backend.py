@@ -75,3 +75,33 @@ def test_looking_up_values_does_not_import_cupy(monkeypatch):
         backend.to_host(value)
         backend.all_finite(value)
     assert "cupy" not in sys.modules
+
+
+def test_an_op_on_emulated_device_1_leaves_its_results_there_and_the_next_op_reads_them():
+    """Ops on GPU 1 (emulated): their results, arrays the kernels make from nothing included, are on
+    emulated:1 (device_scope, as CuPy's current device), so a second op on GPU 1 reads them; GPU 0's stay on 0.
+    Values against numpy."""
+    from stepnet import NetDef, Workspace
+    from stepnet.testing import make_op
+
+    def on(gpu, op):
+        op.device_option.device_type, op.device_option.device_id = backend.CUDA, gpu
+        return op
+
+    ws = Workspace(gpu="emulate")
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    ws.feed("x", x)
+    net = NetDef(name="two_gpus", op=[
+        on(1, make_op("CopyCPUToGPU", ["x"], ["x1"])),
+        on(1, make_op("Relu", ["x1"], ["r1"])),
+        on(1, make_op("ConstantFill", [], ["z1"], shape=[2, 3], value=2.0)),
+        on(1, make_op("Mul", ["r1", "z1"], ["y1"])),
+        on(0, make_op("CopyCPUToGPU", ["x"], ["x0"])),
+        on(0, make_op("Relu", ["x0"], ["y0"]))])
+    ws.run_net_once(net)
+    for name, index in (("x1", 1), ("r1", 1), ("z1", 1), ("y1", 1), ("y0", 0)):
+        assert backend.device_of(ws.get_blob(name).value) == Device("emulated", index), name
+    np.testing.assert_array_equal(ws.fetch("y1"), np.maximum(x, 0) * 2)
+    with backend.device_scope(Device("emulated", 3)):
+        made = EMULATED.zeros(2)
+    assert made.device_index == 3 and EMULATED.zeros(2).device_index == 0

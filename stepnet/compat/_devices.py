@@ -4,10 +4,11 @@ InferOpDeviceAsBlobDevices), which the copy injection of _device_copies.py reads
 
 Where an op's inputs and outputs live is Caffe2's device inference (its OpSchema::DeviceInferenceFunction): every
 blob on the op's device (its device_option, or the CPU when it has none), except for the few ops whose schema
-declared otherwise. Those are the ops of _DECLARED. For Split (input 1, the split lengths) and LearningRate
-(input 0, the iteration) the CPU inputs are read from stepnet's op records (`host_inputs`); what the records do not
-express is in the table: Concat's output 1 (split_info), the copy ops' CPU sides (CopyGPUToCPU, CopyCPUToGPU,
-EnsureCPUOutput, CopyFromCPUInput) and the NCCL ops (blob i on GPU i). The records' host_inputs of other ops
+declared otherwise. Those are the ops of _DECLARED. For Split (input 1, the split lengths), LearningRate
+(input 0, the iteration) and Concat (output 1, split_info) the CPU blobs are read from stepnet's op records
+(`host_inputs`, `host_outputs`); what the records do not express is in the table: the copy ops' CPU sides
+(CopyGPUToCPU, CopyCPUToGPU, EnsureCPUOutput, CopyFromCPUInput) and the NCCL ops (blob i on GPU i). The records'
+host_inputs of other ops
 (Reshape's shape, Slice's starts and ends, Adam's iteration, LSTMUnit's lengths, ...) are inputs stepnet reads
 from the host or the device alike; Caffe2's inference put them on the op's device, and so does this one, so that
 the copies injected and the blob names made are Caffe2's.
@@ -19,11 +20,11 @@ from ..ops import REGISTRY
 
 CPU, CUDA = 0, 1   # caffe2_pb2.CPU, caffe2_pb2.CUDA
 _ALL = "all"
-# op type -> (CPU inputs, CPU outputs): indices, _ALL, or "record" (the op record's host_inputs)
+# op type -> (CPU inputs, CPU outputs): indices, _ALL, or "record" (the op record's host_inputs / host_outputs)
 _DECLARED = {
     "Split": ("record", ()),
     "LearningRate": ("record", ()),
-    "Concat": ((), (1,)),
+    "Concat": ((), "record"),
     "CopyGPUToCPU": ((), _ALL),
     "EnsureCPUOutput": ((), _ALL),
     "CopyCPUToGPU": (_ALL, ()),
@@ -94,9 +95,9 @@ def InferOpBlobDevices(op) -> tuple[list, list]:
     if op.type in _NEEDS_DEVICE and not op.HasField("device_option"):
         raise RuntimeError(f"{op.type} op should have cuda device option.")
     cpu_in, cpu_out = _DECLARED.get(op.type, ((), ()))
-    host = REGISTRY.get(op.type).host_inputs
-    cpu_in = _cpu_indices(cpu_in, len(op.input), host)
-    cpu_out = _cpu_indices(cpu_out, len(op.output), host)
+    record = REGISTRY.get(op.type)
+    cpu_in = _cpu_indices(cpu_in, len(op.input), record.host_inputs)
+    cpu_out = _cpu_indices(cpu_out, len(op.output), record.host_outputs)
     return ([_DeviceOptionProto() if i in cpu_in else _op_device(op) for i in range(len(op.input))],
             [_DeviceOptionProto() if i in cpu_out else _op_device(op) for i in range(len(op.output))])
 

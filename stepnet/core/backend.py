@@ -5,6 +5,8 @@ CUDA device on numpy that refuses silent host/device mixing the way CuPy does, f
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import sys
 import types
@@ -37,11 +39,18 @@ CPU_DEVICE = Device()
 
 
 # --------------------------------------------------------------------------------------------- emulation
+# The emulated device an array made from no device array goes to (CuPy's current device): device_scope sets it.
+_EMULATED_CURRENT = contextvars.ContextVar("stepnet_emulated_device", default=0)
+
+
 class DeviceArray(np.ndarray):
-    """An ndarray that stands for memory on an emulated GPU: mixing it with host arrays is an error."""
+    """An ndarray that stands for memory on an emulated GPU: mixing it with host arrays is an error. A view
+    keeps its base's device; a new result goes to the current one (device_scope), as CuPy's do."""
 
     def __array_finalize__(self, obj):
-        self.device_index = getattr(obj, "device_index", 0)
+        self.device_index = getattr(obj, "device_index", None)
+        if self.device_index is None:
+            self.device_index = _EMULATED_CURRENT.get()
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         _check_no_host(inputs, ufunc.__name__)
@@ -204,6 +213,23 @@ BACKENDS: dict[str, Backend] = {
     "cuda": Backend("cuda", cupy_module, _owns_cupy, lambda v: cupy_module().asnumpy(v), _cupy_from_host,
                     lambda v: v.device.id),
 }
+
+
+@contextlib.contextmanager
+def device_scope(device: Device):
+    """`device` made the current one while the context lasts, for the arrays a kernel makes (CuPy's
+    cuda.Device(k); the emulated device's current index); nothing for the CPU."""
+    if device.kind == "cuda":
+        with cupy_module().cuda.Device(device.index):
+            yield
+    elif device.kind == "emulated":
+        token = _EMULATED_CURRENT.set(device.index)
+        try:
+            yield
+        finally:
+            _EMULATED_CURRENT.reset(token)
+    else:
+        yield
 
 
 def backend_of(value) -> Backend | None:

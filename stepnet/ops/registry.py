@@ -77,6 +77,7 @@ class OpSchema:
     random: bool = False
     devices: str = "same"                     # "any": inputs may live on another device (copy ops)
     host_inputs: frozenset = frozenset()      # inputs Caffe2 keeps on the CPU even for GPU ops (shapes, sizes)
+    host_outputs: frozenset = frozenset()     # outputs a GPU op still writes on the CPU (Concat's split_info)
     gpu_kernel: Callable | None = None
     inplace_kernel: Callable | None = None    # used when every output is an input it may be written over
                                               # (its in-place pairs): may update those arrays in place
@@ -130,7 +131,8 @@ class Registry:
     def op(self, type_: str, **record) -> Callable[[Callable], Callable]:
         """Decorator registering kernel under type_ with its full record: inputs=1, outputs=1 (a count or a
         (min, max) pair, None = unbounded), args, inplace, enforce_inplace, context, random, devices,
-        host_inputs, gradient, shape, alloc, doc, aliases, inplace_kernel, specialize, fused, shapes_from_inputs, grows.
+        host_inputs, host_outputs, gradient, shape, alloc, doc, aliases, inplace_kernel, specialize, fused,
+        shapes_from_inputs, grows.
         Raises once the registry is frozen. specialize (for hot CPU ops) is called once per input signature (the
         shape and dtype of every input) with that call's inputs and the arguments, does every check that depends
         only on them and returns fast(*inputs), the kernel without those checks for inputs of that signature
@@ -156,7 +158,8 @@ class Registry:
         return register
 
     def _add(self, type_, kernel, *, inputs=1, outputs=1, args=None, inplace=ANY_INPLACE, enforce_inplace=(),
-             context=False, random=False, devices="same", host_inputs=(), gradient=None, shape=None, alloc=None,
+             context=False, random=False, devices="same", host_inputs=(), host_outputs=(), gradient=None, shape=None,
+             alloc=None,
              doc=None, aliases=(), inplace_kernel=None, specialize=None, fused=None,
              shapes_from_inputs=False, writes_unnamed=False, grows=None) -> tuple[str, ...]:
         allow = inplace if inplace == ANY_INPLACE else frozenset(inplace)
@@ -164,7 +167,7 @@ class Registry:
             type=type_, kernel=kernel, inputs=_range(inputs), outputs=_range(outputs),
             args={k: _as_arg(v) for k, v in (args or {}).items()}, allow_inplace=allow,
             enforce_inplace=frozenset(enforce_inplace), context=context, random=random, devices=devices,
-            host_inputs=frozenset(host_inputs), inplace_kernel=inplace_kernel,
+            host_inputs=frozenset(host_inputs), host_outputs=frozenset(host_outputs), inplace_kernel=inplace_kernel,
             gradient=gradient, shape=shape, alloc=alloc, specialize=specialize,
             fused_kernel=None if fused is None else fused(kernel), shapes_from_inputs=shapes_from_inputs,
             writes_unnamed=writes_unnamed,

@@ -73,16 +73,17 @@ def _concat_gradient(g):
 
 
 # `split` is accepted and ignored: Split's gradient is a Concat that carries Split's arguments.
-@op("Concat", inputs=(1, None), outputs=(1, 2), inplace=NOT_IN_PLACE, aliases=("DepthConcat",),
+@op("Concat", inputs=(1, None), outputs=(1, 2), inplace=NOT_IN_PLACE, aliases=("DepthConcat",), host_outputs=(1,),
     args={"axis": Arg("int", None), "order": Arg("str", None), "add_axis": 0, "split": Arg("ints", None)},
     shape=folding(_concat_shape, lambda: concat), gradient=_concat_gradient, shapes_from_inputs=True, grows="shapes")
 def concat(xp, *xs, axis, order, add_axis, split):
     """Join inputs along `axis` (or stack them on a new axis with add_axis=1); also the int32 sizes along
-    it."""
+    it, on the host whatever the op's device (Caffe2's GPU Concat writes split_info to a CPU tensor; Split reads
+    it from there)."""
     ax, add = _concat_axis(xs, axis, order, add_axis)
     if add:
-        return xp.stack(xs, axis=ax), on_device(xp, [1] * len(xs), np.int32)
-    return xp.concatenate(xs, axis=ax), on_device(xp, [x.shape[ax] for x in xs], np.int32)
+        return xp.stack(xs, axis=ax), np.ones(len(xs), np.int32)
+    return xp.concatenate(xs, axis=ax), np.array([x.shape[ax] for x in xs], np.int32)
 
 
 def _split_sizes(dim: int, ax: int, n: int, add: bool, split, split_input, read):

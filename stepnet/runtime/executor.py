@@ -192,6 +192,8 @@ class Net:
         if schema.inplace_kernel and writes_over_inputs(schema, opdef):
             # Caffe2 writes such an op's results into those inputs' buffers (a fused kernel may carry its own)
             kernel = getattr(kernel, "inplace", None) or schema.inplace_kernel
+        if not device.is_cpu and device.index:
+            kernel = _on_device(kernel, device)
         if schema.random:
             args["rng"] = (np.random.default_rng(do.random_seed)
                            if do is not None and do.HasField("random_seed") else ws.rng)
@@ -319,6 +321,16 @@ def _checked(call, check):
         return call(*values)
     checked.call = call      # (the plain call, as Specialized keeps it: compiled forms read its arguments)
     return checked
+
+
+def _on_device(kernel, device):
+    """kernel run with `device` current (backend.device_scope): the arrays it makes from nothing (zeros, a
+    result of host-side sizes) go to the op's device, not device 0."""
+    @functools.wraps(kernel)
+    def run(*args, **kwargs):
+        with backend.device_scope(device):
+            return kernel(*args, **kwargs)
+    return run
 
 
 def _place(bop, values: list) -> None:

@@ -265,3 +265,27 @@ def test_caffe2s_device_shift_test_with_four_gpus_counted(monkeypatch):
         assert op.input[0] == f"gpu_{k}/fc3_cuda_{target}" and op.device_option.device_id == target
         copy = copies[f"gpu_{k}/fc3_cuda_{target}"]
         assert list(copy.input) == [f"gpu_{k}/fc3"] and copy.device_option.device_id == target
+
+
+def test_a_gpu_concats_split_info_is_on_the_cpu_for_a_cpu_op_after_injection(emulated_gpu):
+    """Caffe2's GPU Concat writes split_info to a CPU tensor (its inference says so): on GPU 1 (emulated) the
+    concatenation stays on the device and split_info comes back on the host, where a CPU op reads it with no
+    copy injected; the values against numpy."""
+    net = core.Net("concat_info")
+    with core.DeviceScope(core.DeviceOption(1, 1)):
+        net.CopyCPUToGPU("a", "a1")
+        net.CopyCPUToGPU("b", "b1")
+        net.Concat(["a1", "b1"], ["ab", "ab_info"], axis=1)
+    net.Cast("ab_info", "ab_info_f", to=1)
+    new_net, _ = core.InjectCrossDeviceCopies(net)
+    assert [op.type for op in new_net.Proto().op] == ["CopyCPUToGPU", "CopyCPUToGPU", "Concat", "Cast"]
+    a, b = np.ones((2, 3), np.float32), np.zeros((2, 2), np.float32)
+    workspace.FeedBlob("a", a)
+    workspace.FeedBlob("b", b)
+    workspace.RunNetOnce(new_net)
+    ws = workspace._workspaces["default"]
+    from stepnet.core import backend
+    assert backend.device_of(ws.get_blob("ab").value) == backend.Device("emulated", 1)
+    assert backend.device_of(ws.get_blob("ab_info").value) == backend.CPU_DEVICE
+    np.testing.assert_array_equal(workspace.FetchBlob("ab"), np.concatenate([a, b], axis=1))
+    np.testing.assert_array_equal(workspace.FetchBlob("ab_info_f"), [3.0, 2.0])
