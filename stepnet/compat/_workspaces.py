@@ -41,8 +41,9 @@ def Workspaces() -> list:
 
 
 def SwitchWorkspace(name, create_if_missing: bool = False) -> None:
-    """Make `name` current; it must exist unless create_if_missing."""
-    if name not in _workspaces and not create_if_missing:
+    """Make `name` current; it must exist unless create_if_missing ("default" always does, as in Caffe2, even
+    before anything has used it)."""
+    if name not in _workspaces and not create_if_missing and name != "default":
         raise RuntimeError(f"Workspace {name} does not exist (pass create_if_missing=True to create it)")
     _current[0] = name
     _ws()

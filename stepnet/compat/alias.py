@@ -7,9 +7,11 @@
 the stepnet module of the same role (`caffe2.python.core` *is* `stepnet.compat.core`: one module, one state),
 `caffe2.proto.caffe2_pb2` is stepnet's schema module, and Caffe1's `caffe.proto.caffe_pb2` (what caffe_translator
 reads) is stepnet's compiled copy of Caffe's caffe.proto, unless Caffe1's own `caffe` package is installed
-(then `caffe` is that package, whose caffe_pb2 is the same schema). A name stepnet lacks is looked for as a file
-under the `roots` given to install (a folder holding `caffe2/python/...`, such as Caffe2's own pure-Python test
-helpers), and otherwise fails as a plain ModuleNotFoundError naming it. Installing is the caller's choice: nothing in
+(then `caffe` is that package, whose caffe_pb2 is the same schema). The `roots` given to install are folders
+holding `caffe2/python/...`: a module file there (`X.py`) wins over stepnet's module of that name, so that Caffe2's
+own suite checks stepnet with Caffe2's own pure-Python test helpers (test_util, hypothesis_test_util, ...) rather
+than stepnet's; stepnet's packages win over a root's folders; a name stepnet lacks is looked for under the roots
+too, and otherwise fails as a plain ModuleNotFoundError naming it. Installing is the caller's choice: nothing in
 stepnet installs it on import.
 """
 from __future__ import annotations
@@ -73,10 +75,14 @@ class Finder(importlib.abc.MetaPathFinder):
             spec = importlib.machinery.ModuleSpec(name, _Alias(None), is_package=True)
             spec.submodule_search_locations = [str(r.joinpath(*name.split("."))) for r in self.roots]
             return spec
+        parts = name.split(".")
+        for root in self.roots:   # a root's module file wins: Caffe2's suite checks stepnet with Caffe2's own helpers
+            file = root.joinpath(*parts).with_suffix(".py")
+            if file.is_file():
+                return importlib.util.spec_from_file_location(name, file)
         stepnet_name = target_of(name)
         if stepnet_name is not None:
             return importlib.machinery.ModuleSpec(name, _Alias(stepnet_name))
-        parts = name.split(".")
         for root in self.roots:   # a module stepnet does not provide, from a root (e.g. Caffe2's test helpers)
             base = root.joinpath(*parts)
             for file, package in ((base / "__init__.py", True), (base.with_suffix(".py"), False)):

@@ -32,6 +32,20 @@ def test_workspaces_switch_create_and_stay_apart():
     assert workspace.CurrentWorkspace() == "default" and "third" in workspace.Workspaces()
 
 
+def test_default_exists_from_the_start_of_a_process():
+    """Caffe2's "default" workspace exists before anything uses it: a fresh process may switch away first and
+    back without create_if_missing."""
+    import subprocess
+    import sys
+    code = ("from stepnet.compat import workspace\n"
+            "workspace.SwitchWorkspace('other', True)\n"
+            "workspace.SwitchWorkspace('default')\n"
+            "print(workspace.CurrentWorkspace(), workspace.Workspaces())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "default ['default', 'other']"
+
+
 def test_reset_empties_only_the_current_workspace():
     workspace.FeedBlob("a", np.ones(1))
     workspace.CreateNet(fill_net())

@@ -2,7 +2,7 @@
 collected by pytest and run as Caffe2 ran them. The names they import resolve through stepnet.compat.alias:
 `caffe2.python.models.seq2seq.train` and `.translate` to the vendored programs next to them (Caffe2's programs,
 which the tests import), `.seq2seq_util`, `.seq2seq_model_helper` and `.beam_search` to stepnet's own library
-(stepnet.compat.models.seq2seq: the alias takes stepnet's module over a root's file), `caffe2.python.test_util`
+(stepnet.compat.models.seq2seq: no root holds a file of those names), `caffe2.python.test_util`
 to Caffe2's test helper in tests/caffe2_suite. reference/ holds Caffe2's copies of the three library modules,
 read only by tests/compat/test_seq2seq.py (which checks that stepnet's build the same nets)."""
 from pathlib import Path
