@@ -272,3 +272,17 @@ def test_run_feeds_an_input_on_the_device_of_the_op_that_reads_it(tmp_path, monk
     assert main(["run", "net.pb", "--feed", "pool.npz", "--device", "emulate", "--save", "out.npz", "-q"]) == 0
     out = np.load(tmp_path / "out.npz")
     np.testing.assert_array_equal(out["r"], np.full((3, 2), 0.5, np.float32))
+
+
+@pytest.mark.parametrize("op_type, inputs", [
+    ("LengthsMeanGradient", [np.array([[b"a"] * 5] * 2, "S40"), np.array([1, 1], np.int32)]),
+    ("SparseLengthsMeanGradient", [np.array([[b"a"] * 5] * 2, "S40"), np.array([1, 1], np.int32)]),
+    ("SparseLengthsWeightedSumGradient", [np.ones(2, np.float32), np.array([[b"a"] * 5] * 2, "S40"),
+                                          np.array([1, 1], np.int32)])])
+def test_a_segment_mean_gradient_of_strings_is_a_dtype_error(op_type, inputs):
+    """Seed 33, case 304 of the ops surface: LengthsMeanGradient given a bytes dY (|S40) reached numpy's multiply
+    (UFuncTypeError, wrapped by the executor); a mean's or weighted sum's gradient scales dY, so it must be float."""
+    from stepnet.core.errors import DTypeError
+    from stepnet.testing import run_op
+    with pytest.raises(DTypeError, match="dY must be a float tensor, got \\|S40"):
+        run_op(op_type, inputs)

@@ -26,7 +26,7 @@ import numpy as np
 
 from ..core.errors import ShapeError
 from .index import NOT_IN_PLACE, check_bounds, check_vector, read_lengths, require_int, total
-from .base import host_ints, known_ints, on_device, out_spec
+from .base import check_float, host_ints, known_ints, on_device, out_spec
 from .registry import op
 
 
@@ -62,12 +62,19 @@ def _mean_scale(xp, lens, dtype):
     return on_device(xp, np.repeat(1.0 / np.maximum(np.asarray(lens, dtype=np.float64), 1.0), lens), dtype)
 
 
+def _scaled_by_floats(kind: str, go) -> None:
+    """A mean's or weighted sum's dY is float (it is scaled: Caffe2 registers these gradients for float)."""
+    if kind != "Sum":
+        check_float(f"the gradient of a segment {'mean' if kind == 'Mean' else 'weighted sum'}", dY=go)
+
+
 def _plain_shape(kind: str):
     def shape(specs, **_):
         if kind == "WeightedSum":
             weights, go, lengths = specs[:3]
         else:
             go, lengths = specs[:2]
+        _scaled_by_floats(kind, go)
         lens = _segments(go, lengths, known_ints)
         if kind == "WeightedSum":
             check_vector(weights, "WEIGHTS")
@@ -81,11 +88,13 @@ def _plain_kernel(kind: str):
     def kernel(xp, *inputs, **_):
         if kind == "WeightedSum":
             weights, go, lengths = inputs[:3]
+            _scaled_by_floats(kind, go)
             lens = _segments(go, lengths, host_ints)
             check_vector(weights, "WEIGHTS")
             _per_position("WEIGHTS", weights, lens)
             return _spread(xp, go, lens, weights)
         go, lengths = inputs[:2]
+        _scaled_by_floats(kind, go)
         lens = _segments(go, lengths, host_ints)
         return _spread(xp, go, lens, _mean_scale(xp, lens, go.dtype) if kind == "Mean" else None)
     kernel.__doc__ = {"Sum": "dY of each segment copied to each of its positions.",
