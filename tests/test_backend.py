@@ -105,3 +105,19 @@ def test_an_op_on_emulated_device_1_leaves_its_results_there_and_the_next_op_rea
     with backend.device_scope(Device("emulated", 3)):
         made = EMULATED.zeros(2)
     assert made.device_index == 3 and EMULATED.zeros(2).device_index == 0
+
+
+def test_a_cuda_device_the_machine_lacks_is_one_device_error(monkeypatch):
+    """A model asking for CUDA device 3 on a one-GPU machine (CuPy stood in for): a DeviceError naming the
+    count, before any kernel runs (CuPy's own error came from inside the kernel's device scope)."""
+    import types
+
+    from stepnet.core.errors import DeviceError
+    from stepnet.io.proto import DeviceOption
+
+    fake = types.SimpleNamespace(cuda=types.SimpleNamespace(runtime=types.SimpleNamespace(getDeviceCount=lambda: 1)))
+    monkeypatch.setitem(backend.BACKENDS, "cuda", backend.Backend("cuda", lambda: fake, lambda v: False,
+                                                                  lambda v: v, lambda a, i: a, lambda v: 0))
+    assert backend.resolve(DeviceOption(device_type=backend.CUDA, device_id=0)) == Device("cuda", 0)
+    with pytest.raises(DeviceError, match=r"CUDA device 3 but this machine has 1 GPU\(s\) \(0..0\)"):
+        backend.resolve(DeviceOption(device_type=backend.CUDA, device_id=3))

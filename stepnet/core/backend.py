@@ -252,7 +252,12 @@ def resolve(device_option, gpu: str = "auto") -> Device:
     index = device_option.device_id
     if gpu == "emulate":
         return Device("emulated", index)
-    if BACKENDS["cuda"].module() is not None:
+    cp = BACKENDS["cuda"].module()
+    if cp is not None:
+        count = cp.cuda.runtime.getDeviceCount()
+        if not 0 <= index < count:
+            raise DeviceError(f"an op asks for CUDA device {index} but this machine has {count} GPU(s) "
+                              f"(0..{count - 1}); set its device_option.device_id (cuda_gpu_id) to one of them")
         return Device("cuda", index)
     if gpu == "cuda":
         raise DeviceError(f"an op asks for CUDA device {index} but CuPy or a GPU is not available; install it "
