@@ -1,8 +1,11 @@
-"""Run a Caffe2 program unchanged on stepnet: `python -m stepnet.compat script.py [args...]`.
+"""Run a Caffe2 program unchanged on stepnet: `python -m stepnet.compat script.py [args...]`, or a module as
+`python -m` runs one: `python -m stepnet.compat -m pytest test_my_op.py` (a user's Caffe2 test files under pytest
+or unittest).
 
 For that run, `import caffe2.python.X` and `from caffe2.proto import caffe2_pb2` resolve to stepnet
 (stepnet.compat.alias); the script runs as `__main__` with its own arguments, its folder first on sys.path, as
-`python script.py` would run it. A module the program needs that stepnet lacks fails as Python's
+`python script.py` would run it (a module: with the current folder first, as `python -m` runs it). A module
+the program needs that stepnet lacks fails as Python's
 ModuleNotFoundError naming it. Caffe2's programs were written for NumPy 1: for the run, the names NumPy 2
 removed that they use are put back as NumPy 1 defined them (NUMPY1_NAMES: np.asscalar, np.float, np.int, ...),
 only where the installed NumPy lacks them.
@@ -27,7 +30,8 @@ def numpy1_names() -> None:
             setattr(np, name, value)
 
 
-USAGE = "usage: python -m stepnet.compat SCRIPT.py [ARGS...]   (a Caffe2 program, run unchanged on stepnet)"
+USAGE = ("usage: python -m stepnet.compat SCRIPT.py [ARGS...]   (a Caffe2 program, run unchanged on stepnet)\n"
+         "       python -m stepnet.compat -m MODULE [ARGS...]  (a module as __main__: -m pytest, -m unittest, ...)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,6 +39,16 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE)
         return 0 if argv else 2
+    if argv[0] == "-m":
+        if len(argv) < 2:
+            print(f"{USAGE}\nerror: -m needs a module name", file=sys.stderr)
+            return 2
+        alias.install()
+        numpy1_names()
+        sys.argv = [argv[1], *argv[2:]]
+        sys.path.insert(0, "")
+        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+        return 0
     script = Path(argv[0])
     if not script.is_file():
         print(f"{USAGE}\nerror: {script} is not a file", file=sys.stderr)

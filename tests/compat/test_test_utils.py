@@ -134,6 +134,24 @@ def test_a_user_s_caffe2_test_file_runs_under_python_m_stepnet_compat(tmp_path):
     assert "Ran 2 tests" in done.stderr and done.stderr.rstrip().endswith("OK")
 
 
+@pytest.mark.parametrize("runner, passed", [(["-m", "pytest", "-q", "-p", "no:cacheprovider", "my_op_test.py"],
+                                             "2 passed"),
+                                            (["-m", "unittest", "my_op_test"], "Ran 2 tests")])
+def test_a_user_s_caffe2_test_file_runs_under_pytest_and_unittest_through_the_alias(tmp_path, runner, passed):
+    """`python -m stepnet.compat -m pytest FILE` / `-m unittest MODULE`: the module runs as `python -m` runs it,
+    with caffe2.* resolving to stepnet; a broken reference in the same file fails the run (exit code 1)."""
+    env = {k: v for k, v in os.environ.items() if k != "CAFFE2_HYPOTHESIS_PROFILE"}
+    broken = USER_TEST.replace("(1 / (1 + np.exp(-x)),)", "(1 / (2 + np.exp(-x)),)")
+    assert broken != USER_TEST
+    for text, code in ((USER_TEST, 0), (broken, 1)):
+        (tmp_path / "my_op_test.py").write_text(text)
+        done = subprocess.run([sys.executable, "-m", "stepnet.compat", *runner], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == code, (done.stdout + done.stderr)[-3000:]
+        if code == 0:
+            assert passed in done.stdout + done.stderr
+
+
 # ----------------------------------------------------------------------------------------- the alias
 def _origin(finder, name):
     spec = finder.find_spec(name)
@@ -370,3 +388,9 @@ def test_device_strategies_on_this_machine(hu):
     assert hu.arrays is strategies.arrays and hu.tensor is strategies.tensor
     with pytest.raises(ValueError, match="Unexpected dtype"):
         strategies.elements_of_type(np.complex64)
+
+
+def test_dash_m_needs_a_module_name(capsys):
+    from stepnet.compat.__main__ import main
+    assert main(["-m"]) == 2
+    assert "-m needs a module name" in capsys.readouterr().err
