@@ -40,6 +40,16 @@ from stepnet import caffe2_pb2
 HERE = Path(__file__).resolve().parent
 PROGRAMS = HERE / "programs"
 CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
+SEED = 7   # the initial weights' draws (param_init_net's ops get SEED + their index)
+# float32 training against float64 over 6 momentum steps: a rounding difference can flip a ReLU or a max-pool's
+# winner, whose gradient then differs; the biases start at 0, so their elements are the updates themselves.
+# Measured over 36 draws of initial weights (seeds 0-35): the largest |stepnet - torch| beyond rtol 1e-3, as a
+# share of the tensor's largest magnitude, was below 1e-6 for 26 draws (no flip), 1e-5 for one, 0.01 % to 0.76 %
+# for seven, 1.9 % (seed 1) and 4.2 % (seed 29); the old atol of 1e-5 failed one CI draw at 0.5 %. Seed 7 is a
+# draw with no flip here (1e-9). Each tensor is compared within 5 % of its own largest magnitude, plus rtol 1e-3.
+# That is loose for the weights (their initial values set the scale) and tight for the biases (all update): with
+# Nesterov left out of the update, the biases end 6-27 % of their scale away and the losses 1 % (the check below).
+SCALE_TOLERANCE = 0.05
 PARAMS = ["conv1_w", "conv1_b", "conv2_w", "conv2_b", "conv3_w", "conv3_b", "fc1_w", "fc1_b", "fc2_w", "fc2_b"]
 LONG = os.environ.get("STEPNET_LONG_TUTORIALS") == "1"
 
@@ -229,7 +239,7 @@ def part1_functions() -> dict:
     return namespace
 
 
-def test_part1_training_steps_are_torchs(tmp_path):
+def _part1_training_against_torch(tmp_path):
     """What Part 1 trains, in the default suite: its train model (its own functions: the lmdb input, the CNN,
     LabelCrossEntropy + AveragedLoss, build_sgd with momentum 0.9, Nesterov as Caffe2's default, and
     weight_decay=0.004, which this Caffe2's build_sgd hands to the LearningRate op, where it does nothing) for 6
@@ -258,6 +268,8 @@ def test_part1_training_steps_are_torchs(tmp_path):
     data, label = ns["AddInput"](model, batch_size=20, db=str(tmp_path / "train_lmdb"), db_type="lmdb")
     softmax = ns["Add_Original_CIFAR10_Model"](model, data, 10, 32, 32, 3)
     ns["AddTrainingOperators"](model, softmax, label)
+    for i, op in enumerate(model.param_init_net.Proto().op):   # the same initial weights every run
+        op.device_option.random_seed = SEED + i
     workspace.RunNetOnce(model.param_init_net)
     with pytest.warns(UserWarning, match="'weight_decay' is not used by LearningRate"):
         workspace.CreateNet(model.net, overwrite=True)
@@ -285,6 +297,23 @@ def test_part1_training_steps_are_torchs(tmp_path):
         want.append(float(loss.detach()))
     np.testing.assert_allclose(losses, want, rtol=1e-4)
     assert abs(want[-1] - want[0]) > 1e-3                                           # the weights did move
-    for name in PARAMS:
-        np.testing.assert_allclose(workspace.FetchBlob(name), w[name].detach().numpy(), rtol=1e-3, atol=1e-5,
-                                   err_msg=name)
+    for name in PARAMS:    # (see SCALE_TOLERANCE)
+        want_w = w[name].detach().numpy()
+        np.testing.assert_allclose(workspace.FetchBlob(name), want_w, rtol=1e-3,
+                                   atol=SCALE_TOLERANCE * np.abs(want_w).max(), err_msg=name)
+
+
+def test_part1_training_steps_are_torchs(tmp_path):
+    _part1_training_against_torch(tmp_path)
+
+
+def test_the_comparison_fails_on_a_momentum_update_without_nesterov(tmp_path, patched):
+    """The check above fails when stepnet's MomentumSGDUpdate ignores nesterov (plain momentum instead of
+    Caffe2's default Nesterov): the weights move by more than its tolerance."""
+    from stepnet.ops import REGISTRY
+    kernel = REGISTRY.get("MomentumSGDUpdate").kernel
+    patched("MomentumSGDUpdate", kernel=lambda xp, *a, momentum, nesterov: kernel(xp, *a, momentum=momentum,
+                                                                                  nesterov=0),
+            fused_kernel=None, inplace_kernel=None)
+    with pytest.raises(AssertionError):
+        _part1_training_against_torch(tmp_path)
