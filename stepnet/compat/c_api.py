@@ -9,7 +9,7 @@ import numpy as np
 
 from ..io.blobs import serialize_blob
 from ..io.proto import BlobProto, NetDef, OperatorDef, PlanDef, TensorProto, numpy_dtype
-from ..core.errors import MissingBlobError
+from ..core.errors import NO_VALUE, MissingBlobError
 from ..core.limits import Limits
 from ..runtime.workspace import Workspace as _Workspace
 from . import _tracebacks
@@ -190,8 +190,7 @@ def serialize(ws: _Workspace, name: str, as_name: str | None = None) -> bytes:
     def run():
         blob = ws.get_blob(name)
         if blob.value is None:
-            raise MissingBlobError(f"blob {name!r} exists but holds no value "
-                                   "(never written or fed, or emptied by Free)")
+            raise MissingBlobError(f"blob {name!r} exists but {NO_VALUE}")
         (_, data), = serialize_blob(str(name if as_name is None else as_name), blob.value, chunk_size=2**62)
         return data
     return _guard(run)

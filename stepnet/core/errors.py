@@ -65,6 +65,9 @@ class MissingBlobError(StepnetError):
     """A blob that an operator or a call needs does not exist or has no value."""
 
 
+NO_VALUE = "holds no value (never written or fed, or emptied by Free)"   # what MissingBlobError says of an empty blob
+
+
 class ShapeError(StepnetError):
     """Inputs whose shapes do not fit together."""
 

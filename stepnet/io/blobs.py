@@ -14,7 +14,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..core import backend
-from ..core.errors import DTypeError, FileFormatError, MissingBlobError, StepnetError
+from ..core.errors import NO_VALUE, DTypeError, FileFormatError, MissingBlobError, StepnetError
 from .proto import BlobProto, DataType, DeviceOption, TensorProto
 from .tensors import array_to_tensor, element_count, join_chunks, segment_of, tensor_to_array
 from .validate import parse_checked
@@ -97,8 +97,7 @@ def tensor_blob_protos(name: str, value, chunk_size: int = CHUNK_DEFAULT) -> lis
 def blob_protos(name: str, value, chunk_size: int = CHUNK_DEFAULT) -> list[tuple[str, BlobProto]]:
     """(key, BlobProto) records of one blob: tensors (chunked), strings, or a registered opaque type."""
     if value is None:
-        raise MissingBlobError(f"blob {name!r} holds no value (never written or fed, or emptied by Free), "
-                               "so it cannot be saved")
+        raise MissingBlobError(f"blob {name!r} {NO_VALUE}, so it cannot be saved")
     if isinstance(value, (str, bytes)):
         content = value.encode() if isinstance(value, str) else value
         return [(name, BlobProto(name=name, type=STRING_TYPE, content=content))]

@@ -9,7 +9,7 @@ import numpy as np
 
 from ..core import backend
 from ..core.errors import (
-    OpAt, ArgumentError, ArityError, DTypeError, MissingBlobError, OpError, ResourceError, StepnetError,
+    NO_VALUE, OpAt, ArgumentError, ArityError, DTypeError, MissingBlobError, OpError, ResourceError, StepnetError,
     StepnetWarning, did_you_mean)
 from ..core.int8 import Int8Tensor
 from ..core.limits import over_limit
@@ -154,8 +154,7 @@ def _inputs_text(bop, values) -> str:
 def _kernel_failure(bop, values, e) -> StepnetError:
     for name, v in zip(bop.opdef.input, values):
         if v is None:
-            return MissingBlobError(f"input {name!r} holds no value (never written or fed, or emptied by Free)",
-                                    at=bop.label)
+            return MissingBlobError(f"input {name!r} {NO_VALUE}", at=bop.label)
         if isinstance(e, AttributeError) and getattr(e, "obj", None) is v and not hasattr(v, "shape"):
             return DTypeError(f"input {name!r} is a {type(v).__name__}, not a tensor, and "
                               f"{bop.opdef.type} reads a tensor there{_inputs_text(bop, values)}", at=bop.label)

@@ -26,7 +26,7 @@ from typing import Callable
 import numpy as np
 
 from ..core import backend
-from ..core.errors import ArgumentError, DTypeError, MissingBlobError, ShapeError
+from ..core.errors import NO_VALUE, ArgumentError, DTypeError, MissingBlobError, ShapeError
 from ..io.proto import numpy_dtype
 from .base import GradientContext
 from .registry import Arg, op
@@ -134,7 +134,7 @@ class PythonTensor:
 
 def _host_tensor(name: str, value, i: int, what: str):
     if value is None:
-        raise MissingBlobError(f"{what} {i} ({name!r}) holds no value (never written or fed, or emptied by Free)")
+        raise MissingBlobError(f"{what} {i} ({name!r}) {NO_VALUE}")
     if isinstance(value, np.generic):
         value = np.asarray(value)
     if not hasattr(value, "dtype") or not hasattr(value, "shape") or type(value).__name__ == "Int8Tensor":

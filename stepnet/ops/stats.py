@@ -187,8 +187,8 @@ def timer_get(xp, timer):
 @op("WallClockTime", inputs=0, outputs=1, random=True, gradient=SHOULD_NOT_DO_GRADIENT,
     shape=lambda specs, **_: [out_spec((), np.int64)])
 def wall_clock_time(xp, rng=None):
-    """The time since the epoch in nanoseconds (int64, 0-d), read when the op runs (random: never folded or
-    checked once, as a value no input decides; rng unused)."""
+    """The time since the epoch in nanoseconds (int64, 0-d), read when the op runs. Recorded `random` (rng
+    unused): its value is no function of its inputs, so the ONNX exporter must not fold it into a constant."""
     return np.asarray(time.time_ns(), np.int64)
 
 

@@ -6,7 +6,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from ..core import backend
-from ..core.errors import MissingBlobError, NetError, did_you_mean
+from ..core.errors import NO_VALUE, MissingBlobError, NetError, did_you_mean
 from ..core.limits import Limits
 from ..core.writes import WriteLog
 from ..core.int8 import Int8Tensor
@@ -233,8 +233,7 @@ class Workspace:
         if type(v) is np.ndarray:                 # a host tensor: the common case
             return v.copy(order="K")
         if v is None:
-            raise MissingBlobError(f"blob {name!r} exists but holds no value "
-                                   "(never written or fed, or emptied by Free)")
+            raise MissingBlobError(f"blob {name!r} exists but {NO_VALUE}")
         if isinstance(v, (str, bytes)):
             return v
         if isinstance(v, Int8Tensor):
