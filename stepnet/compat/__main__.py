@@ -39,25 +39,24 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE)
         return 0 if argv else 2
-    if argv[0] == "-m":
-        if len(argv) < 2:
-            print(f"{USAGE}\nerror: -m needs a module name", file=sys.stderr)
-            return 2
-        alias.install()
-        numpy1_names()
-        sys.argv = [argv[1], *argv[2:]]
-        sys.path.insert(0, "")
-        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
-        return 0
-    script = Path(argv[0])
-    if not script.is_file():
-        print(f"{USAGE}\nerror: {script} is not a file", file=sys.stderr)
+    module = argv[0] == "-m"
+    if module and len(argv) < 2:
+        print(f"{USAGE}\nerror: -m needs a module name", file=sys.stderr)
+        return 2
+    if not module and not Path(argv[0]).is_file():
+        print(f"{USAGE}\nerror: {argv[0]} is not a file", file=sys.stderr)
         return 2
     alias.install()
     numpy1_names()
-    sys.argv = [str(script), *argv[1:]]
-    sys.path.insert(0, str(script.resolve().parent))
-    runpy.run_path(str(script), run_name="__main__")
+    if module:
+        sys.argv = [argv[1], *argv[2:]]
+        sys.path.insert(0, "")
+        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+    else:
+        script = Path(argv[0])
+        sys.argv = [str(script), *argv[1:]]
+        sys.path.insert(0, str(script.resolve().parent))
+        runpy.run_path(str(script), run_name="__main__")
     return 0
 
 
