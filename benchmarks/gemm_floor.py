@@ -8,8 +8,10 @@ once; the floor is their sum, each the median of --rounds timings in one process
 'step ÷ floor' says how close each framework's training step comes to its own library's floor.
 
 With --forward, the predict net instead (targets.py's forward row): the floor is the T forward products alone,
-beside stepnet's whole predict net and onnxruntime's on stepnet's export of it (one ONNX LSTM node): where
-onnxruntime's whole forward takes less than numpy's products alone, no design calling numpy's BLAS reaches it.
+with numpy's BLAS and with onnxruntime's (T MatMul nodes on a constant W, which it packs once for its MLAS
+GEMM, as its RNN nodes do), beside stepnet's whole predict net and onnxruntime's on stepnet's export of it (one
+ONNX LSTM node): each engine's forward over its own library's floor says how much each spends beyond its
+products, and the two floors how much of the gap between the engines is their GEMM libraries'.
 --cell gru: the same for Caffe2's GRU layer (one ONNX GRU node), whose step needs two products one after the
 other: h·[W_r; W_u]ᵀ (2H wide), then (σ(r)·h)·W_oᵀ (H wide).
 
@@ -42,7 +44,38 @@ def timed(fn, rounds: int) -> float:
     return 1000 * statistics.median(times)
 
 
-def products(lib: str, B: int, H: int, T: int, widths=(4,)) -> list:
+def _ort_products(h, w, T: int, threads: int):
+    """T products h·Wᵀ (B×H · H×N) as T MatMul nodes of one onnxruntime graph, W a constant initializer (which
+    onnxruntime packs once, at session creation, for its MLAS GEMM, as its LSTM and GRU nodes pack their
+    weights), each node fed by a graph input of its own (so that no two are the same expression), bound once:
+    the products as onnxruntime's RNN nodes compute them, plus its per-node dispatch (an upper bound)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from targets import ort_session
+
+    B, (N, H) = h.shape[0], w.shape
+    nodes = [helper.make_node("MatMul", [f"h{t}", "wt"], [f"y{t}"]) for t in range(T)]
+    graph = helper.make_graph(
+        nodes, "products", [helper.make_tensor_value_info(f"h{t}", TensorProto.FLOAT, [B, H]) for t in range(T)],
+        [helper.make_tensor_value_info(f"y{t}", TensorProto.FLOAT, [B, N]) for t in range(T)],
+        [onnx.numpy_helper.from_array(np.ascontiguousarray(w.T), "wt")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    sess = ort_session(model.SerializeToString(), threads)
+    binding, outs = sess.io_binding(), [np.empty((B, N), np.float32) for _ in range(T)]
+    for t in range(T):
+        binding.bind_cpu_input(f"h{t}", h)
+        binding.bind_output(f"y{t}", "cpu", 0, np.float32, [B, N], outs[t].ctypes.data)
+    kept = (h, outs)        # (the bound buffers: onnxruntime holds only their addresses)
+    return lambda: sess.run_with_iobinding(binding) or kept
+
+
+def _ort_version() -> str:
+    import onnxruntime
+    return f", onnxruntime {onnxruntime.__version__}"
+
+
+def products(lib: str, B: int, H: int, T: int, widths=(4,), threads: int = 1) -> list:
     """One training step's recurrent products with `lib`'s GEMM (numpy or torch), as parts: T forward products
     h·Wᵀ (B×H · H×wH) for each gate width w in `widths` (the LSTM's 4; Caffe2's GRU's 2 then 1: its reset and
     update products, then the output product of the reset hidden state), then T input-gradient products and the
@@ -85,6 +118,8 @@ def products(lib: str, B: int, H: int, T: int, widths=(4,)) -> list:
         if small_matrix_kernels() and block_rows(B, 4 * H, H):
             backward.append(repeat(blocks(w.T, dg.T, h_t, block_rows(B, 4 * H, H))))
         return [*(forward(k * H) for k in widths), backward, [lambda: np.matmul(dgs.T, hs, out=out_w)]]
+    if lib == "onnxruntime":
+        return [[_ort_products(h, w[:k * H], T, threads)] for k in widths]
     import torch
     h, w, dg, hs, dgs = map(torch.from_numpy, (h, w, dg, hs, dgs))
     out_h, out_w = torch.empty(B, H), torch.empty(4 * H, H)
@@ -129,13 +164,13 @@ def main() -> None:
         p.error("--cell gru is for --forward (the training floor is the LSTM's)")
     widths = (2, 1) if args.cell == "gru" else (4,)
     what, peer = ("forward", "onnxruntime") if args.forward else ("step", "torch")
-    own = "numpy" if args.forward else "torch"       # (a training step beside its own library's floor)
-    table = [f"| B | H | numpy floor ms | torch floor ms | stepnet {what} ms | {peer} {what} ms | stepnet ÷ numpy "
-             f"floor | {peer} ÷ {own} floor | stepnet ÷ {peer} |", "|---|---|---|---|---|---|---|---|---|"]
+    second = "onnxruntime" if args.forward else "torch"     # (the other library's floor: the peer's own)
+    table = [f"| B | H | numpy floor ms | {second} floor ms | stepnet {what} ms | {peer} {what} ms | stepnet ÷ "
+             f"numpy floor | {peer} ÷ {second} floor | stepnet ÷ {peer} |", "|---|---|---|---|---|---|---|---|---|"]
     for H in args.hidden:
         for B in args.batch:
-            floors = [products(lib, B, H, T, widths)[:len(widths) if args.forward else 3]
-                      for lib in ("numpy", "torch")]
+            floors = [products(lib, B, H, T, widths, args.threads)[:len(widths) if args.forward else 3]
+                      for lib in ("numpy", second)]
             if args.forward:
                 ws, net, _ = stepnet_net(args.cell, H, T, B, V, train=False)
                 step_s, step_t = net.run, onnx_forward_stepnet(ws, net, args.threads)[0]
@@ -155,7 +190,7 @@ def main() -> None:
                                     if isinstance(entry, list) else timed(entry, 1))
             fn_, ft, ss, st = (statistics.median(t) for t in times)
             line = (f"| {B} | {H} | {fn_:.2f} | {ft:.2f} | {ss:.2f} | {st:.2f} | {ss / fn_:.2f} | "
-                    f"{st / (fn_ if args.forward else ft):.2f} | {ss / st:.2f} |")
+                    f"{st / ft:.2f} | {ss / st:.2f} |")
             print(line, flush=True)
             table.append(line)
     command = " ".join(["python", "benchmarks/gemm_floor.py", *sys.argv[1:]])
@@ -166,14 +201,15 @@ def main() -> None:
                    "the T reset-and-update products h·[W_r; W_u]ᵀ and the T output products (r·h)·W_oᵀ")
     described = (f"char-rnn {cell} predict net (T={T}, V={V}: the {cell}, the output FC, Softmax) against "
                  f"onnxruntime ({args.threads} intra-op thread) on stepnet's export of it (one ONNX {cell} node); "
-                 f"floors: {products_of} alone" if args.forward else
+                 f"floors: {products_of} alone (onnxruntime's: T MatMul nodes on a constant W, which it packs "
+                 f"once for its MLAS GEMM as its RNN nodes do)" if args.forward else
                  f"char-rnn LSTM training step, T={T}, V={V}, SGD (targets.py's models); floors: the recurrent "
                  f"products alone (T forward and T input-gradient GEMMs, one weight-gradient GEMM)")
     text = "\n".join([
         header, "",
         f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; machine: {platform.machine()}, "
         f"{os.cpu_count()} CPUs, Python {platform.python_version()}, numpy {np.__version__} ({blas}), torch "
-        f"{torch.__version__}; {args.threads} thread(s) for both",
+        f"{torch.__version__}{_ort_version() if args.forward else ''}; {args.threads} thread(s) for both",
         f"- command: `{command}`",
         f"- {described} with each library, numpy's in the fastest of its ways per part each round (one GEMM as "
         f"written, W·Xᵀ, X·Wᵀ from a contiguous Wᵀ, blocks for OpenBLAS's small-matrix kernel); every column "

@@ -8,7 +8,9 @@ BLAS (threadpoolctl), torch and onnxruntime all get --threads threads.
 
 Rows (B=32, T=25, V=65 unless said; one-hot input, SGD):
   train    one char-rnn training step (forward, BPTT, SGD) of LSTM / GRU / basic RNN vs torch nn.LSTM/GRU/RNN,
-           vs an nn.LSTMCell/GRUCell/RNNCell loop, and (LSTM) vs the hand-written numpy BPTT (numpy_lstm.py)
+           vs an nn.LSTMCell/GRUCell/RNNCell loop, and (LSTM) vs the hand-written numpy BPTT (numpy_lstm.py);
+           'pytorch (as run)' (no target): the same step as `stepnet run` runs it, without the gradient values
+           nothing reads (the one-hot input's dX, which Caffe2's backward computes and torch's does not)
   forward  the predict net (RNN over T steps, output FC, Softmax), forward-only, vs onnxruntime running
            stepnet's own export of that net (`export_onnx`: the LSTM or GRU layer as one ONNX LSTM / GRU node), or,
            where that export has no single RNN node (basic RNN: a Scan), the same torch module exported to ONNX;
@@ -56,8 +58,11 @@ TARGETS = {("train", "pytorch"): 1.0, ("forward", "onnxruntime"): 1.0, ("sample"
 
 
 # --------------------------------------------------------------------------------------------- stepnet
-def stepnet_net(cell: str, H: int, T: int, B: int, V: int, train: bool, fused: bool | None = None):
-    """(workspace, bound net) of the char-rnn model with this cell: the training step or the predict net."""
+def stepnet_net(cell: str, H: int, T: int, B: int, V: int, train: bool, fused: bool | None = None,
+                as_run: bool = False):
+    """(workspace, bound net) of the char-rnn model with this cell: the training step or the predict net;
+    as_run: without the gradient values nothing reads (passes.unread, as `stepnet run` runs a plan: the one-hot
+    input's dX, which Caffe2's backward computes and a torch input without requires_grad does not)."""
     from stepnet.builders.builder import BlobRef
     from stepnet.builders.model import ModelBuilder
     from stepnet.builders.rnn import basic_rnn, gru, lstm
@@ -73,8 +78,12 @@ def stepnet_net(cell: str, H: int, T: int, B: int, V: int, train: bool, fused: b
     add_head(m, outs[0], H, V, train)
     if train:
         m.sgd(0.1 * T, policy="step", stepsize=1, gamma=GAMMA)
-    ws = fed_workspace(m, T, B, V, H, fused)
-    return ws, ws.create_net(m.net.proto()), [str(o) for o in outs]
+    ws, net = fed_workspace(m, T, B, V, H, fused), m.net.proto()
+    if as_run:
+        from stepnet.passes.unread import drop_unread_gradients
+        net, dropped = drop_unread_gradients(net)
+        assert dropped, "passes.unread found nothing to leave out"
+    return ws, ws.create_net(net), [str(o) for o in outs]
 
 
 # --------------------------------------------------------------------------------------------- torch, ORT
@@ -239,6 +248,9 @@ def rows(args):
                 _, net, _ = stepnet_net(cell, H, T, B, V, train=True, fused=args.fused)
                 yield "train", "pytorch", cell, H, net.run, torch_train(cell, H, T, B, V, loop=False), ""
                 yield "train", "pytorch-cell", cell, H, net.run, torch_train(cell, H, T, B, V, loop=True), ""
+                _, run_net, _ = stepnet_net(cell, H, T, B, V, train=True, fused=args.fused, as_run=True)
+                yield ("train", "pytorch (as run)", cell, H, run_net.run, torch_train(cell, H, T, B, V, loop=False),
+                       "stepnet's net as `stepnet run` runs it: without the one-hot input's dX (passes.unread)")
                 if cell == "lstm":
                     from char_rnn import numpy_timer, stepnet_timer
                     cfg = argparse.Namespace(batch=B, steps=T, vocab=V, optimizer="sgd", lr=0.1 * T,
