@@ -9,7 +9,10 @@ learning rate scaled by clip / max(global gradient norm, clip) as Caffe2's clip_
 mean loss printed every 250 iterations, the mean held-out loss at the end, the weights saved. Both use one
 BLAS / intra-op thread.
 
-    python benchmarks/char_rnn_e2e.py [--rounds 3] [--iterations 2000] [--write]
+--fused-cells off runs stepnet's job as `pip install .` has it, without the fast extra's numba kernels
+(`stepnet run --fused-cells off`).
+
+    python benchmarks/char_rnn_e2e.py [--rounds 3] [--iterations 2000] [--fused-cells auto|on|off] [--write]
 """
 from __future__ import annotations
 
@@ -105,6 +108,8 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--iterations", type=int, default=2000)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--fused-cells", choices=("auto", "on", "off"), default="auto",
+                   help="stepnet run's --fused-cells (off: what the default install runs, without numba)")
     p.add_argument("--write", action="store_true")
     p.add_argument("--torch-child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -112,7 +117,8 @@ def main() -> None:
         torch_job(args.iterations, args.threads)
         return
     stepnet = [sys.executable, "-m", "stepnet", "run", str(ROOT / "models/char_rnn.pbtxt"), "-q",
-               "--threads", str(args.threads), "--iterations", str(args.iterations)]
+               "--threads", str(args.threads), "--iterations", str(args.iterations),
+               "--fused-cells", args.fused_cells]
     torch = [sys.executable, __file__, "--torch-child", "--iterations", str(args.iterations),
              "--threads", str(args.threads)]
     runs = {"stepnet": [], "torch": []}
@@ -123,13 +129,14 @@ def main() -> None:
             print(f"round {r + 1} {name}: {cpu:.1f} s CPU, {wall:.1f} s wall ({last})", flush=True)
     ratios = [s[0] / t[0] for s, t in zip(runs["stepnet"], runs["torch"])]
     med = {k: statistics.median(c for c, _, _ in v) for k, v in runs.items()}
-    lines = [HEADER, "",
+    header = HEADER if args.fused_cells == "auto" else f"{HEADER[:-1]}, --fused-cells {args.fused_cells})"
+    lines = [header, "",
              f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; machine: "
              f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}; "
              f"{args.threads} thread(s) for both",
              f"- command: `python benchmarks/char_rnn_e2e.py {' '.join(sys.argv[1:])}`",
              f"- {args.iterations} training iterations and the held-out pass, each job a whole process; the two "
-             f"alternate for {args.rounds} rounds", "",
+             f"alternate for {args.rounds} rounds; stepnet's fused (numba) kernels: {args.fused_cells}", "",
              "| job | CPU s (median) | CPU s per round | held-out loss (last round) |", "|---|---|---|---|"]
     for name, v in runs.items():
         lines.append(f"| {name} | {med[name]:.1f} | {', '.join(f'{c:.1f}' for c, _, _ in v)} | {v[-1][2]} |")
@@ -140,7 +147,7 @@ def main() -> None:
     if args.write:
         sys.path.insert(0, str(ROOT / "benchmarks"))
         from results import write_section
-        write_section(text, HEADER + "\n")
+        write_section(text, header + "\n")
 
 
 if __name__ == "__main__":

@@ -217,7 +217,8 @@ def report(a, results, load) -> list[str]:
             lines.append(f"| {H} | {cells[0]} | {cells[1]} |")
         from stepnet.passes.data_parallel import FUSE_DEFAULT
         lines += ["", f"ModelBuilder.data_parallel's default when this ran: fuse={FUSE_DEFAULT} "
-                  "(stepnet.passes.data_parallel.FUSE_DEFAULT, set from these paired ratios over several runs)."]
+                  "(stepnet.passes.data_parallel.FUSE_DEFAULT: on a network one allreduce a step saves a latency per "
+                  "gradient, the estimate below; on one machine the paired ratios above)."]
     big = next((r for (H, _), r in results.items() if H == 512), None)
     if big:
         lines += ["", f"Paper estimate for H=512 ({big['tensors']} gradient tensors, {big['grad_bytes'] / 1e6:.2f} MB "

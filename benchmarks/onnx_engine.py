@@ -1,11 +1,13 @@
 """stepnet's engine vs `--engine onnxruntime` (the net exported by stepnet.export.onnx, run in onnxruntime) on
-SqueezeNet 1.1 and on LSTM and GRU inference, in one process.
+SqueezeNet 1.1, ResNet-50 and on LSTM and GRU inference, in one process.
 
 SqueezeNet is the real Caffe2 predict net (tests/data/caffe2/squeeze_predict_net.pb) on synthesized weights of
-SqueezeNet 1.1's widths; the LSTM is char-rnn's forward net in Caffe2's layout (i2h FC, RecurrentNetwork with
-FC + Sum + LSTMUnit, FC to the vocabulary, Softmax; T=25, B=32, V=65), exported both ways the exporter can: one
-ONNX LSTM node (the default) and a Scan over the converted step net (--rnn scan); the GRU the same with
-gru_cell's layer (one ONNX GRU node, or the Scan). Each configuration runs
+SqueezeNet 1.1's widths; ResNet-50 the Caffe2 model zoo's predict net
+(tests/data/models/resnet50_predict_net.pbtxt) on synthesized weights of ResNet-50's widths (25.6 M
+parameters); the LSTM is char-rnn's forward net in Caffe2's layout (i2h FC, RecurrentNetwork with FC + Sum +
+LSTMUnit, FC to the vocabulary, Softmax; T=25, B=32, V=65), exported both ways the exporter can: one ONNX LSTM
+node (the default) and a Scan over the converted step net (--rnn scan); the GRU the same with gru_cell's layer
+(one ONNX GRU node, or the Scan). Each configuration runs
 --rounds rounds; a round times --reps runs of each engine back to back (the order alternating between rounds)
 and gives the ratio of their medians. The report gives the median of those per-round ratios (with quartiles)
 and the median times. Both engines use --threads threads (BLAS threads for numpy, set before numpy loads, and
@@ -60,12 +62,41 @@ from stepnet.runtime.workspace import Workspace  # noqa: E402
 
 
 def squeezenet(batch: int):
-    """(workspace, predict net, feeds, fixed params) for SqueezeNet 1.1 on synthesized weights."""
+    """(init net, predict net, feeds) for SqueezeNet 1.1 on synthesized weights of its real widths."""
     from stepnet.builders.synth import synth_init
 
     net = proto.load(ROOT / "tests" / "data" / "caffe2" / "squeeze_predict_net.pb", kind="net")
     init = synth_init(net, {"data": (batch, 3, 224, 224)}, params=real_params())
     feeds = {"data": np.random.default_rng(0).standard_normal((batch, 3, 224, 224)).astype(np.float32)}
+    return init, net, feeds
+
+
+def resnet50_params(classes: int = 1000) -> dict:
+    """Parameter dims of ResNet-50 by blob name of the Caffe2 zoo file: conv1 7×7×64, then the four stages'
+    bottleneck blocks (1×1 to the stage's width, 3×3, 1×1 to four times it; a 1×1 shortcut in each first block),
+    the FC to the classes (the batch norms' widths follow from the convolutions)."""
+    p = "gpu_0/"
+    dims, c = {p + "conv1_w": (64, 3, 7, 7)}, 64
+    for stage, blocks, mid in ((2, 3, 64), (3, 4, 128), (4, 6, 256), (5, 3, 512)):
+        for b in range(blocks):
+            r = f"{p}res{stage}_{b}_"
+            dims.update({r + "branch2a_w": (mid, c, 1, 1), r + "branch2b_w": (mid, mid, 3, 3),
+                         r + "branch2c_w": (4 * mid, mid, 1, 1)})
+            if b == 0:
+                dims[r + "branch1_w"] = (4 * mid, c, 1, 1)
+            c = 4 * mid
+    dims.update({p + "pred_w": (classes, c), p + "pred_b": (classes,)})
+    return dims
+
+
+def resnet50(batch: int):
+    """(init net, predict net, feeds) for ResNet-50 on synthesized weights of its real widths."""
+    from stepnet.builders.synth import synth_init
+
+    net = proto.load(ROOT / "tests" / "data" / "models" / "resnet50_predict_net.pbtxt", kind="net")
+    init = synth_init(net, {"gpu_0/data": (batch, 3, 224, 224)}, params=resnet50_params())
+    net.external_output.append("gpu_0/pred")      # the logits too: on these weights the softmax saturates
+    feeds = {"gpu_0/data": np.random.default_rng(0).standard_normal((batch, 3, 224, 224)).astype(np.float32)}
     return init, net, feeds
 
 
@@ -97,7 +128,8 @@ def char_rnn_forward(H: int, cell: str = "lstm", T: int = 25, B: int = 32, V: in
 
 
 def engines(init, net, feeds, threads: int, rnn: str = "auto"):
-    """(stepnet run, onnxruntime run, export seconds, max abs difference of the outputs, ONNX node kinds)."""
+    """(stepnet run, onnxruntime run, export seconds, the largest difference of an output relative to its
+    largest magnitude, ONNX node kinds)."""
     import onnxruntime as ort
 
     ws = Workspace(seed=0)
@@ -115,7 +147,8 @@ def engines(init, net, feeds, threads: int, rnn: str = "auto"):
     names = list(result.outputs)
     bound.run()
     got = session.run([result.outputs[n] for n in names], feeds)
-    diff = max(float(np.abs(g - ws.fetch(n)).max()) for n, g in zip(names, got))
+    diff = max(float(np.abs(g - ws.fetch(n)).max() / max(np.abs(ws.fetch(n)).max(), 1e-30))
+               for n, g in zip(names, got))
     kinds = sorted({n.op_type for n in result.model.graph.node} & {"LSTM", "GRU", "Scan"}) or ["—"]
     return bound.run, (lambda: session.run(None, feeds)), seconds, diff, kinds[0]
 
@@ -166,14 +199,15 @@ def main(a) -> None:
     import onnxruntime as ort
 
     configs = [("SqueezeNet 1.1, batch 1", squeezenet(1), "auto"),
-               ("SqueezeNet 1.1, batch 8", squeezenet(8), "auto")]
+               ("SqueezeNet 1.1, batch 8", squeezenet(8), "auto"),
+               ("ResNet-50, batch 1", resnet50(1), "auto"), ("ResNet-50, batch 8", resnet50(8), "auto")]
     for cell in ("lstm", "gru"):
         for H in a.hidden:
             data, title = char_rnn_forward(H, cell), f"char-rnn {cell.upper()} forward, H={H}"
             configs += [(title, data, "auto"), (title, data, "scan")]
     load = ", ".join(f"{v:.2f}" for v in os.getloadavg())
     rows = ["| model | ONNX form | stepnet ms | onnxruntime ms | stepnet ÷ onnxruntime: median of per-round "
-            "ratios (quartiles) | export s | max abs Δ | load |", "|---|---|---|---|---|---|---|---|"]
+            "ratios (quartiles) | export s | max rel. Δ | load |", "|---|---|---|---|---|---|---|---|"]
     for title, (init, net, feeds), rnn in configs:
         run_a, run_b, seconds, diff, kind = engines(init, net, feeds, a.threads, rnn)
         before = wait_for_quiet(a.wait_load, a.max_wait)
@@ -195,7 +229,9 @@ def main(a) -> None:
         f"- one process; {a.rounds} rounds, each timing {a.reps} runs of each engine back to back (order "
         "alternating); 'stepnet ÷ onnxruntime' is the median over rounds of the ratio of the two medians (above "
         "1: onnxruntime is faster); times are medians over rounds; export s = exporting the net once (what "
-        "`stepnet run --engine onnxruntime` adds per invocation); max abs Δ = largest difference of any output; "
+        "`stepnet run --engine onnxruntime` adds per invocation); max rel. Δ = the largest difference of an "
+        "output relative to its largest magnitude (over the outputs; ResNet-50's logits too, its softmax saturating on "
+        "synthesized weights); "
         "load = 1-minute load average when the configuration started (2 CPUs shared with other work)",
         "", *rows, ""])
     print(text)

@@ -25,7 +25,7 @@ COMM = "dp_comm"                 # the common world
 WORLD_SIZE = "dp_world_size"     # K, as a float [1] tensor
 GRAD_SCALE = "dp_grad_scale"     # 1/K (on the CPU; dp_grad_scale_gpu<k> on CUDA device k)
 FUSED = "dp_fused_grads"         # the fused buffer of one device (dp_fused_grads_<k> for the next ones)
-FUSE_DEFAULT = True              # fused measured as fast or faster (paired runs, benchmarks/RESULTS.md)
+FUSE_DEFAULT = True              # one latency per step on a network; on one machine within a few % (RESULTS.md)
 GPU_TYPES = (1, 6)               # CUDA, HIP
 
 
