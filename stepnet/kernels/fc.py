@@ -5,7 +5,7 @@ of computing the same products that a compiled step may take, where they give th
 A product with a few rows (M ≤ 32: a step FC's batch) is one GEMM per block of rows of its long operand where
 numpy's BLAS has OpenBLAS's small-matrix kernel (kernels.blas): each block small enough for that kernel, which
 reads the operands in place instead of packing W on every call (1.3-3× faster at M = 2-16 with H = 256-1024 on
-SkylakeX kernels; benchmarks/RESULTS.md). Which blocks is a function of the sizes, the layout and the BLAS core
+SkylakeX kernels; benchmarks/HISTORY.md). Which blocks is a function of the sizes, the layout and the BLAS core
 alone, so every runner computes the same sums."""
 from __future__ import annotations
 
