@@ -42,7 +42,7 @@ class Net(NetRecords, NetObserverMethods, NetBuilder):
 
     def __init__(self, name_or_proto, inputs=None):
         proto = name_or_proto if isinstance(name_or_proto, NetDef) else None
-        name = proto.name if proto is not None else str(name_or_proto)
+        name = proto.name if proto is not None else "" if name_or_proto is None else str(name_or_proto)
         super().__init__(name, scope=SCOPE, proto=proto)
         self._net.name = Net._get_next_net_name(name)
         self._registered_blob_names: set = set()
@@ -60,7 +60,9 @@ class Net(NetRecords, NetObserverMethods, NetBuilder):
 
     @staticmethod
     def _get_next_net_name(basename: str) -> str:
-        name, k = basename, 1
+        """basename under the active NetBuilder's name (current_prefix), then _1, _2, ... where that is taken."""
+        name = basename = "/".join(x for x in (Net.current_prefix(), basename) if x)
+        k = 1
         while name in Net._net_names_used:
             name, k = f"{basename}_{k}", k + 1
         Net._net_names_used.add(name)

@@ -167,9 +167,10 @@ class NetBuilder:
 
 
 def _net_name(name=None) -> str:
-    """A new net's name: the active builder's name joined with `name` (Caffe2's Net.current_prefix)."""
+    """A new net's name before core.Net puts it under the active builder's name (Net.current_prefix): `name`, or
+    "net_builder" where neither names it."""
     builder = NetBuilder.current(required=False)
-    return "/".join(x for x in (builder.name if builder else None, name) if x) or "net_builder"
+    return name or ("" if builder is not None and builder.name else "net_builder")
 
 
 def current_net():

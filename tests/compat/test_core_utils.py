@@ -262,7 +262,21 @@ def test_flags_registry_prefix_and_mkl():
             assert core.Net.current_prefix() == "outer/inner"
     net = core.Net("mkl")
     net.RunAllOnMKL()
+    assert net.Name() == "mkl"
     assert net.Proto().device_option == caffe2_pb2.DeviceOption(device_type=caffe2_pb2.MKLDNN)   # no id set
+
+
+def test_a_net_made_inside_a_net_builder_is_named_under_it():
+    """Caffe2's Net._get_next_net_name: the active NetBuilder's name, '/', the name asked for, then _1, _2 where
+    taken; a proto's name too; None names the net after the builder alone ('' outside any)."""
+    with net_builder.NetBuilder("nb_prefix_outer"):
+        with net_builder.NetBuilder("inner"):
+            assert core.Net("made").Name() == "nb_prefix_outer/inner/made"
+            assert core.Net("made").Name() == "nb_prefix_outer/inner/made_1"
+            assert core.Net(caffe2_pb2.NetDef(name="given")).Name() == "nb_prefix_outer/inner/given"
+        assert core.Net(None).Name() == "nb_prefix_outer"
+        assert core.Net("made").Name() == "nb_prefix_outer/made"
+    assert core.Net("nb_prefix_outer").Name() == "nb_prefix_outer_1"
 
 
 def test_set_per_op_engine_pref_replaces_what_set_op_engine_pref_adds_to():
