@@ -115,7 +115,7 @@ def _split_sizes(dim: int, ax: int, n: int, add: bool, split, split_input, read)
     return sizes
 
 
-def _split_shape(specs, *, split, axis, order, add_axis):
+def _split_shape(specs, *, split, axis, order, add_axis, dimensions):
     """The number of outputs is not given to shape functions: it is taken from add_axis (the axis size), the
     sizes input or `split`; with equal parts it is unknown, and so are the outputs."""
     x, s_in = specs[0], (specs[1] if len(specs) > 1 else None)
@@ -146,9 +146,11 @@ def _split_gradient(g):
 
 @op("Split", inputs=(1, 2), outputs=(1, None), inplace=NOT_IN_PLACE, context="structure", host_inputs=(1,),
     aliases=("DepthSplit",),
-    args={"split": Arg("ints", None), "axis": Arg("int", None), "order": Arg("str", None), "add_axis": 0},
+    args={"split": Arg("ints", None), "axis": Arg("int", None), "order": Arg("str", None), "add_axis": 0,
+          "dimensions": Arg("ints", None, "ignored, as Caffe2 ignores it (brew's group_conv_deprecated passes it "
+                                          "to DepthSplit)")},
     shape=_split_shape, gradient=_split_gradient, shapes_from_inputs=True)
-def split(ctx, xp, x, *split_input, split, axis, order, add_axis):
+def split(ctx, xp, x, *split_input, split, axis, order, add_axis, dimensions):
     """Cut X along `axis` into parts of the sizes in `split` (argument or int32 input), equal parts otherwise;
     with add_axis=1 each part is one slice with the axis removed (the gradient of a stacking Concat)."""
     n = len(ctx.outputs)
