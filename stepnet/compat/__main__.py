@@ -8,15 +8,18 @@ For that run, `import caffe2.python.X` and `from caffe2.proto import caffe2_pb2`
 the program needs that stepnet lacks fails as Python's
 ModuleNotFoundError naming it. Caffe2's programs were written for NumPy 1: for the run, the names NumPy 2
 removed that they use are put back as NumPy 1 defined them (NUMPY1_NAMES: np.asscalar, np.float, np.int, ...),
-only where the installed NumPy lacks them.
+only where the installed NumPy lacks them. Their test files were written for Hypothesis 3: when the program
+imports hypothesis, the settings and strategy arguments later releases removed are accepted as Hypothesis 3
+took them (stepnet.compat._hypothesis3: `settings(timeout=...)`, `lists(average_size=...)`, ...).
 """
 from __future__ import annotations
 
+import os
 import runpy
 import sys
 from pathlib import Path
 
-from . import alias
+from . import _hypothesis3, alias
 
 NUMPY1_NAMES = {"float": float, "int": int, "bool": bool, "object": object, "long": int, "unicode": str,
                 "str": str, "complex": complex, "asscalar": lambda a: a.item()}
@@ -48,6 +51,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     alias.install()
     numpy1_names()
+    _hypothesis3.install()
+    if module and argv[1] in ("pytest", "py.test"):    # (pytest's import hook comes first: a plugin adapts then)
+        plugins = [p for p in os.environ.get("PYTEST_PLUGINS", "").split(",") if p]
+        os.environ["PYTEST_PLUGINS"] = ",".join([*plugins, f"{__package__}._pytest_hypothesis3"])
     if module:
         sys.argv = [argv[1], *argv[2:]]
         sys.path.insert(0, "")

@@ -71,8 +71,6 @@ if not os.environ.get("STEPNET_ONNX_NODE_TESTS"):   # tools/onnx_node_tests.py s
     collect_ignore.append("caffe2/python/onnx/tests/onnx_backend_test.py")
 EXAMPLES = int(os.environ.get("STEPNET_CAFFE2_EXAMPLES", "2"))
 ArgSpec = collections.namedtuple("ArgSpec", "args varargs keywords defaults")   # inspect's, before Python 3.11
-REMOVED_SETTINGS = ("timeout", "min_satisfying_examples", "perform_health_check", "max_iterations", "max_shrinks",
-                    "strict", "use_coverage", "average_list_length", "max_mutations")
 
 
 def _adapt_numpy() -> None:
@@ -150,19 +148,14 @@ def _adapt_python() -> None:
         inspect.getargspec = getargspec
 
 
-def _without_average_size(strategy):
-    def call(*args, average_size=None, **kwargs):
-        if kwargs.get("alphabet", "") is None:   # Hypothesis 3's "any character"; Hypothesis 6 wants it left out
-            del kwargs["alphabet"]
-        return strategy(*args, **kwargs)
-    return call
-
-
 def _adapt_hypothesis() -> None:
+    """Hypothesis 3's arguments accepted (stepnet.compat._hypothesis3, as `python -m stepnet.compat` has them),
+    then, for Caffe2's files alone, the suite's example count and the same examples every run."""
     import hypothesis
-    import hypothesis.extra.numpy as hnp
-    import hypothesis.strategies as st
 
+    from stepnet.compat import _hypothesis3
+
+    _hypothesis3.adapt()
     settings = hypothesis.settings
     NO_SHRINK = (hypothesis.Phase.explicit, hypothesis.Phase.reuse, hypothesis.Phase.generate)
     if getattr(settings, "_stepnet_adapted", False):
@@ -170,8 +163,6 @@ def _adapt_hypothesis() -> None:
     init = settings.__init__
 
     def __init__(self, parent=None, **kwargs):
-        for name in REMOVED_SETTINGS:
-            kwargs.pop(name, None)
         caller = sys._getframe(1).f_globals.get("__file__") or ""
         if caller.startswith(str(HERE)):   # Caffe2's files only: the suite's count, the same examples every run
             if kwargs.get("max_examples") is not None:
@@ -183,25 +174,6 @@ def _adapt_hypothesis() -> None:
 
     settings.__init__ = __init__
     settings._stepnet_adapted = True
-
-    for name in ("lists", "text", "binary", "sets"):
-        setattr(st, name, _without_average_size(getattr(st, name)))
-    arrays = hnp.arrays
-
-    def arrays_(dtype, shape, elements=None, **kwargs):
-        kind = np.dtype(dtype) if not isinstance(dtype, st.SearchStrategy) else None
-        if elements is not None and kind is not None and kind.kind in "iuf" and kind != np.dtype(np.float64):
-            elements = elements.map(lambda v: np.array(v).astype(kind)[()])   # (Hypothesis 3: result[i] = v)
-        return arrays(dtype, shape, elements=elements, **kwargs)
-
-    hnp.arrays = arrays_
-    sampled_from = st.sampled_from
-
-    def sampled_from_(elements):   # (Hypothesis 3 took a dict view; 6 wants a sequence)
-        views = (collections.abc.KeysView, collections.abc.ValuesView, collections.abc.ItemsView)
-        return sampled_from(list(elements) if isinstance(elements, views) else elements)
-
-    st.sampled_from = sampled_from_
     settings.register_profile("stepnet-caffe2", max_examples=EXAMPLES, derandomize=True, deadline=None,
                               suppress_health_check=list(hypothesis.HealthCheck), database=None, phases=NO_SHRINK)
 
