@@ -1,6 +1,7 @@
 """Packing variable-length sequences into padded tensors and back: PackSegments / UnpackSegments (batch major,
 caffe2/operators/pack_segments.cc), PackRNNSequence / UnpackRNNSequence (time major,
-pack_rnn_sequence_op.cc) and ReversePackedSegs (reverse_packed_segs_op.cc).
+pack_rnn_sequence_op.cc), ReversePackedSegs (reverse_packed_segs_op.cc) and VariableLengthSequencePadding
+(variable_length_sequence_padding.cc: zeros past each sequence's end).
 
 Lengths are read on the host, as Caffe2 does, so the packed sizes depend on their values. Every op here is one
 gather with host-computed row indices (a padding row appended where the output pads). Each op's gradient is
@@ -15,7 +16,7 @@ import math
 import numpy as np
 
 from ..core.errors import ShapeError
-from .base import host_ints, known_ints, on_device, out_spec, single_gradient, value_dependent
+from .base import check_float, host_ints, known_ints, on_device, out_spec, single_gradient, value_dependent
 from .index import require_int
 from .registry import op
 
@@ -210,3 +211,35 @@ def reverse_packed_segs(xp, data, lengths):
     rows = src_t * batch + np.arange(batch).reshape(1, -1)
     flat = data.reshape(t_len * batch, *data.shape[2:])
     return gather_rows(xp, flat, rows) if math.prod(data.shape) else data.copy()
+
+
+# --------------------------------------------------------------------------------------------- padding
+def _padding_checks(data, lengths, read):
+    if len(data.shape) < 2:
+        raise ShapeError(f"VariableLengthSequencePadding: INPUT must be (T, batch, ...), got shape "
+                         f"{tuple(data.shape)}")
+    check_float("VariableLengthSequencePadding", INPUT=data)
+    lens = read_lengths(lengths, read, "VariableLengthSequencePadding", "SEQ_LENGTHS")
+    if lengths.shape[0] != data.shape[1]:
+        raise ShapeError(f"VariableLengthSequencePadding: SEQ_LENGTHS has {lengths.shape[0]} entries but INPUT "
+                         f"{tuple(data.shape)} has a batch of {data.shape[1]}; they must match")
+    return lens
+
+
+def _padding_shape(specs):
+    _padding_checks(*specs, known_ints)
+    return [out_spec(specs[0].shape, specs[0].dtype)]
+
+
+@op("VariableLengthSequencePadding", inputs=2, outputs=1, inplace=[(0, 0)], shape=_padding_shape,
+    shapes_from_inputs=True)
+def variable_length_sequence_padding(xp, data, lengths):
+    """INPUT (T, batch, ...), SEQ_LENGTHS (batch) -> INPUT with every step t >= SEQ_LENGTHS[b] of sequence b
+    set to 0, what pytorch's pad_packed_sequence leaves there (Caffe2's ONNX backend pads an RNN's output with
+    it); a length past T pads nothing. Caffe2 registers it for float and runs it in place (its kernel writes the
+    output without copying the input first); out of place here it gives the same values. No gradient (Caffe2
+    registers none)."""
+    lens = _padding_checks(data, lengths, host_ints)
+    kept = np.arange(data.shape[0]).reshape(-1, 1) < np.asarray(lens, dtype=np.int64).reshape(1, -1)
+    mask = on_device(xp, kept.reshape(kept.shape + (1,) * (len(data.shape) - 2)), bool)
+    return xp.where(mask, data, xp.zeros((), data.dtype))

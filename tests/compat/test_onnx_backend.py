@@ -203,18 +203,21 @@ def test_constant_and_a_chain():
     _compare(_model(nodes, {"x": x}, ["y"], 13), {"x": x})
 
 
-def _rnn(op, direction, hidden=4, input_size=3, t=5, n=2, with_states=True, **attrs):
+def _rnn(op, direction, hidden=4, input_size=3, t=5, n=2, with_states=True, lengths=None, **attrs):
     gates = {"LSTM": 4, "GRU": 3, "RNN": 1}[op]
     d = 2 if direction == "bidirectional" else 1
     inits = [("W", _rand(d, gates * hidden, input_size) * 0.5), ("R", _rand(d, gates * hidden, hidden) * 0.5),
              ("B", _rand(d, 2 * gates * hidden) * 0.5)]
-    feeds = {"X": _rand(t, n, input_size)}
+    feeds = {"X": _rand(t, len(lengths) if lengths else n, input_size)}
     names = ["X", "W", "R", "B"]
+    if lengths:
+        feeds["lens"] = np.array(lengths, np.int32)
+        names.append("lens")
     if with_states:
-        feeds["h0"] = _rand(d, n, hidden)
-        names += ["", "h0"]
+        feeds["h0"] = _rand(d, feeds["X"].shape[1], hidden)
+        names += ["h0"] if lengths else ["", "h0"]
         if op == "LSTM":
-            feeds["c0"] = _rand(d, n, hidden)
+            feeds["c0"] = _rand(d, feeds["X"].shape[1], hidden)
             names.append("c0")
     outs = ["Y", "Y_h"] + (["Y_c"] if op == "LSTM" else [])
     node = helper.make_node(op, names, outs, hidden_size=hidden, direction=direction, **attrs)
@@ -239,6 +242,32 @@ def test_gru(direction, lbr):
 def test_rnn(direction, act):
     _rnn("RNN", direction, with_states=direction != "reverse",
          activations=[act] * (2 if direction == "bidirectional" else 1))
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU", "RNN"])
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+def test_sequence_lens(op, direction):
+    """Each sequence stops at its length: Y zero past it, Y_h (Y_c) its last valid step, a reverse direction
+    over its valid steps alone (Caffe2's backend: the cells' seq_lengths, ReversePackedSegs over the lengths,
+    VariableLengthSequencePadding), against onnxruntime."""
+    y = _rnn(op, direction, t=6, lengths=[6, 2, 4, 1])[0]
+    assert not np.any(y[2:, :, 1]) and np.any(y[:2, :, 1])
+
+
+def test_sequence_lens_checker_catches_unpadded_outputs(monkeypatch):
+    """The comparison above fails where Y is not padded past each end (the padding op made a copy)."""
+    real = backend.create_rnn
+
+    def unpadded(*args):
+        ops = real(*args)
+        for op in ops.ops:
+            if op.type == "VariableLengthSequencePadding":
+                op.type = "Copy"
+                del op.input[1:]
+        return ops
+    monkeypatch.setattr(backend, "create_rnn", unpadded)
+    with pytest.raises(AssertionError):
+        _rnn("LSTM", "forward", t=6, lengths=[6, 2, 4, 1])
 
 
 def test_run_node_and_list_inputs():

@@ -1,8 +1,8 @@
-"""PackSegments / UnpackSegments, PackRNNSequence / UnpackRNNSequence and ReversePackedSegs
-(stepnet/ops/packing.py) against loop references written here (Caffe2's pack_ops_test.py and
-pack_rnn_sequence_op_test.py references loop the same way) on every device; the packed sizes follow the
-lengths' values (unknown statically unless known); gradients against float64 finite differences and the ops
-Caffe2's makers emit; bad inputs; broken kernels caught."""
+"""PackSegments / UnpackSegments, PackRNNSequence / UnpackRNNSequence, ReversePackedSegs and
+VariableLengthSequencePadding (stepnet/ops/packing.py) against loop references written here (Caffe2's
+pack_ops_test.py and pack_rnn_sequence_op_test.py references loop the same way) on every device; the packed sizes
+follow the lengths' values (unknown statically unless known); gradients against float64 finite differences and the
+ops Caffe2's makers emit; bad inputs; broken kernels caught."""
 import numpy as np
 import pytest
 from reference_check import check
@@ -61,6 +61,18 @@ def ref_reverse(data, lengths):
     return out
 
 
+def ref_padding(data, lengths):
+    """Caffe2's kernel (variable_length_sequence_padding.h): for each sequence j, every step i from its length to
+    N set to 0, over the flat N x B x M layout."""
+    n, b = data.shape[:2]
+    m = int(np.prod(data.shape[2:], dtype=np.int64))
+    flat = data.reshape(-1).copy()
+    for j in range(b):
+        for i in range(lengths[j], n):
+            flat[b * m * i + m * j:b * m * i + m * j + m] = 0
+    return flat.reshape(data.shape)
+
+
 L = [2, 0, 3, 1]
 LEN = np.array(L, np.int32)
 DATA = rng.uniform(-3, 3, (6, 2, 2)).astype(np.float32)
@@ -91,6 +103,13 @@ CASES = [   # (id, op, inputs, args, expected outputs)
     ("reverse", "ReversePackedSegs", [SEQ, SEQ_LEN], {}, [ref_reverse(SEQ, SEQ_LEN.tolist())]),
     ("reverse_ints", "ReversePackedSegs", [np.arange(24).reshape(4, 3, 2), np.array([3, 1, 4], np.int32)], {},
      [ref_reverse(np.arange(24).reshape(4, 3, 2), [3, 1, 4])]),
+    ("padding", "VariableLengthSequencePadding", [SEQ, SEQ_LEN], {}, [ref_padding(SEQ, SEQ_LEN.tolist())]),
+    ("padding_4d_past_t", "VariableLengthSequencePadding",
+     [SEQ.reshape(4, 3, 2, 1).astype(np.float64), np.array([1, 9, 3], np.int32)], {},
+     [ref_padding(SEQ.reshape(4, 3, 2, 1).astype(np.float64), [1, 9, 3])]),
+    ("padding_2d_nan", "VariableLengthSequencePadding", [np.full((3, 2), np.nan, np.float32),
+                                                         np.array([0, 2], np.int32)], {},
+     [ref_padding(np.full((3, 2), np.nan, np.float32), [0, 2])]),
 ]
 
 
@@ -175,6 +194,11 @@ BAD = [
     ("ReversePackedSegs", [SEQ, np.array([1, 5, 0], np.int32)], ShapeError, "length of 5 exceeds DATA's 4"),
     ("ReversePackedSegs", [SEQ, LEN], ShapeError, "LENGTHS has 4 entries but DATA .* batch of 3"),
     ("ReversePackedSegs", [SEQ[0], SEQ_LEN], ShapeError, "3-D"),
+    ("VariableLengthSequencePadding", [SEQ, np.array([1, -2, 0], np.int32)], ShapeError, r"SEQ_LENGTHS\[1\] = -2"),
+    ("VariableLengthSequencePadding", [SEQ, LEN], ShapeError, "SEQ_LENGTHS has 4 entries but INPUT .* batch of 3"),
+    ("VariableLengthSequencePadding", [SEQ[0, 0], SEQ_LEN[:2]], ShapeError, r"\(T, batch, \.\.\.\)"),
+    ("VariableLengthSequencePadding", [SEQ.astype(np.int32), SEQ_LEN], DTypeError, "INPUT must be a float"),
+    ("VariableLengthSequencePadding", [SEQ, SEQ_LEN.astype(np.float32)], DTypeError, "SEQ_LENGTHS"),
 ]
 
 
@@ -209,6 +233,9 @@ def test_unpack_max_length_must_be_the_packed_length():
     ("pack_cut", lambda good, xp, lens, d, **a: (good(xp, lens, d, **a)[0], xp.ones((4, 2), dtype=bool))),
     ("unpack_rnn_longer", lambda good, xp, v, lens: v.transpose(1, 0, 2).reshape(-1, 2)[:6]),
     ("reverse", lambda good, xp, d, lens: d[::-1].copy()),                  # reverses the padding too
+    ("padding", lambda good, xp, d, lens: good(xp, d, lens + 1)),            # pads one step late
+    ("padding_4d_past_t", lambda good, xp, d, lens: good(xp, d.transpose(1, 0, 2, 3), lens[:1].repeat(4))
+     .transpose(1, 0, 2, 3)),                                                  # batch-major instead of time-major
 ])
 def test_reference_catches_a_broken_kernel(case_id, wrong, broken):
     _, op_type, inputs, args, want = CASES[[c[0] for c in CASES].index(case_id)]
@@ -225,3 +252,18 @@ def test_check_gradient_catches_a_broken_reversal_gradient(broken):
     broken("ReversePackedSegs", lambda xp, d, lens: xp.roll(d, 1, axis=0))   # not its own adjoint
     with pytest.raises(AssertionError, match="gradient of input 0"):
         check_gradient("ReversePackedSegs", inputs, wrt=[0])
+
+
+def test_padding_runs_in_place_as_caffe2s_backend_runs_it_and_has_no_gradient():
+    """Caffe2 allows INPUT and OUTPUT to be one blob (its ONNX backend pads an RNN's Y so) and registers no
+    gradient for the op."""
+    from stepnet.runtime.workspace import Workspace
+    ws = Workspace()
+    ws.feed("y", SEQ)
+    ws.feed("len", SEQ_LEN)
+    net = NetDef(name="pad")
+    net.op.append(make_op("VariableLengthSequencePadding", ["y", "len"], ["y"]))
+    ws.run_net_once(net)
+    np.testing.assert_array_equal(ws.fetch("y"), ref_padding(SEQ, SEQ_LEN.tolist()))
+    with pytest.raises(Exception, match="VariableLengthSequencePadding"):
+        backward_ops([make_op("VariableLengthSequencePadding", ["d", "len"], ["y"])], {"y": "y_grad"})

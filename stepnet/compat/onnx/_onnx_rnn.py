@@ -5,8 +5,11 @@ input and recurrence biases kept apart. The outputs have ONNX's layout: Y [T, nu
 [num_directions, N, H]. A reverse direction runs the cell over the input reversed in time (ReversePackedSegs).
 
 What converts: directions forward, reverse and bidirectional; the default activations (RNN: Tanh or Relu);
-missing B and initial states (zeros); linear_before_reset. What does not (Unsupported): sequence_lens, peepholes,
-clip, input_forget, layout 1, other activations.
+missing B and initial states (zeros); linear_before_reset; sequence_lens, as Caffe2's backend took it: the cells
+read the lengths (their states held past each sequence's end, so Y_h and Y_c are each sequence's last valid
+step), a reverse direction reverses only each sequence's valid steps, and Y is zero past each end
+(VariableLengthSequencePadding), as ONNX defines it. What does not (Unsupported): peepholes, clip, input_forget,
+layout 1, other activations.
 """
 from __future__ import annotations
 
@@ -51,9 +54,6 @@ def create_rnn(n: OnnxNode, opset_version: int, consts: dict, shapes: dict) -> C
     gates = GATES[n.op_type]
     inputs = list(n.inputs) + [""] * (8 - len(n.inputs))
     x, w, r, b, seq_lens, initial_h, initial_c, peepholes = inputs[:8]
-    if seq_lens:
-        raise Unsupported(f"{n.op_type} with sequence_lens: Caffe2's backend pads outputs with an op stepnet "
-                          "lacks (VariableLengthSequencePadding)")
     if peepholes:
         raise Unsupported("LSTM with peepholes has no Caffe2 counterpart")
     input_size = _input_size(x, w, consts, shapes)
@@ -63,7 +63,8 @@ def create_rnn(n: OnnxNode, opset_version: int, consts: dict, shapes: dict) -> C
         b = dummy_name()
         init_net.ConstantFill([], b, shape=[len(dirs), 2 * gates * hidden], value=0.0)
     zeros = _zero_state(pred, x, hidden) if not initial_h or (n.op_type == "LSTM" and not initial_c) else None
-    lengths = _full_lengths(pred, x) if 1 in dirs else None
+    lengths = seq_lens or (_full_lengths(pred, x) if 1 in dirs else None)
+    seq_lengths = seq_lens or None
     results = []
     for index, d in enumerate(dirs):
         name = dummy_name()
@@ -74,18 +75,20 @@ def create_rnn(n: OnnxNode, opset_version: int, consts: dict, shapes: dict) -> C
         seq = pred.net.ReversePackedSegs([x, lengths], name + "/input-reversed") if d else x
         kwargs = dict(drop_states=False, forward_only=True)
         if n.op_type == "LSTM":
-            out = rnn_cell.LSTM(pred, seq, None, states, input_size, hidden, name, **kwargs)
+            out = rnn_cell.LSTM(pred, seq, seq_lengths, states, input_size, hidden, name, **kwargs)
             h_all, h_last, c_last = out[0], out[1], out[3]
         elif n.op_type == "GRU":
-            h_all, h_last = gru_cell.GRU(pred, seq, None, states, input_size, hidden, name,
+            h_all, h_last = gru_cell.GRU(pred, seq, seq_lengths, states, input_size, hidden, name,
                                          linear_before_reset=bool(lbr), **kwargs)[:2]
             c_last = None
         else:
-            h_all, h_last = rnn_cell.BasicRNN(pred, seq, None, states, input_size, hidden, name,
+            h_all, h_last = rnn_cell.BasicRNN(pred, seq, seq_lengths, states, input_size, hidden, name,
                                               activation=activation, **kwargs)[:2]
             c_last = None
         if d:
             h_all = pred.net.ReversePackedSegs([h_all, lengths], name + "/output-reversed")
+        if seq_lengths:
+            h_all = pred.net.VariableLengthSequencePadding([h_all, seq_lengths], name + "/padded")
         results.append((pred.net.ExpandDims(h_all, name + "/y", dims=[1]), h_last, c_last))
     outputs = n.outputs + [""] * (3 - len(n.outputs))
     for k, out in enumerate(outputs[:3 if n.op_type == "LSTM" else 2]):
