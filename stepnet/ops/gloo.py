@@ -1,16 +1,17 @@
-"""Caffe2's generic communication operators (caffe2/operators/communicator_op.cc) as its Gloo and MPI engines
-run them (caffe2/contrib/gloo/*_ops.h, caffe2/mpi/mpi_ops.h): CreateCommonWorld, CloneCommonWorld,
-DestroyCommonWorld, Broadcast, Allreduce, Allgather and Barrier (Gloo's), Reduce, SendTensor and ReceiveTensor
+"""Caffe2's generic communication operators (caffe2/operators/communicator_op.cc) as its Gloo and MPI engines run them
+(caffe2/contrib/gloo/*_ops.h, caffe2/mpi/mpi_ops.h): CreateCommonWorld, CloneCommonWorld, DestroyCommonWorld,
+Broadcast, Allreduce, ReduceScatter, Allgather and Barrier (Gloo's), Reduce, SendTensor and ReceiveTensor
 (registered only under engine MPI in Caffe2: the MPI ops' kernels, stepnet.ops.mpi, under the generic schemas),
 mapped onto the same MPI transport as the MPI ops, so files written for any of them run.
 
 Gloo's rendezvous (store handler, transport, interface, timeout) is MPI's here: those arguments are accepted and
 ignored, and the rank is this process's MPI rank. `size`, when given, must be the job's number of processes.
 Several tensors in one Broadcast / Allreduce / Allgather act as Gloo's several local buffers: Allreduce sums them
-all, on every rank, into each; Broadcast copies root's first one into every one; Allgather returns a flat vector
-of every rank's tensors in rank order. `engine` (GLOO, MPI) selects nothing: the ops read Caffe2's schema for
-their type, as Caffe2 checks an op against it whatever its engine (so an Allreduce with engine MPI must still run
-in place). Gloo's ReduceScatter (halving-doubling with per-rank receive counts) is not here.
+all, on every rank, into each; Broadcast copies root's first one into every one; Allgather returns a flat vector of
+every rank's tensors in rank order. `engine` (GLOO, MPI) selects nothing: the ops read Caffe2's schema for their
+type, as Caffe2 checks an op against it whatever its engine (so an Allreduce with engine MPI must still run in
+place). ReduceScatter gives each rank its own part of the sum, as Gloo's halving-doubling does (here through one
+MPI allreduce: the same values, more bytes moved).
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import math
 
 from ..distributed import world as process
 from ..distributed.collectives import ANY, Call, CommonWorld
+from ..core import backend
 from ..core.errors import ArgumentError, ArityError, CollectiveError, DTypeError, ShapeError
 from .base import like, out_spec
 from .mpi import comm_shape, common_world, like_input, mpi_receive_tensor, mpi_reduce, mpi_send_tensor, receive_shape
@@ -108,6 +110,42 @@ def allreduce(ctx, xp, comm, *xs, gpu_direct, status_blob):
         local = local + x.reshape(local.shape)
     total = world.allreduce(local, _call(ctx, local))
     return tuple(total.reshape(x.shape) if k == 0 else total.reshape(x.shape).copy() for k, x in enumerate(xs))
+
+
+def _scatter_shape(specs, **_):
+    return [like(s) for s in specs[1:]]
+
+
+@op("ReduceScatter", inputs=(3, None), outputs=(2, None), inplace=(), enforce_inplace=IN_PLACE, context=True,
+    devices="any", args=STATUS, gradient=SHOULD_NOT_DO_GRADIENT, shape=_scatter_shape)
+def reduce_scatter(ctx, xp, comm, *xs_counts, status_blob):
+    """comm, X_1..X_k, RECV_COUNTS -> X_1..X_k, RECV_COUNTS, all in place (Caffe2's schema: outputs = inputs -
+    1). RECV_COUNTS (int32, one per rank) splits the sum of every tensor of every rank into consecutive parts:
+    rank r's first RECV_COUNTS[r] elements become part r; the rest of its buffers keep the sum of its own tensors
+    (Gloo leaves its algorithm's partial sums there). Float tensors, as Gloo's (float32, float16)."""
+    *xs, counts = xs_counts
+    world = common_world(ctx, comm)
+    if len(ctx.opdef.output) != len(xs_counts):
+        raise ArityError(f"ReduceScatter writes its {len(xs)} tensor(s) and the receive counts in place: "
+                         f"{len(xs_counts)} outputs, got {len(ctx.opdef.output)}")
+    _buffers(ctx, xs, outputs=False)
+    if counts.dtype.kind not in "iu" or counts.ndim != 1 or counts.shape[0] != world.size:
+        raise ShapeError(f"ReduceScatter: {ctx.opdef.input[-1]!r} must hold one int32 receive count per rank "
+                         f"({world.size}), got {counts.dtype} of shape {tuple(counts.shape)}")
+    if xs[0].dtype.kind != "f":
+        raise DTypeError(f"ReduceScatter sums float tensors (Gloo's float32 and float16), got {xs[0].dtype}")
+    n = [int(c) for c in backend.to_host(counts)]
+    if min(n) < 0 or sum(n) > xs[0].size:
+        raise ShapeError(f"ReduceScatter: the receive counts {n} must be non-negative and add up to at most the "
+                         f"{xs[0].size} elements of each tensor")
+    local = xs[0].reshape(-1)
+    for x in xs[1:]:
+        local = local + x.reshape(-1)
+    total = world.allreduce(local, _call(ctx, local))
+    start = sum(n[:world.rank])
+    out = local.copy() if len(xs) == 1 else local     # (one tensor: local is a view of the input)
+    out[:n[world.rank]] = total.reshape(-1)[start:start + n[world.rank]]
+    return (*(out.reshape(x.shape) if k == 0 else out.reshape(x.shape).copy() for k, x in enumerate(xs)), counts)
 
 
 def _allgather_shape(specs, **_):

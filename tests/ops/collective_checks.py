@@ -103,6 +103,8 @@ def check_gloo_ops(rank: int, size: int, device: str = "cpu") -> int:
             close(got[1], data(root, (3, 4), dtype).reshape(12), dtype, f"Broadcast root {root}, second, " + what)
             got = run(ws, "Reduce", {"a": a}, ["r"], device, root=root)[0]
             close(got, total(size, (3, 4), dtype) if rank == root else a, dtype, f"Reduce root {root} " + what)
+        if dtype != np.int64:    # (Gloo's ReduceScatter sums float32 and float16)
+            check_reduce_scatter(ws, rank, size, a, b, dtype, device, what)
         got = run(ws, "Allgather", {"a": a, "b": b}, ["g"], device)[0]
         want = np.concatenate([np.concatenate([data(r, (3, 4), dtype).reshape(-1), data(r, (12,), dtype, 1)])
                                for r in range(size)])
@@ -110,6 +112,30 @@ def check_gloo_ops(rank: int, size: int, device: str = "cpu") -> int:
         n += 1
     ws.run_operator_once(make_op("Barrier", ["comm"], []))
     return n
+
+
+def receive_counts(size: int, count: int) -> np.ndarray:
+    """Uneven parts: rank r gets count // size elements, one more for the first count % size ranks, and rank 0
+    two fewer (so that the parts add up to less than the whole)."""
+    counts = np.array([count // size + (r < count % size) for r in range(size)], np.int32)
+    counts[0] = max(counts[0] - 2, 0)
+    return counts
+
+
+def check_reduce_scatter(ws, rank: int, size: int, a, b, dtype, device: str, what: str) -> None:
+    """ReduceScatter of two local tensors: this rank's first counts[rank] elements are its consecutive part of
+    the sum over every tensor of every rank, the rest the sum of its own two tensors; both buffers alike, and
+    the counts written back unchanged."""
+    counts = receive_counts(size, a.size)
+    got = run(ws, "ReduceScatter", {"a": a, "b": b, "counts": counts}, ["a", "b", "counts"], device)
+    acc = np.float32 if np.dtype(dtype) == np.float16 else dtype
+    whole = (total(size, (3, 4), dtype).astype(acc).reshape(-1) + total(size, (12,), dtype, 1).astype(acc))
+    want = (a.astype(acc).reshape(-1) + b.astype(acc)).astype(dtype)
+    start, n = int(counts[:rank].sum()), int(counts[rank])
+    want[:n] = whole[start:start + n].astype(dtype)
+    close(got[0], want.reshape(3, 4), dtype, "ReduceScatter " + what)
+    close(got[1], want, dtype, "ReduceScatter, second tensor, " + what)
+    assert np.array_equal(got[2], counts), f"ReduceScatter changed the counts: {got[2]}"
 
 
 def check_strings(rank: int, size: int) -> None:

@@ -12,7 +12,7 @@ from stepnet.ops.registry import SHOULD_NOT_DO_GRADIENT
 from stepnet.testing import DEVICES, make_op
 
 GLOO_OPS = ("CreateCommonWorld", "CloneCommonWorld", "DestroyCommonWorld", "Broadcast", "Allreduce", "Allgather",
-            "Barrier")
+            "Barrier", "ReduceScatter")
 MPI_ENGINE_OPS = ("Reduce", "SendTensor", "ReceiveTensor")     # generic types Caffe2 registers under MPI only
 
 # What data_parallel_model writes for rendezvous={'engine': 'GLOO', 'num_shards': 1, 'shard_id': 0, ...}.
@@ -54,7 +54,7 @@ def test_records_follow_caffe2():
     """communicator_op.cc: in place by force for Broadcast and Allreduce (output i is input i + 1), inputs may
     cross devices, no gradients."""
     r = REGISTRY.get
-    for op_type in ("Broadcast", "Allreduce"):
+    for op_type in ("Broadcast", "Allreduce", "ReduceScatter"):   # (ReduceScatter's counts too: outputs = inputs - 1)
         assert {(1, 0), (2, 1), (9, 8)} <= r(op_type).enforce_inplace
     assert r("DestroyCommonWorld").enforce_inplace == {(0, 0)}
     assert (r("CreateCommonWorld").inputs, r("Barrier").outputs, r("Allgather").outputs) == ((0, 1), (0, 0), (1, 1))
@@ -89,6 +89,26 @@ def test_bad_buffers():
     with pytest.raises(CollectiveError, match="must be a common world"):
         ws.feed("t", a)
         ws.run_operator_once(make_op("Barrier", ["t"], []))
+
+
+def test_reduce_scatter_bad_input():
+    ws = workspace()
+    a = np.ones(6, np.float32)
+    counts = {"c": np.array([6], np.int32)}
+    with pytest.raises(ShapeError, match=r"one int32 receive count per rank \(1\), got int32 of shape \(2,\)"):
+        run(ws, "ReduceScatter", {"a": a, "c": np.array([3, 3], np.int32)}, ["a", "c"])
+    with pytest.raises(ShapeError, match=r"receive counts \[7\] must be non-negative and add up to at most the 6"):
+        run(ws, "ReduceScatter", {"a": a, "c": np.array([7], np.int32)}, ["a", "c"])
+    with pytest.raises(ShapeError, match=r"receive counts \[-1\]"):
+        run(ws, "ReduceScatter", {"a": a, "c": np.array([-1], np.int32)}, ["a", "c"])
+    with pytest.raises(DTypeError, match="float tensors .* got int64"):
+        run(ws, "ReduceScatter", {"a": a.astype(np.int64), **counts}, ["a", "c"])
+    with pytest.raises(ArityError, match="ReduceScatter takes 2 or more outputs, got 1"):
+        run(ws, "ReduceScatter", {"a": a, **counts}, ["a"])
+    with pytest.raises(ArityError, match="writes its 2 tensor.* and the receive counts in place: 3 outputs, got 2"):
+        run(ws, "ReduceScatter", {"a": a, "b": a, **counts}, ["a", "b"])
+    with pytest.raises(ShapeError, match="'b' has 5 elements, 'a' 6"):
+        run(ws, "ReduceScatter", {"a": a, "b": np.ones(5, np.float32), **counts}, ["a", "b", "c"])
 
 
 def test_destroy_accepts_an_empty_blob():
