@@ -76,7 +76,8 @@ def _ort_version() -> str:
 
 
 def products(lib: str, B: int, H: int, T: int, widths=(4,), threads: int = 1) -> list:
-    """One training step's recurrent products with `lib`'s GEMM (numpy or torch), as parts: T forward products
+    """One training step's recurrent products with `lib`'s GEMM (numpy or torch; onnxruntime: the forward parts
+    alone, _ort_products), as parts: T forward products
     h·Wᵀ (B×H · H×wH) for each gate width w in `widths` (the LSTM's 4; Caffe2's GRU's 2 then 1: its reset and
     update products, then the output product of the reset hidden state), then T input-gradient products and the
     weight gradient (of the 4H LSTM). Each part is a list of callables computing it in different ways; the floor

@@ -130,7 +130,7 @@ def reduce_scatter(ctx, xp, comm, *xs_counts, status_blob):
                          f"{len(xs_counts)} outputs, got {len(ctx.opdef.output)}")
     _buffers(ctx, xs, outputs=False)
     if counts.dtype.kind not in "iu" or counts.ndim != 1 or counts.shape[0] != world.size:
-        raise ShapeError(f"ReduceScatter: {ctx.opdef.input[-1]!r} must hold one int32 receive count per rank "
+        raise ShapeError(f"ReduceScatter: {ctx.opdef.input[-1]!r} must hold one integer receive count per rank "
                          f"({world.size}), got {counts.dtype} of shape {tuple(counts.shape)}")
     if xs[0].dtype.kind != "f":
         raise DTypeError(f"ReduceScatter sums float tensors (Gloo's float32 and float16), got {xs[0].dtype}")

@@ -95,7 +95,7 @@ def test_reduce_scatter_bad_input():
     ws = workspace()
     a = np.ones(6, np.float32)
     counts = {"c": np.array([6], np.int32)}
-    with pytest.raises(ShapeError, match=r"one int32 receive count per rank \(1\), got int32 of shape \(2,\)"):
+    with pytest.raises(ShapeError, match=r"one integer receive count per rank \(1\), got int32 of shape \(2,\)"):
         run(ws, "ReduceScatter", {"a": a, "c": np.array([3, 3], np.int32)}, ["a", "c"])
     with pytest.raises(ShapeError, match=r"receive counts \[7\] must be non-negative and add up to at most the 6"):
         run(ws, "ReduceScatter", {"a": a, "c": np.array([7], np.int32)}, ["a", "c"])
