@@ -26,7 +26,7 @@ def block_rows(m: int, k: int, n: int) -> int:
     that OpenBLAS's small-matrix kernel takes: the largest power of two r with m·r ≤ 1024 and m·r·k ≤ 2¹⁹; 0
     (one product) where that leaves fewer than 32 rows (too many calls), all n rows, or a block under 2¹⁴
     elements (too little to gain)."""
-    if m < 2:
+    if m < 2 or k == 0:     # (K = 0: an empty sum, one GEMM of zeros)
         return 0
     r = min(_SMALL_MN // m, _SMALL_MNK // (m * k))
     r = 1 << (r.bit_length() - 1) if r > 0 else 0

@@ -4,10 +4,9 @@ They are in place by definition: a link's internal is a view into its external t
 ops write into the tensors they name as both input and output."""
 from __future__ import annotations
 
-import math
-
 from ..core.errors import ArgumentError, ShapeError
 from ..kernels.fc import input_gradient_into
+from .math_grad import fc_grad_dims
 from .registry import NO_GRADIENT, Arg, op
 
 
@@ -104,12 +103,8 @@ def accumulate_gradient_input(xp, timestep, og, g, *, offset, cyclic):
 
 # ------------------------------------------------------------------------------------------- deferred FC
 def _fc_dims(x, w, dy, axis: int, axis_w: int) -> tuple[int, int, int]:
-    a = axis + x.ndim if axis < 0 else axis
-    aw = axis_w + w.ndim if axis_w < 0 else axis_w
-    m, k, n = math.prod(x.shape[:a]), math.prod(x.shape[a:]), math.prod(w.shape[:aw])
-    if dy.size != m * n or w.size != n * k:
-        raise ShapeError(f"FCGradient: X {tuple(x.shape)}, W {tuple(w.shape)} and dY {tuple(dy.shape)} do not fit")
-    return m, k, n
+    """(M, K, N) after FCGradient's own checks (float X, W and dY; axes in range; sizes that fit)."""
+    return fc_grad_dims("FCGradient", x, w, dy, axis, axis_w, False)
 
 
 def _steps(sequence) -> int:

@@ -100,6 +100,8 @@ CASES = [
     ("fc_f64", "FC", [X234.astype(np.float64), W5_12.astype(np.float64), b5.astype(np.float64)], {}, None,
      1e-12),
     ("fc_empty", "FC", [np.zeros((0, 12), np.float32), W5_12, b5], {}, None, 0),
+    ("fc_k0", "FC", [np.zeros((4, 0), np.float32), np.zeros((5, 0), np.float32), b5], {},   # an empty sum: b
+     lambda: ref_fc(np.zeros((4, 0), np.float32), np.zeros((5, 0), np.float32), b5), 0),
     ("fct", "FCTransposed", [X234, f32(12, 5), b5], {}, None, 1e-5),
     ("packed_fc", "PackedFC", [X234, W5_12, b5], {}, None, 1e-5),
     ("packed_fc_axis2", "PackedFC", [X234, f32(5, 4), b5], {"axis": 2}, None, 1e-5),

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 from stepnet import NetDef, Workspace
-from stepnet.core.errors import ArgumentError, ShapeError
+from stepnet.core.errors import ArgumentError, DTypeError, ShapeError
 from stepnet.io.proto import DeviceOption
-from stepnet.testing import DEVICES, GPU_MODE, make_op
+from stepnet.testing import DEVICES, GPU_MODE, make_op, run_op
 
 
 def _apply_link(ws, offset, window, t):
@@ -156,7 +156,7 @@ def test_deferred_fc_gradient_checks_shapes_and_the_timestep():
     ws.feed("timestep", np.array([0], np.int32))
     ws.create_blob("xs"), ws.create_blob("dys")
     step, _ = deferred_net(2, "cpu")
-    with pytest.raises(ShapeError, match=r"X \(3, 4\), W \(5, 4\) and dY \(3, 6\) do not fit"):
+    with pytest.raises(ShapeError, match=r"dY \(3, 6\) must hold M x N = 3 x 5 = 15 elements"):
         ws.bind(step).run()
     ws.feed("dY", np.zeros((3, 5), np.float32))
     ws.feed("timestep", np.array([2], np.int32))
@@ -165,6 +165,19 @@ def test_deferred_fc_gradient_checks_shapes_and_the_timestep():
     ws.feed("seq", np.float32(2))
     with pytest.raises(ShapeError, match=r"the sequence input must be T x \.\.\., got a scalar"):
         ws.bind(step).run()
+
+
+@pytest.mark.parametrize("inputs, args, error, match", [
+    ((np.zeros((3, 4), np.int64), np.zeros((5, 4), np.float32), np.zeros((3, 5), np.float32)), {}, DTypeError,
+     "X must be a float tensor, got int64"),
+    ((np.zeros((3, 4), np.float32), np.zeros((5, 4), np.float32), np.zeros((3, 5), np.float32)), {"axis_w": 16},
+     ArgumentError, r"axis_w=16 is out of range for a 2-D input"),
+])
+def test_fc_input_gradient_takes_fc_gradients_checks(inputs, args, error, match):
+    """rnn_internal_fc_input_gradient (FCGradient's dX in a backward step net) checks what FCGradient checks:
+    float tensors, axes in range (a campaign case: axis_w=16 on empty tensors divided by zero)."""
+    with pytest.raises(error, match=match):
+        run_op("rnn_internal_fc_input_gradient", list(inputs), **args)
 
 
 @pytest.mark.parametrize("device", DEVICES)
