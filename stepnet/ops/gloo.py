@@ -54,6 +54,19 @@ def _each(specs, **_):
     return [like(s) for s in specs[1:]]
 
 
+def _local_sum(xs):
+    """The sum of this rank's tensors, in the first one's shape (the first itself when it is alone)."""
+    local = xs[0]
+    for x in xs[1:]:
+        local = local + x.reshape(local.shape)
+    return local
+
+
+def _into_each(value, xs) -> tuple:
+    """value in each tensor's shape: the first as it is, copies for the others (Gloo's buffers are separate)."""
+    return tuple(value.reshape(x.shape) if k == 0 else value.reshape(x.shape).copy() for k, x in enumerate(xs))
+
+
 @op("CreateCommonWorld", inputs=(0, 1), outputs=1, context=True, devices="any", args=RENDEZVOUS,
     gradient=SHOULD_NOT_DO_GRADIENT, shape=comm_shape)
 def create_common_world(ctx, xp, *kv_handler, size, rank, sync, transport, interface, mpi_rendezvous, timeout_ms,
@@ -96,7 +109,7 @@ def broadcast(ctx, xp, comm, *xs, root, status_blob):
     world = common_world(ctx, comm)
     _buffers(ctx, xs)
     value = world.broadcast(xs[0], root, _call(ctx, xs[0], root))
-    return tuple(value.reshape(x.shape) if k == 0 else value.reshape(x.shape).copy() for k, x in enumerate(xs))
+    return _into_each(value, xs)
 
 
 @op("Allreduce", inputs=(2, None), outputs=(1, None), inplace=(), enforce_inplace=IN_PLACE, context=True,
@@ -105,19 +118,12 @@ def allreduce(ctx, xp, comm, *xs, gpu_direct, status_blob):
     """Every tensor (in place) becomes the sum of all the tensors of every rank."""
     world = common_world(ctx, comm)
     _buffers(ctx, xs)
-    local = xs[0]
-    for x in xs[1:]:
-        local = local + x.reshape(local.shape)
-    total = world.allreduce(local, _call(ctx, local))
-    return tuple(total.reshape(x.shape) if k == 0 else total.reshape(x.shape).copy() for k, x in enumerate(xs))
-
-
-def _scatter_shape(specs, **_):
-    return [like(s) for s in specs[1:]]
+    local = _local_sum(xs)
+    return _into_each(world.allreduce(local, _call(ctx, local)), xs)
 
 
 @op("ReduceScatter", inputs=(3, None), outputs=(2, None), inplace=(), enforce_inplace=IN_PLACE, context=True,
-    devices="any", args=STATUS, gradient=SHOULD_NOT_DO_GRADIENT, shape=_scatter_shape)
+    devices="any", args=STATUS, gradient=SHOULD_NOT_DO_GRADIENT, shape=_each)
 def reduce_scatter(ctx, xp, comm, *xs_counts, status_blob):
     """comm, X_1..X_k, RECV_COUNTS -> X_1..X_k, RECV_COUNTS, all in place (Caffe2's schema: outputs = inputs -
     1). RECV_COUNTS (int32, one per rank) splits the sum of every tensor of every rank into consecutive parts:
@@ -138,14 +144,12 @@ def reduce_scatter(ctx, xp, comm, *xs_counts, status_blob):
     if min(n) < 0 or sum(n) > xs[0].size:
         raise ShapeError(f"ReduceScatter: the receive counts {n} must be non-negative and add up to at most the "
                          f"{xs[0].size} elements of each tensor")
-    local = xs[0].reshape(-1)
-    for x in xs[1:]:
-        local = local + x.reshape(-1)
+    local = _local_sum(xs)
     total = world.allreduce(local, _call(ctx, local))
+    out = (local.copy() if local is xs[0] else local).reshape(-1)     # (written: never the input itself)
     start = sum(n[:world.rank])
-    out = local.copy() if len(xs) == 1 else local     # (one tensor: local is a view of the input)
     out[:n[world.rank]] = total.reshape(-1)[start:start + n[world.rank]]
-    return (*(out.reshape(x.shape) if k == 0 else out.reshape(x.shape).copy() for k, x in enumerate(xs)), counts)
+    return (*_into_each(out, xs), counts)
 
 
 def _allgather_shape(specs, **_):
