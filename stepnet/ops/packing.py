@@ -33,6 +33,15 @@ def read_lengths(lengths, read, op_type, what="LENGTHS"):
     return values
 
 
+def _lengths_per_sequence(data, lengths, read, op_type: str, data_name: str, lengths_name: str):
+    """read_lengths of a time-major (T, batch, ...) DATA's lengths, one per sequence of its batch."""
+    lens = read_lengths(lengths, read, op_type, lengths_name)
+    if lengths.shape[0] != data.shape[1]:
+        raise ShapeError(f"{op_type}: {lengths_name} has {lengths.shape[0]} entries but {data_name} "
+                         f"{tuple(data.shape)} has a batch of {data.shape[1]}; they must match")
+    return lens
+
+
 def gather_rows(xp, data, rows, pad_value=None):
     """DATA's rows at host indices `rows` (an int array of any shape); an index equal to len(DATA) picks a
     row of pad_value (0 / False by default)."""
@@ -183,10 +192,7 @@ def unpack_rnn_sequence(xp, values, lengths):
 def _reverse_checks(data, lengths, read):
     if len(data.shape) != 3:
         raise ShapeError(f"ReversePackedSegs: DATA must be a 3-D (T, batch, D) tensor, got shape {tuple(data.shape)}")
-    lens = read_lengths(lengths, read, "ReversePackedSegs")
-    if lengths.shape[0] != data.shape[1]:
-        raise ShapeError(f"ReversePackedSegs: LENGTHS has {lengths.shape[0]} entries but DATA {tuple(data.shape)} "
-                         f"has a batch of {data.shape[1]}; they must match")
+    lens = _lengths_per_sequence(data, lengths, read, "ReversePackedSegs", "DATA", "LENGTHS")
     too_long = [v for v in lens or () if v > data.shape[0]]
     if too_long:
         raise ShapeError(f"ReversePackedSegs: a length of {too_long[0]} exceeds DATA's {data.shape[0]} time steps")
@@ -219,11 +225,7 @@ def _padding_checks(data, lengths, read):
         raise ShapeError(f"VariableLengthSequencePadding: INPUT must be (T, batch, ...), got shape "
                          f"{tuple(data.shape)}")
     check_float("VariableLengthSequencePadding", INPUT=data)
-    lens = read_lengths(lengths, read, "VariableLengthSequencePadding", "SEQ_LENGTHS")
-    if lengths.shape[0] != data.shape[1]:
-        raise ShapeError(f"VariableLengthSequencePadding: SEQ_LENGTHS has {lengths.shape[0]} entries but INPUT "
-                         f"{tuple(data.shape)} has a batch of {data.shape[1]}; they must match")
-    return lens
+    return _lengths_per_sequence(data, lengths, read, "VariableLengthSequencePadding", "INPUT", "SEQ_LENGTHS")
 
 
 def _padding_shape(specs):
